@@ -1,0 +1,241 @@
+"""Dual-context scoring engine: pure torch + transformers, no lm-eval import.
+
+Given a causal LM and a token sequence ``ids`` of length ``n``, the engine returns, for every
+target position ``t`` in ``1..n-1`` (array index ``t - 1``):
+
+* ``logprob``: log p(ids[t] | context) in float32, and
+* ``greedy``: whether ids[t] is the argmax of the next-token distribution (teacher forced),
+
+under two kinds of context:
+
+* the *long* context ids[:t] (``score_long``): the prefix is fed in KV-cache chunks of
+  ``chunk_size`` tokens, and only one chunk's logits exist at a time, so no [n, vocab] tensor is
+  ever built;
+* the *truncated* contexts of the LongPPL reference (``score_truncated``): windows
+  ids[s : s + K + d'] for s in range(0, n - K, d), d' = min(d, n - s - K), scoring the positions
+  t in [s + K, s + K + d'). Several windows go through one forward, and only the logits of the
+  scored positions are computed.
+
+Arrays cover all ``n - 1`` targets; positions a pass does not score hold NaN (logprob) and
+False (greedy).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+DEFAULT_CHUNK_SIZE = 1024
+# Rows of logits turned into float32 log-probs at once: bounds the float32 copy to
+# LOGPROB_ROWS x vocab however many positions a chunk or a batch of windows scores.
+LOGPROB_ROWS = 256
+
+
+class ScoringError(ValueError):
+    """A sequence or model the engine cannot score exactly."""
+
+
+@dataclass
+class TokenLogprobs:
+    """Per-target scores of one sequence: index i is the prediction of token i + 1."""
+
+    logprob: np.ndarray  # float32 [n - 1], NaN where not scored
+    greedy: np.ndarray  # bool [n - 1]
+
+    def __len__(self) -> int:
+        return len(self.logprob)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One truncated-context window: ids[start:stop], scoring targets [score_from, stop)."""
+
+    start: int
+    score_from: int
+    stop: int
+
+
+def truncated_windows(n: int, trunc_len: int, stride: int) -> list[Window]:
+    """The LongPPL reference windows for a sequence of n tokens (K = trunc_len, d = stride).
+
+    A sequence with n <= K has no window: every token already sees its whole context.
+    """
+    if trunc_len < 1 or stride < 1:
+        raise ValueError(f"trunc_len and stride must be >= 1, got {trunc_len}, {stride}")
+    windows = []
+    for s in range(0, n - trunc_len, stride):
+        scored = min(stride, n - s - trunc_len)
+        windows.append(Window(start=s, score_from=s + trunc_len, stop=s + trunc_len + scored))
+    return windows
+
+
+def _as_ids(ids: Sequence[int] | np.ndarray | torch.Tensor) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(ids) if not isinstance(ids, torch.Tensor) else ids)
+    if t.dim() != 1:
+        raise ScoringError(f"expected a 1-D token sequence, got shape {tuple(t.shape)}")
+    return t.to(torch.long)
+
+
+def _model_device(model) -> torch.device:
+    device = getattr(model, "device", None)
+    if device is None:
+        device = next(model.parameters()).device
+    return torch.device(device)
+
+
+def _supports_logits_to_keep(model) -> bool:
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _forward_logits(model, input_ids, keep: int, **kwargs):
+    """Forward and return (logits of the last ``keep`` positions, outputs)."""
+    if _supports_logits_to_keep(model):
+        out = model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
+        logits = out.logits
+        if logits.shape[1] != keep:  # a model that accepts the argument but ignores it
+            logits = logits[:, -keep:]
+    else:
+        out = model(input_ids=input_ids, **kwargs)
+        logits = out.logits[:, -keep:]
+    return logits, out
+
+
+def _logprob_and_greedy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log_softmax(logits)[targets] in float32 and argmax == target, LOGPROB_ROWS rows at a time.
+
+    logits: [m, vocab] (any float dtype); targets: [m]. Returns float32 [m] and bool [m] on CPU.
+    """
+    lps, hits = [], []
+    for a in range(0, logits.shape[0], LOGPROB_ROWS):
+        block = logits[a : a + LOGPROB_ROWS].float()
+        tgt = targets[a : a + LOGPROB_ROWS].to(block.device)
+        lp = block.gather(1, tgt[:, None]).squeeze(1) - torch.logsumexp(block, dim=-1)
+        lps.append(lp.cpu())
+        hits.append((block.argmax(dim=-1) == tgt).cpu())
+        del block
+    if not lps:
+        return torch.empty(0), torch.empty(0, dtype=torch.bool)
+    return torch.cat(lps), torch.cat(hits)
+
+
+@torch.no_grad()
+def score_long(
+    model,
+    ids: Sequence[int] | np.ndarray | torch.Tensor,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    score_from: int = 1,
+) -> TokenLogprobs:
+    """Log-probs and greedy hits of ids[t] given all of ids[:t], for t >= score_from.
+
+    The sequence is fed in chunks of ``chunk_size`` tokens with a KV cache; positions before
+    ``score_from`` only fill the cache (their logits are not computed where the model supports
+    ``logits_to_keep``).
+    """
+    ids = _as_ids(ids)
+    n = int(ids.numel())
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    score_from = max(1, int(score_from))
+    logprob = np.full(max(n - 1, 0), np.nan, dtype=np.float32)
+    greedy = np.zeros(max(n - 1, 0), dtype=bool)
+    if n < 2 or score_from >= n:
+        return TokenLogprobs(logprob, greedy)
+
+    device = _model_device(model)
+    ids_dev = ids.to(device)[None]
+    past = None
+    if n > chunk_size:
+        from transformers import DynamicCache
+
+        past = DynamicCache()
+    for a in range(0, n, chunk_size):
+        b = min(a + chunk_size, n)
+        # Positions p in [first, b) predict targets p + 1; the last token of the sequence predicts
+        # nothing, and positions before score_from - 1 are context only.
+        first = max(a, score_from - 1)
+        keep = max(b - first, 1)
+        kwargs = {"use_cache": past is not None}
+        if past is not None:
+            kwargs["past_key_values"] = past
+        logits, out = _forward_logits(model, ids_dev[:, a:b], keep, **kwargs)
+        if past is not None:
+            if getattr(out, "past_key_values", None) is None:
+                raise ScoringError(
+                    f"{type(model).__name__} returned no KV cache, so a {n}-token sequence cannot be "
+                    f"scored in chunks of {chunk_size}; pass chunk_size >= {n} (one full forward)."
+                )
+            past = out.past_key_values
+        if first < b:
+            stop = min(b, n - 1)
+            if stop > first:
+                rows = logits[0, : stop - first]
+                lp, hit = _logprob_and_greedy(rows, ids[first + 1 : stop + 1])
+                logprob[first:stop] = lp.numpy()
+                greedy[first:stop] = hit.numpy()
+        del logits, out
+    return TokenLogprobs(logprob, greedy)
+
+
+@torch.no_grad()
+def score_truncated(
+    model,
+    sequences: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
+    trunc_len: int,
+    stride: int,
+    batch_size: int = 8,
+    pad_token_id: int = 0,
+) -> list[TokenLogprobs]:
+    """Scores of every sequence under the reference truncated windows (K = trunc_len, d = stride).
+
+    Windows of all sequences are batched together, ``batch_size`` per forward, right-padded. Every
+    window has exactly ``trunc_len`` context tokens before its first scored position, so the scored
+    positions of all windows in a batch fall in the same column range [K - 1, K - 1 + d) and
+    ``logits_to_keep`` restricts the logits to them. Padding follows the real tokens, so causal
+    attention never lets it reach a scored position (the attention mask excludes it too).
+    """
+    seqs = [_as_ids(s) for s in sequences]
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    results = []
+    jobs = []  # (sequence index, window)
+    for i, s in enumerate(seqs):
+        n = int(s.numel())
+        results.append(
+            TokenLogprobs(np.full(max(n - 1, 0), np.nan, dtype=np.float32), np.zeros(max(n - 1, 0), dtype=bool))
+        )
+        jobs.extend((i, w) for w in truncated_windows(n, trunc_len, stride))
+    if not jobs:
+        return results
+
+    device = _model_device(model)
+    # Longest windows first so a batch holds windows of (nearly) one length: padding is rare.
+    jobs.sort(key=lambda j: -(j[1].stop - j[1].start))
+    for a in range(0, len(jobs), batch_size):
+        batch = jobs[a : a + batch_size]
+        width = max(w.stop - w.start for _, w in batch)
+        input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, (i, w) in enumerate(batch):
+            input_ids[r, : w.stop - w.start] = seqs[i][w.start : w.stop]
+            attention_mask[r, : w.stop - w.start] = 1
+        # Columns K-1 .. width-1 hold every scored position (window column K-1 predicts target K).
+        keep = width - (trunc_len - 1)
+        logits, _ = _forward_logits(
+            model, input_ids.to(device), keep, attention_mask=attention_mask.to(device), use_cache=False
+        )
+        for r, (i, w) in enumerate(batch):
+            m = w.stop - w.score_from
+            targets = seqs[i][w.score_from : w.stop]
+            lp, hit = _logprob_and_greedy(logits[r, :m], targets)
+            # target t lives at array index t - 1
+            results[i].logprob[w.score_from - 1 : w.stop - 1] = lp.numpy()
+            results[i].greedy[w.score_from - 1 : w.stop - 1] = hit.numpy()
+        del logits
+    return results

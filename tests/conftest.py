@@ -1,0 +1,27 @@
+"""Shared fixtures: tiny random models and tokenizers built in the test, never downloaded."""
+
+import os
+
+# Any accidental hub access must fail loudly rather than hang or download.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+
+from tests import tiny
+
+
+@pytest.fixture(scope="session")
+def corpus_texts():
+    return tiny.corpus_texts()
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory, corpus_texts):
+    """Two tiny causal LMs with different tokenizers, saved as ordinary HF checkpoints."""
+    root = tmp_path_factory.mktemp("models")
+    a = tiny.save_tiny_model(root / "bpe_model", corpus_texts, kind="bpe", vocab_size=300, seed=1)
+    b = tiny.save_tiny_model(root / "wordpiece_model", corpus_texts, kind="wordpiece", vocab_size=400, seed=2)
+    return {"a": a, "b": b}

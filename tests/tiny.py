@@ -1,0 +1,98 @@
+"""Tiny random models and tokenizers for tests (built here, saved to a temp dir)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+
+
+WORDS = (
+    "the report of committee found that federal agency program budget funds were spent on projects "
+    "while audit office said its review of costs data showed gaps in oversight and controls over "
+    "contracts grants loans states local officials should improve planning for risk"
+).split()
+
+
+def corpus_texts(n_docs: int = 6, n_words: int = 900, seed: int = 0) -> list[str]:
+    """Synthetic documents with repeated phrases (so a long context can matter)."""
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n_docs):
+        words = [rng.choice(WORDS) for _ in range(n_words)]
+        for _ in range(6):  # copy a span forward: later tokens repeat earlier ones
+            a = rng.randrange(0, n_words // 2)
+            span = words[a : a + 20]
+            b = rng.randrange(n_words // 2, n_words - 20)
+            words[b : b + 20] = span
+        text = " ".join(words)
+        # punctuation and newlines exercise offsets
+        docs.append(text.replace(" of ", ", of ").replace(" and ", ".\nAnd "))
+    return docs
+
+
+def tiny_llama(vocab_size: int = 97, seed: int = 0, max_position_embeddings: int = 4096, **overrides):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = dict(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        rope_theta=10000.0,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    cfg.update(overrides)
+    model = LlamaForCausalLM(LlamaConfig(**cfg))
+    # Larger random weights make the predictions peaked, so log-probs and argmaxes vary.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    return model.float().eval()
+
+
+def train_tokenizer(texts: list[str], kind: str, vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    special = ["<pad>", "<s>", "</s>", "<unk>"]
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    elif kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="<unk>"))
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special)
+    else:
+        raise ValueError(kind)
+    tok.train_from_iterator(texts, trainer)
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
+
+
+def save_tiny_model(path: Path, texts: list[str], kind: str = "bpe", vocab_size: int = 300, seed: int = 0,
+                    max_position_embeddings: int = 4096) -> str:
+    path = Path(path)
+    tokenizer = train_tokenizer(texts, kind, vocab_size)
+    model = tiny_llama(
+        vocab_size=len(tokenizer), seed=seed, max_position_embeddings=max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
