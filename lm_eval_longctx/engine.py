@@ -50,6 +50,40 @@ class TokenLogprobs:
         return len(self.logprob)
 
 
+@dataclass
+class SequenceScores:
+    """Everything scored for one text: its tokens, their character offsets, both passes."""
+
+    token_ids: np.ndarray  # int64 [n]
+    offsets: np.ndarray | None  # int64 [n, 2] character spans, or None when not asked for
+    long: TokenLogprobs
+    short: TokenLogprobs | None = None
+
+    def to_state(self) -> dict:
+        """Plain arrays and numbers only (what caches store)."""
+        state = {"token_ids": self.token_ids, "offsets": self.offsets,
+                 "long_logprob": self.long.logprob, "long_greedy": self.long.greedy}
+        if self.short is not None:
+            state.update(short_logprob=self.short.logprob, short_greedy=self.short.greedy)
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict) -> "SequenceScores":
+        short = None
+        if "short_logprob" in state:
+            short = TokenLogprobs(np.asarray(state["short_logprob"]), np.asarray(state["short_greedy"]))
+        return cls(np.asarray(state["token_ids"]), None if state["offsets"] is None else np.asarray(state["offsets"]),
+                   TokenLogprobs(np.asarray(state["long_logprob"]), np.asarray(state["long_greedy"])), short)
+
+    def __repr__(self) -> str:  # compact: this is what --log_samples writes
+        def mean_nll(x):
+            v = x.logprob[~np.isnan(x.logprob)]
+            return f"{-v.mean():.4f}" if v.size else "nan"
+
+        short = f", short_nll={mean_nll(self.short)}" if self.short is not None else ""
+        return f"SequenceScores(n={len(self.token_ids)}, long_nll={mean_nll(self.long)}{short})"
+
+
 @dataclass(frozen=True)
 class Window:
     """One truncated-context window: ids[start:stop], scoring targets [score_from, stop)."""

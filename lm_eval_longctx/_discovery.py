@@ -1,0 +1,226 @@
+"""Let lm-eval 0.4.13 find the lm_eval_longctx task YAMLs without ``--include_path``.
+
+lm-eval 0.4.13 discovers tasks only by scanning its own ``lm_eval/tasks/**.yaml`` and the
+``include_path`` handed to ``TaskManager``. It never reads the ``lm_eval.tasks`` entry point
+(that arrives with upstream PR #4015). To make the bare command
+``lm_eval --tasks longppl_govreport --model hf ...`` and ``lm-eval ls tasks`` work after
+``pip install``, the wheel ships ``lm_eval_longctx_discovery.pth`` into site-packages (see
+``setup.py``). At interpreter start-up ``site`` runs its single line, which imports this module.
+
+Importing this module is cheap: it imports only ``sys`` and ``os``. It does not import lm_eval,
+torch or transformers. It puts a ``sys.meta_path`` finder in front that does nothing until
+``lm_eval.tasks.manager`` is imported. Right after that module has executed, the finder wraps
+``TaskManager.__init__`` so that our task folder (:func:`task_configs_dir`) joins
+``include_path``, and then removes itself from ``sys.meta_path``. If ``lm_eval.tasks.manager`` is
+already imported when :func:`install` runs, the patch is applied at once.
+
+Precedence. lm-eval scans the built-in folder first and then each ``include_path`` entry in
+order, and a later path overrides an earlier one (with a warning). We insert our folder
+*before* the user's paths, which gives built-ins < lm_eval_longctx < user ``--include_path``.
+A user can therefore shadow any of our tasks with their own YAML of the same name. This is the
+order upstream PR #4015 uses for entry-point plugins (defaults < plugins < include_path).
+
+Other rules:
+
+* ``TaskManager(include_defaults=False)`` means "only the folders I list", so nothing is added.
+* If the caller already lists our folder in ``include_path``, in any spelling that resolves to the
+  same directory, it is not added again and the caller's position wins.
+* Patching is idempotent. A second :func:`install`, or a reload of this module, neither wraps
+  ``__init__`` twice nor adds a second finder.
+* ``LM_EVAL_LONGCTX_DISABLE_HOOK=1`` (also ``true``/``yes``/``on``) turns the hook off. When set at
+  start-up, nothing is installed. When set later in the process, the wrapper passes every call
+  straight through.
+* The hook must never break an interpreter or lm-eval. Every failure is logged (a warning at
+  most), and lm-eval then runs unchanged.
+
+The explicit route needs no hook and works everywhere, including ``python -S`` and installs that
+skip the ``.pth``::
+
+    lm_eval --include_path "$(python -c 'from lm_eval_longctx._discovery import task_configs_dir as d; print(d())')" ...
+"""
+
+import os
+import sys
+
+__all__ = ["DISABLE_ENV", "hook_disabled", "install", "task_configs_dir"]
+
+DISABLE_ENV = "LM_EVAL_LONGCTX_DISABLE_HOOK"
+_TARGET = "lm_eval.tasks.manager"
+# Marker attribute set on our finder and on the patched __init__. It is looked up by name and not
+# by class identity, so the checks still work after this module has been reloaded.
+_MARK = "_lm_eval_longctx_hook"
+
+
+def hook_disabled() -> bool:
+    """True when ``LM_EVAL_LONGCTX_DISABLE_HOOK`` holds a true value (anything but '', 0, false, no, off)."""
+    return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def task_configs_dir() -> str:
+    """Absolute path of the folder that holds our task YAMLs (package ``lm_eval_longctx.task_configs``)."""
+    from importlib import resources
+
+    try:
+        root = resources.files("lm_eval_longctx.task_configs")
+    except ModuleNotFoundError:
+        # A source checkout used without `pip install` (e.g. pytest from the repo root): the
+        # top-level task_configs/ folder is mapped into the package only when it is installed.
+        here = os.path.dirname(os.path.abspath(__file__))
+        candidate = os.path.join(os.path.dirname(here), "task_configs")
+        if os.path.isfile(os.path.join(candidate, "__init__.py")):
+            return candidate
+        raise
+    # A plain directory gives a pathlib.Path. A zipped install gives a Traversable that is not
+    # os.PathLike; lm-eval cannot glob inside it anyway, so the TypeError is allowed to surface.
+    return os.path.abspath(os.fspath(root))
+
+
+def _same_dir(a, b: str) -> bool:
+    try:
+        return os.path.normcase(os.path.realpath(os.fspath(a))) == os.path.normcase(os.path.realpath(b))
+    except (TypeError, ValueError):
+        return False
+
+
+def _merge_include_path(include_path, ours: str):
+    """Return the ``include_path`` to hand to lm-eval: our folder first, then the caller's entries."""
+    # Same normalisation as TaskManager.__init__: a falsy value means none; a list/tuple is a list.
+    if not include_path:
+        user = []
+    elif isinstance(include_path, (list, tuple)):
+        user = list(include_path)
+    else:
+        user = [include_path]
+    if any(_same_dir(p, ours) for p in user):
+        return include_path  # already listed by the caller; keep their order
+    return [ours, *user]
+
+
+def _log():
+    import logging
+
+    return logging.getLogger("lm_eval_longctx.discovery")
+
+
+def _patch_task_manager(manager_module) -> bool:
+    """Wrap ``manager_module.TaskManager.__init__``. Return True if it is patched (now or before)."""
+    task_manager = getattr(manager_module, "TaskManager", None)
+    original = getattr(task_manager, "__init__", None) if task_manager is not None else None
+    if original is None:
+        return False
+    if getattr(original, _MARK, False):
+        return True  # already patched: idempotent
+
+    import functools
+    import inspect
+
+    signature = inspect.signature(original)
+    if "include_path" not in signature.parameters:
+        # A future lm-eval with a different API (which likely reads entry points instead).
+        _log().debug("TaskManager.__init__ has no include_path parameter; discovery hook not applied")
+        return False
+    defaults_param = signature.parameters.get("include_defaults")
+    defaults_default = True if defaults_param is None else defaults_param.default
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        if not hook_disabled():
+            try:
+                bound = signature.bind(self, *args, **kwargs)
+            except TypeError:
+                bound = None  # bad call: let the original raise its own error
+            if bound is not None and bound.arguments.get("include_defaults", defaults_default):
+                try:
+                    ours = task_configs_dir()
+                except Exception as err:  # never break lm-eval because of the hook
+                    _log().warning("lm_eval_longctx: task folder not found, tasks not added (%s)", err)
+                else:
+                    bound.arguments["include_path"] = _merge_include_path(bound.arguments.get("include_path"), ours)
+                    _log().debug("lm_eval_longctx: include_path -> %r", bound.arguments["include_path"])
+                    return original(*bound.args, **bound.kwargs)
+        return original(self, *args, **kwargs)
+
+    setattr(__init__, _MARK, True)
+    task_manager.__init__ = __init__
+    return True
+
+
+def _remove_finders() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, _MARK, False)]
+
+
+def _on_manager_loaded(module) -> None:
+    _remove_finders()  # one shot: nothing left on the import path once lm-eval is patched
+    try:
+        _patch_task_manager(module)
+    except Exception as err:
+        _log().warning("lm_eval_longctx: could not patch lm_eval TaskManager (%s)", err)
+
+
+class _PatchingLoader:
+    """Delegates to the real loader; patches TaskManager after the module body has run."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        # Put the real loader back first so the module looks untouched (inspect, reload, pickling).
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        module.__loader__ = self._loader
+        self._loader.exec_module(module)
+        _on_manager_loaded(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _ManagerImportHook:
+    """``sys.meta_path`` finder that reacts only to ``lm_eval.tasks.manager``."""
+
+    _lm_eval_longctx_hook = True  # == _MARK
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != _TARGET:
+            return None
+        for finder in list(sys.meta_path):
+            if getattr(finder, _MARK, False):
+                continue
+            find_spec = getattr(finder, "find_spec", None)
+            if find_spec is None:
+                continue
+            spec = find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _PatchingLoader(spec.loader)
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+def install() -> bool:
+    """Install the hook (idempotent). Return False when it is disabled by the environment."""
+    if hook_disabled():
+        return False
+    module = sys.modules.get(_TARGET)
+    if module is not None:
+        # lm-eval was imported before us (e.g. this module was imported by hand): patch now.
+        _on_manager_loaded(module)
+        return True
+    if not any(getattr(f, _MARK, False) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ManagerImportHook())
+    return True
+
+
+try:
+    install()
+except Exception:  # pragma: no cover - never let a .pth import break interpreter start-up
+    pass

@@ -1,0 +1,221 @@
+"""Harness glue: the ONE module that touches lm-eval internals (tested with lm-eval 0.4.13).
+
+* A custom request type, ``longctx_scores``, served by the stock ``hf`` backend: ``install()``
+  attaches a method of that name to ``HFLM`` (the evaluator dispatches with
+  ``getattr(lm, request_type)``), so ``--model hf`` and its subclasses serve it with their own
+  model, tokenizer, device, batch size and max length. Any other backend gets an error naming
+  the supported ones.
+* ``--use_cache``: the method reads and writes the harness's cache database (``cache_hook.dbdict``)
+  itself, because ``CachingLM`` only caches the three built-in request types.
+* Metric and aggregation registrations (guarded: re-import is a no-op, built-ins stay visible).
+* Bootstrap stderr for corpus perplexities: lm-eval only bootstraps a fixed list of aggregations
+  and reports "N/A" for token-weighted ones; ``install()`` wraps the stderr lookup so aggregations
+  flagged ``_longctx_bootstrap`` get a bootstrap estimate.
+
+Requests carry ``args = (text, spec)``: ``text`` is a str (the harness hashes ``args[0]`` for
+``--log_samples``) and ``spec`` is a small JSON-able dict, so cache keys are stable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+
+from . import engine, keyspans, metrics
+
+log = logging.getLogger("lm_eval_longctx")
+
+REQUEST_TYPE = "longctx_scores"
+SUPPORTED_MODELS = ("hf", "hf-auto", "huggingface")
+TESTED_LM_EVAL = ">=0.4.13,<0.5"
+# Resamples for corpus-perplexity stderr: lm-eval's default is 100000, far more than a
+# 50-document stderr needs.
+BOOTSTRAP_ITERS_CAP = 1000
+
+
+class UnsupportedModelError(NotImplementedError):
+    pass
+
+
+# ------------------------------------------------------------------ the request type
+
+
+def _spec_key(text: str, spec: dict) -> str:
+    from lm_eval.api.model import hash_args
+
+    return hash_args(REQUEST_TYPE, [text, json.dumps(spec, sort_keys=True)])
+
+
+def score_request(model, tokenizer, text: str, spec: dict, max_length: int | None, batch_size: int) -> engine.SequenceScores:
+    """Serve one request: tokenize (or take ``spec['token_ids']``), check length, run the passes.
+
+    spec keys: ``add_special_tokens`` (bool), ``offsets`` (bool), ``chunk_size`` (int),
+    ``score_from`` (int), ``truncated`` ({"trunc_len", "stride"} or None), ``allow_beyond_max_length``.
+    """
+    if spec.get("token_ids") is not None:
+        ids = [int(x) for x in spec["token_ids"]]
+        offsets = None
+    elif spec.get("offsets", False):
+        ids, offsets = keyspans.token_offsets(tokenizer, text, bool(spec.get("add_special_tokens", False)))
+    else:
+        ids = tokenizer(text, add_special_tokens=bool(spec.get("add_special_tokens", False)))["input_ids"]
+        offsets = None
+    if max_length and len(ids) > max_length and not spec.get("allow_beyond_max_length", False):
+        raise engine.ScoringError(
+            f"a {len(ids)}-token sequence is longer than the model's maximum length {max_length}; it would "
+            "be scored beyond the positions the model was built for. Raise --model_args max_length=N if the "
+            "model supports it, or pass --metadata '{\"allow_beyond_max_length\": true}' to score it anyway."
+        )
+    long = engine.score_long(model, ids, chunk_size=int(spec.get("chunk_size", engine.DEFAULT_CHUNK_SIZE)),
+                             score_from=int(spec.get("score_from", 1)))
+    short = None
+    trunc = spec.get("truncated")
+    if trunc:
+        pad = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else 0
+        short = _truncated_with_backoff(model, ids, int(trunc["trunc_len"]), int(trunc["stride"]), batch_size, pad)
+    return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets, long, short)
+
+
+def _truncated_with_backoff(model, ids, trunc_len, stride, batch_size, pad):
+    """Halve the window batch on CUDA out-of-memory (no collective calls: ranks stay independent)."""
+    import torch
+
+    while True:
+        try:
+            return engine.score_truncated(model, [ids], trunc_len, stride, batch_size=batch_size, pad_token_id=pad)[0]
+        except torch.cuda.OutOfMemoryError:
+            if batch_size == 1:
+                raise
+            batch_size //= 2
+            torch.cuda.empty_cache()
+            log.warning("out of memory in the truncated pass; retrying with %d windows per forward", batch_size)
+
+
+def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
+    """HFLM method for ``longctx_scores``: one SequenceScores per request, in order."""
+    from tqdm import tqdm
+
+    db = getattr(getattr(self, "cache_hook", None), "dbdict", None)
+    batch = self.batch_size if isinstance(getattr(self, "batch_size", None), int) else 8
+    out = []
+    for req in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="Running longctx_scores requests"):
+        text, spec = req.args
+        key = _spec_key(text, spec) if db is not None else None
+        if key is not None and key in db:
+            out.append(engine.SequenceScores.from_state(db[key]))
+            continue
+        res = score_request(self.model, self.tokenizer, text, spec, self.max_length,
+                            int(spec.get("batch_size") or batch))
+        if key is not None:
+            db[key] = res.to_state()  # plain arrays, not our class
+        out.append(res)
+    return out
+
+
+def _unsupported_backend(self, requests, disable_tqdm: bool = False):
+    raise UnsupportedModelError(
+        f"lm_eval_longctx tasks need per-token scores ({REQUEST_TYPE} requests), which the "
+        f"{type(self).__name__} backend does not provide. Use --model {' / '.join(SUPPORTED_MODELS)} "
+        "(Hugging Face transformers models; under `accelerate launch` for several GPUs)."
+    )
+
+
+# ------------------------------------------------------------------ metrics
+
+
+def _twp(items):
+    return metrics.token_weighted_perplexity(items)
+
+
+def _ratio(items):
+    return metrics.corpus_ratio(items)
+
+
+_twp.__name__ = "token_weighted_perplexity"
+_ratio.__name__ = "corpus_ratio"
+_twp._longctx_bootstrap = True
+_ratio._longctx_bootstrap = True
+
+AGGREGATIONS = {"token_weighted_perplexity": _twp, "corpus_ratio": _ratio}
+# metric -> (aggregation name, higher_is_better)
+METRICS = {
+    "longppl": ("token_weighted_perplexity", False),
+    "longppl_soft": ("token_weighted_perplexity", False),
+    "ppl": ("token_weighted_perplexity", False),
+    "key_token_fraction": ("corpus_ratio", True),
+    "n_key_tokens": ("mean", True),
+}
+
+
+def _passthrough(items):  # per-document values are computed in process_results
+    return items
+
+
+def register_metrics() -> None:
+    """Register our aggregations and metrics once; never replace an existing entry."""
+    import lm_eval.api.metrics  # noqa: F401  (fills the built-in registries first)
+    from lm_eval.api import registry
+
+    for name, fn in AGGREGATIONS.items():
+        if name not in registry.aggregation_registry:
+            registry.register_aggregation(name)(fn)
+    for name, (agg, hib) in METRICS.items():
+        if name not in registry.metric_registry:
+            registry.register_metric(metric=name, higher_is_better=hib, aggregation=agg)(_passthrough)
+
+
+def aggregation_fn(name: str):
+    from lm_eval.api.metrics import mean
+
+    return mean if name == "mean" else AGGREGATIONS[name]
+
+
+def _install_stderr_hook() -> None:
+    import lm_eval.evaluator_utils as eu
+    from lm_eval.api.metrics import bootstrap_stderr
+
+    if getattr(eu.stderr_for_metric, "_longctx_wrapped", False):
+        return
+    original = eu.stderr_for_metric
+
+    def stderr_for_metric(metric, bootstrap_iters):
+        if getattr(metric, "_longctx_bootstrap", False) and bootstrap_iters > 0:
+            iters = min(bootstrap_iters, BOOTSTRAP_ITERS_CAP)
+            return lambda xs: bootstrap_stderr(metric, xs, iters=iters)
+        return original(metric, bootstrap_iters)
+
+    stderr_for_metric._longctx_wrapped = True
+    eu.stderr_for_metric = stderr_for_metric
+
+
+# ------------------------------------------------------------------ install
+
+
+def install() -> None:
+    """Idempotent: attach the request type to HFLM, the clear error to other LMs, register metrics."""
+    import lm_eval.models  # noqa: F401  (built-in model registrations before anything of ours)
+    from lm_eval.api.model import LM
+    from lm_eval.models.huggingface import HFLM
+
+    if getattr(HFLM, REQUEST_TYPE, None) is not _hflm_longctx_scores:
+        setattr(HFLM, REQUEST_TYPE, _hflm_longctx_scores)
+    if not hasattr(LM, REQUEST_TYPE):
+        setattr(LM, REQUEST_TYPE, _unsupported_backend)
+    register_metrics()
+    if os.environ.get("LM_EVAL_LONGCTX_NO_STDERR_HOOK", "") not in ("1", "true", "True"):
+        _install_stderr_hook()
+
+
+def build_requests_without_request_cache(task, super_build, **kwargs):
+    """``--cache_requests`` keys cached Instances by task name only, not by metadata, so a run
+    with other settings (K, d, evaluator, ...) would replay stale requests. Ours are cheap to
+    build, so they are always rebuilt."""
+    if kwargs.get("cache_requests"):
+        log.warning("%s: --cache_requests is ignored for this task (cached requests do not record "
+                    "the task settings); requests are rebuilt", getattr(task.config, "task", "task"))
+    kwargs["cache_requests"] = False
+    kwargs["rewrite_requests_cache"] = False
+    return super_build(**kwargs)

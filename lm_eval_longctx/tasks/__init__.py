@@ -1,0 +1,1 @@
+"""Harness task classes (thin ConfigurableTask subclasses); importing one installs the glue."""
