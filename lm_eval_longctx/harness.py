@@ -173,9 +173,22 @@ def aggregation_fn(name: str):
     return mean if name == "mean" else AGGREGATIONS[name]
 
 
+def bootstrap_stderr(aggregate, items, iters: int, seed: int = 1234) -> float:
+    """Standard deviation of ``aggregate`` over document resamples (seeded, reproducible).
+
+    lm-eval's bootstrap cannot be used as is: a resample that holds only documents without key
+    tokens has no LongPPL (NaN), and one NaN would make its estimate NaN. Such resamples are
+    skipped here; NaN is returned only when fewer than two resamples are defined.
+    """
+    items = list(items)
+    rng = np.random.default_rng(seed)
+    values = np.array([aggregate([items[i] for i in rng.integers(0, len(items), len(items))]) for _ in range(iters)])
+    values = values[np.isfinite(values)]
+    return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
+
+
 def _install_stderr_hook() -> None:
     import lm_eval.evaluator_utils as eu
-    from lm_eval.api.metrics import bootstrap_stderr
 
     if getattr(eu.stderr_for_metric, "_longctx_wrapped", False):
         return

@@ -1,0 +1,263 @@
+"""The lazy task-discovery hook (lm_eval_longctx/_discovery.py) and the .pth line that setup.py ships.
+
+Every check runs in a fresh interpreter (subprocess), so patches and sys.modules never leak between
+tests. Only one test builds lm-eval's real TaskIndex, which scans every built-in YAML and takes
+seconds. The others replace TaskIndex.build with a recorder of the folders it was asked to scan.
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DISABLE = "LM_EVAL_LONGCTX_DISABLE_HOOK"
+HEAVY = ("lm_eval", "torch", "transformers", "datasets", "numpy", "accelerate")
+
+
+def _setup_constant(name: str) -> str:
+    """A string constant of setup.py, read without running setup.py."""
+    for node in ast.parse((ROOT / "setup.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{name} not found in setup.py")
+
+
+def _run(code: str, cwd: Path, **env_extra: str) -> dict:
+    """Run `code` in a fresh interpreter with the checkout first on sys.path; parse its last stdout line as JSON."""
+    env = {k: v for k, v in os.environ.items() if k != DISABLE}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env.update(env_extra)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _site_dir_with_pth(tmp_path: Path) -> Path:
+    """A directory holding exactly the .pth that the wheel ships, for site.addsitedir (the start-up code path)."""
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / _setup_constant("PTH_NAME")).write_text(_setup_constant("PTH_CONTENT"), encoding="ascii")
+    return site_dir
+
+
+def _expected_real_dir() -> Path:
+    """Where task_configs_dir() must point: the installed package folder, or the checkout's task_configs/."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("lm_eval_longctx.task_configs")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0]).resolve()
+    return (ROOT / "task_configs").resolve()
+
+
+@pytest.mark.parametrize("route", ["import", "pth"])
+def test_import_is_cheap_and_installs_one_finder(tmp_path, route):
+    site_dir = _site_dir_with_pth(tmp_path)
+    out = _run(
+        f"""
+        import sys
+        before = set(sys.modules)
+        if {route!r} == "pth":
+            import site
+            site.addsitedir({str(site_dir)!r})
+        else:
+            import lm_eval_longctx._discovery
+        after = set(sys.modules)
+        import json
+        print(json.dumps({{
+            "loaded": "lm_eval_longctx._discovery" in after,
+            "heavy": sorted(m for m in after if m.split(".")[0] in {HEAVY!r}),
+            "new": sorted(after - before),
+            "finders": [type(f).__name__ for f in sys.meta_path if getattr(f, "_lm_eval_longctx_hook", False)],
+        }}))
+        """,
+        cwd=tmp_path,
+    )
+    assert out["loaded"]
+    assert out["heavy"] == []
+    # Start-up cost guard: nothing beyond our package (site adds nothing else for a .pth import line).
+    assert set(out["new"]) <= {"lm_eval_longctx", "lm_eval_longctx._discovery"}, out["new"]
+    assert out["finders"] == ["_ManagerImportHook"]
+
+
+def test_real_index_contains_our_tasks_and_user_include_path_wins(tmp_path):
+    """The one real TaskIndex build: hook loaded through the shipped .pth, stand-in task folder."""
+    ours = tmp_path / "ours"
+    user = tmp_path / "user"
+    ours.mkdir()
+    user.mkdir()
+    task = "task: {name}\ndataset_path: json\noutput_type: loglikelihood\ndoc_to_text: '{who}'\ndoc_to_target: ''\n"
+    (ours / "probe.yaml").write_text(task.format(name="longctx_discovery_probe", who="ours"))
+    (ours / "shadow.yaml").write_text(task.format(name="longctx_discovery_shadow", who="ours"))
+    (user / "shadow.yaml").write_text(task.format(name="longctx_discovery_shadow", who="user"))
+    site_dir = _site_dir_with_pth(tmp_path)
+    out = _run(
+        f"""
+        import json, site, sys
+        site.addsitedir({str(site_dir)!r})
+        import lm_eval_longctx._discovery as d
+        real = d.task_configs_dir()
+        d.task_configs_dir = lambda: {str(ours)!r}  # the wrapper looks it up at call time
+        lm_eval_before = "lm_eval" in sys.modules
+        from lm_eval.tasks import TaskManager
+        tm = TaskManager(include_path={str(user)!r})
+        idx = tm.task_index
+        print(json.dumps({{
+            "lm_eval_before": lm_eval_before,
+            "real": real,
+            "include_path": [str(p) for p in tm.include_path],
+            "probe": str(idx["longctx_discovery_probe"].yaml_path) if "longctx_discovery_probe" in idx else None,
+            "shadow": str(idx["longctx_discovery_shadow"].yaml_path),
+            "builtin": "arc_easy" in idx,
+            "finders": sum(bool(getattr(f, "_lm_eval_longctx_hook", False)) for f in sys.meta_path),
+        }}))
+        """,
+        cwd=tmp_path,
+    )
+    assert out["lm_eval_before"] is False
+    assert Path(out["real"]).resolve() == _expected_real_dir()
+    assert (Path(out["real"]) / "__init__.py").is_file()
+    assert out["include_path"] == [str(ours), str(user)]
+    assert out["probe"] == str(ours / "probe.yaml")
+    assert out["shadow"] == str(user / "shadow.yaml"), "a user --include_path must override our task"
+    assert out["builtin"], "lm-eval's built-in tasks must still be indexed"
+    assert out["finders"] == 0, "the finder removes itself once lm_eval.tasks.manager is patched"
+
+
+_RECORDER = """
+import importlib, json, os, sys
+import lm_eval_longctx._discovery as d
+lm_eval_before = "lm_eval" in sys.modules
+import lm_eval.tasks.manager as m
+
+scanned = []
+def fake_build(paths, **kwargs):
+    scanned.append([str(p) for p in paths])
+    return {}
+m.TaskIndex.build = staticmethod(fake_build)
+
+def scan(*args, **kwargs):
+    scanned.clear()
+    m.TaskManager(*args, **kwargs)
+    return scanned[0]
+
+def n_finders():
+    return sum(bool(getattr(f, "_lm_eval_longctx_hook", False)) for f in sys.meta_path)
+
+def patched():
+    init = m.TaskManager.__init__
+    return getattr(init, "_lm_eval_longctx_hook", False) and not hasattr(init.__wrapped__, "_lm_eval_longctx_hook")
+
+defaults = str(m.Path(m.__file__).parent)
+"""
+
+
+def test_include_path_rules_and_idempotence(tmp_path):
+    """Hook installed before lm-eval is imported (the .pth case); TaskIndex.build only records its folders."""
+    code = _RECORDER + textwrap.dedent(
+        """
+        ours = d.task_configs_dir()
+        res = {
+            "lm_eval_before": lm_eval_before,
+            "patched": patched(),
+            "finders": n_finders(),
+            "loader": type(m.__spec__.loader).__name__,
+            "ours": ours,
+            "bare": scan(),
+            "user_str": scan(include_path="u1"),
+            "user_list": scan(include_path=("u1", "u2")),
+            "positional": scan(None, "u1"),
+            "alias": os.path.join(ours, "..", os.path.basename(ours)),
+            "ours_given": scan(include_path=["u1", os.path.join(ours, "..", os.path.basename(ours))]),
+            "no_defaults": scan(include_path="u1", include_defaults=False),
+        }
+        d.install(); d.install(); importlib.reload(d); d.install()
+        res["patched_after_reinstall"] = patched()
+        res["finders_after_reinstall"] = n_finders()
+        res["bare_after_reinstall"] = scan()
+        os.environ[d.DISABLE_ENV] = "1"
+        res["disabled_later"] = scan()
+        print(json.dumps(res))
+        """
+    )
+    out = _run(code, cwd=tmp_path)
+    ours, defaults = out["ours"], out["bare"][0]
+    assert out["lm_eval_before"] is False
+    assert out["patched"] and out["finders"] == 0
+    assert out["loader"] != "_PatchingLoader", "the module keeps its real loader"
+    assert Path(ours).resolve() == _expected_real_dir(), "the real task folder is what gets added"
+    assert out["bare"] == [defaults, ours]
+    assert out["user_str"] == [defaults, ours, "u1"]
+    assert out["user_list"] == [defaults, ours, "u1", "u2"]
+    assert out["positional"] == [defaults, ours, "u1"]
+    assert out["alias"] != ours
+    assert out["ours_given"] == [defaults, "u1", out["alias"]], "no duplicate; the caller's position wins"
+    assert out["no_defaults"] == ["u1"]
+    assert out["patched_after_reinstall"] and out["finders_after_reinstall"] == 0
+    assert out["bare_after_reinstall"] == [defaults, ours]
+    assert out["disabled_later"] == [defaults]
+
+
+def test_env_var_disables_and_late_install_patches_at_once(tmp_path):
+    """With the variable set at start-up nothing is installed; lm-eval imported first is patched on install()."""
+    code = _RECORDER + textwrap.dedent(
+        """
+        res = {"lm_eval_before": lm_eval_before, "finders": n_finders(), "patched": patched(), "bare": scan()}
+        del os.environ[d.DISABLE_ENV]
+        res["install"] = d.install()
+        res["patched_after"] = patched()
+        res["finders_after"] = n_finders()
+        res["bare_after"] = scan()
+        res["ours"] = d.task_configs_dir()
+        print(json.dumps(res))
+        """
+    )
+    out = _run(code, cwd=tmp_path, **{DISABLE: "1"})
+    assert out["lm_eval_before"] is False
+    assert out["finders"] == 0 and not out["patched"]
+    assert len(out["bare"]) == 1, "disabled: only lm-eval's own folder is scanned"
+    assert out["install"] is True
+    assert out["patched_after"] and out["finders_after"] == 0
+    assert out["bare_after"] == [out["bare"][0], out["ours"]]
+
+
+def test_wheel_ships_the_pth_at_the_root(tmp_path):
+    """`pip wheel` of a copy of the project puts the .pth at the wheel root (= site-packages) and in RECORD."""
+    pytest.importorskip("setuptools")
+    import shutil
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py"):
+        shutil.copy2(ROOT / name, src / name)
+    for name in ("lm_eval_longctx", "task_configs"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    pth = _setup_constant("PTH_NAME")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        record = zf.read(next(n for n in names if n.endswith(".dist-info/RECORD"))).decode()
+        assert zf.read(pth).decode("ascii") == _setup_constant("PTH_CONTENT")
+    assert pth in names
+    assert any(line.startswith(pth + ",") for line in record.splitlines())
+    assert "lm_eval_longctx/_discovery.py" in names
+    assert "lm_eval_longctx/task_configs/__init__.py" in names
