@@ -1,0 +1,102 @@
+"""Harness behaviour: evaluator 'self', --use_cache, --cache_requests, other backends, lengths,
+registrations, sharding."""
+
+import math
+
+import pytest
+
+from lm_eval_longctx import engine, harness
+from tests.harness_utils import run_task, write_docs
+from tests.test_longppl_task import brute_force_doc, load
+
+TASK = "longppl_govreport"
+K, D = 40, 16
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory, corpus_texts):
+    texts = [t[:1500] for t in corpus_texts[3:5]]
+    return texts, write_docs(tmp_path_factory.mktemp("hdata") / "docs.jsonl", texts)
+
+
+def md(docs, **kw):
+    return {"data_files": docs[1], "trunc_len": K, "sliding_window": D, "alpha": 0.5, "beta": -10.0, **kw}
+
+
+def test_evaluator_self_equals_brute_force(model_dirs, docs):
+    res = run_task(TASK, model_dirs["a"], md(docs, evaluator="self"))
+    m = load(model_dirs["a"])
+    rows = [brute_force_doc(t, m, m, K, D, 0.5, -10.0) for t in docs[0]]
+    key_nll, n_key = sum(r[0] for r in rows), sum(r[1] for r in rows)
+    assert n_key > 0
+    r = res["results"][TASK]
+    assert r["longppl,none"] == pytest.approx(math.exp(key_nll / n_key), rel=1e-5)
+    assert r["ppl,none"] == pytest.approx(math.exp(sum(x[2] for x in rows) / sum(x[3] for x in rows)), rel=1e-5)
+    assert res["configs"][TASK]["metadata"]["longctx_settings"]["key_source"] == "self"
+
+
+def test_use_cache_serves_repeated_requests(model_dirs, docs, tmp_path, monkeypatch):
+    first = run_task(TASK, model_dirs["a"], md(docs, evaluator="self"), use_cache=str(tmp_path / "cache"))
+
+    def fail(*a, **k):
+        raise AssertionError("scored again although --use_cache holds the result")
+
+    monkeypatch.setattr(harness, "score_request", fail)
+    second = run_task(TASK, model_dirs["a"], md(docs, evaluator="self"), use_cache=str(tmp_path / "cache"))
+    assert second["results"][TASK]["longppl,none"] == first["results"][TASK]["longppl,none"]
+    assert second["results"][TASK]["ppl,none"] == first["results"][TASK]["ppl,none"]
+
+
+def test_cache_requests_never_replays_other_settings(model_dirs, docs, tmp_path, monkeypatch):
+    monkeypatch.setenv("LM_HARNESS_CACHE_PATH", str(tmp_path / "reqcache"))
+    run_task(TASK, model_dirs["a"], md(docs, evaluator="self"), cache_requests=True)
+    other = run_task(TASK, model_dirs["a"], md(docs, evaluator="self", trunc_len=24), cache_requests=True)
+    fresh = run_task(TASK, model_dirs["a"], md(docs, evaluator="self", trunc_len=24))
+    assert other["results"][TASK]["longppl,none"] == fresh["results"][TASK]["longppl,none"]
+    assert other["configs"][TASK]["metadata"]["longctx_settings"]["trunc_len"] == 24
+
+
+def test_other_backends_get_an_error_naming_the_supported_ones(model_dirs, docs):
+    with pytest.raises(harness.UnsupportedModelError, match="--model hf"):
+        run_task(TASK, model_dirs["a"], md(docs, evaluator="self"), model="dummy", model_args={})
+
+
+def test_longer_than_the_model_maximum_is_an_error_unless_asked(model_dirs, docs):
+    with pytest.raises(engine.ScoringError, match="longer than the model's maximum length 64"):
+        run_task(TASK, model_dirs["a"], md(docs, evaluator="self"), model_args={"max_length": 64})
+    ok = run_task(TASK, model_dirs["a"], md(docs, evaluator="self", allow_beyond_max_length=True),
+                  model_args={"max_length": 64})
+    assert math.isfinite(ok["results"][TASK]["ppl,none"])
+
+
+def test_registrations_are_idempotent_and_keep_builtins():
+    from lm_eval.api.registry import get_aggregation, get_metric, get_metric_aggregation
+
+    harness.install()
+    harness.install()
+    assert get_metric("acc") is not None and get_metric("perplexity") is not None
+    assert get_aggregation("mean") is not None
+    assert get_aggregation("token_weighted_perplexity") is harness.AGGREGATIONS["token_weighted_perplexity"]
+    assert get_metric_aggregation("longppl") is harness.AGGREGATIONS["token_weighted_perplexity"]
+
+
+def test_each_rank_builds_only_its_shard(model_dirs, docs, tmp_path):
+    """Under data parallelism a rank builds requests (and asks the evaluator) for its own docs only."""
+    from lm_eval.tasks import TaskManager
+
+    from tests.harness_utils import TASK_DIR
+
+    meta = md(docs, evaluator=model_dirs["b"], span_cache_dir=str(tmp_path / "spans"))
+    tm = TaskManager(include_defaults=False, include_path=str(TASK_DIR), metadata=meta)
+    task = tm.load([TASK])["tasks"][TASK]
+    task.build_all_requests(rank=1, world_size=2)
+    assert [i.doc_id for i in task.instances] == [1]
+    assert list(task._judgements) == [1]
+    assert len(list((tmp_path / "spans").glob("*.txt"))) == 1
+
+
+def test_bootstrap_stderr_skips_undefined_resamples():
+    items = [(2.0, 1), (0.0, 0), (3.0, 2), (1.0, 1)]
+    se = harness.bootstrap_stderr(harness.AGGREGATIONS["token_weighted_perplexity"], items, iters=300)
+    assert math.isfinite(se) and se > 0
+    assert math.isnan(harness.bootstrap_stderr(harness.AGGREGATIONS["token_weighted_perplexity"], [(0.0, 0)] * 3, 50))
