@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from lm_eval_longctx.offline import train_tokenizer
+
 
 WORDS = (
     "the report of committee found that federal agency program budget funds were spent on projects "
@@ -57,37 +59,10 @@ def tiny_llama(vocab_size: int = 97, seed: int = 0, max_position_embeddings: int
     return model.float().eval()
 
 
-def train_tokenizer(texts: list[str], kind: str, vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    special = ["<pad>", "<s>", "</s>", "<unk>"]
-    if kind == "bpe":
-        tok = Tokenizer(models.BPE(unk_token="<unk>"))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    elif kind == "wordpiece":
-        tok = Tokenizer(models.WordPiece(unk_token="<unk>"))
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Whitespace()
-        tok.decoder = decoders.WordPiece()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special)
-    else:
-        raise ValueError(kind)
-    tok.train_from_iterator(texts, trainer)
-    bos = tok.token_to_id("<s>")
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
-    )
-
-
 def save_tiny_model(path: Path, texts: list[str], kind: str = "bpe", vocab_size: int = 300, seed: int = 0,
                     max_position_embeddings: int = 4096) -> str:
     path = Path(path)
-    tokenizer = train_tokenizer(texts, kind, vocab_size)
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, kind=kind)
     model = tiny_llama(
         vocab_size=len(tokenizer), seed=seed, max_position_embeddings=max_position_embeddings,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
