@@ -33,16 +33,19 @@ def brute_force_doc(text, evaluator, evaluated, K, d, alpha, beta):
     with torch.no_grad():
         full = torch.log_softmax(ev_model(torch.tensor([ids])).logits[0].float(), -1)
     key_spans = []
+    lsd = {}
     for t in range(K, len(ids)):
         s = ((t - K) // d) * d  # the reference window that scores t starts at s
         lp_long = float(full[t - 1, ids[t]])
         lp_short = float(last_logprob(ev_model, ids[s:t])[ids[t]])
+        lsd[t] = lp_long - lp_short
         if lp_long - lp_short > alpha and lp_long > beta:
             a, b = offs[t]
             if key_spans and key_spans[-1][1] == a:
                 key_spans[-1][1] = b
             else:
                 key_spans.append([a, b])
+    ev_offs = offs
     model, tok = evaluated
     enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offs = enc["input_ids"], enc["offset_mapping"]
@@ -50,7 +53,14 @@ def brute_force_doc(text, evaluator, evaluated, K, d, alpha, beta):
         lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].float(), -1)
     nll = [-float(lp[i - 1, ids[i]]) for i in range(1, len(ids))]
     key = [i - 1 for i in range(1, len(ids)) if any(s <= offs[i][0] and offs[i][1] <= e for s, e in key_spans)]
-    return sum(nll[i] for i in key), len(key), sum(nll), len(nll), key_spans
+    # LongPPL-soft (gamma = 5): the weight of the evaluator token holding the token's last character
+    weights = []
+    for i in range(1, len(ids)):
+        last = max(offs[i][1] - 1, offs[i][0])
+        j = max(k for k, (a, _) in enumerate(ev_offs) if a <= last)
+        weights.append(min(math.exp(lsd[j]), 5.0) if j in lsd else 1.0)
+    soft = (sum(w * x for w, x in zip(weights, nll)), sum(weights))
+    return sum(nll[i] for i in key), len(key), sum(nll), len(nll), key_spans, soft
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +90,7 @@ def test_longppl_equals_brute_force_with_an_external_evaluator(evaluator_run, br
     res, _, _ = evaluator_run
     key_nll = n_key = nll = n = 0
     per_doc = []
-    for kn, kc, tn, tc, _ in brute:
+    for kn, kc, tn, tc, *_ in brute:
         key_nll, n_key, nll, n = key_nll + kn, n_key + kc, nll + tn, n + tc
         per_doc.append((kn, kc, tn, tc))
     assert n_key > 10  # the test is not vacuous
@@ -89,6 +99,9 @@ def test_longppl_equals_brute_force_with_an_external_evaluator(evaluator_run, br
     assert r["ppl,none"] == pytest.approx(math.exp(nll / n), rel=1e-5)
     assert r["key_token_fraction,none"] == pytest.approx(n_key / n)
     assert r["n_key_tokens,none"] == pytest.approx(n_key / len(docs[0]))
+    soft_num, soft_den = sum(b[5][0] for b in brute), sum(b[5][1] for b in brute)
+    assert r["longppl_soft,none"] == pytest.approx(math.exp(soft_num / soft_den), rel=1e-5)
+    assert soft_den > n + 1  # some weights differ from 1
     for name in ("longppl", "ppl"):
         assert isinstance(r[f"{name}_stderr,none"], float) and r[f"{name}_stderr,none"] > 0
     samples = sorted(res["samples"][TASK], key=lambda s: s["doc_id"])
@@ -157,7 +170,7 @@ def test_spans_are_cached_and_reusable_as_a_spans_dir(evaluator_run, brute, mode
             run_task(TASK, model_dirs["a"], {**md, "alpha": ALPHA + 0.1})
     # the same spans, given as a reference-format directory, give the same LongPPL
     spans_dir = tmp_path / "spans"
-    for i, (*_, spans) in enumerate(brute):
+    for i, (*_, spans, _soft) in enumerate(brute):
         keyspans.write_span_file(spans_dir / f"slice_{i}.txt", [tuple(x) for x in spans])
     res2 = run_task(TASK, model_dirs["a"], {"data_files": docs[1], "key_spans_dir": str(spans_dir)})
     assert res2["results"][TASK]["longppl,none"] == pytest.approx(res["results"][TASK]["longppl,none"], rel=1e-6)
