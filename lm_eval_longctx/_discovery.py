@@ -14,6 +14,15 @@ torch or transformers. It puts a ``sys.meta_path`` finder in front that does not
 ``include_path``, and then removes itself from ``sys.meta_path``. If ``lm_eval.tasks.manager`` is
 already imported when :func:`install` runs, the patch is applied at once.
 
+The ``.pth`` line calls :func:`_startup_from_pth`. After installing the finder, it removes
+``lm_eval_longctx`` and this module from ``sys.modules``. Only the private alias
+``_lm_eval_longctx_discovery_hook`` keeps them. Without this step, every interpreter in the
+environment would pin the *installed* copy of the package before the script directory or
+cwd is put on ``sys.path``. ``pytest`` in a newer checkout would then silently import an old
+install. The patched ``__init__`` asks the copy that imports resolve to *at call time* for its
+task folder (:func:`_current_task_configs_dir`), so the folder always matches the code that
+``class: !function lm_eval_longctx...`` will import.
+
 Precedence. lm-eval scans the built-in folder first and then each ``include_path`` entry in
 order, and a later path overrides an earlier one (with a warning). We insert our folder
 *before* the user's paths, which gives built-ins < lm_eval_longctx < user ``--include_path``.
@@ -49,6 +58,8 @@ _TARGET = "lm_eval.tasks.manager"
 # Marker attribute set on our finder and on the patched __init__. It is looked up by name and not
 # by class identity, so the checks still work after this module has been reloaded.
 _MARK = "_lm_eval_longctx_hook"
+_CANONICAL = "lm_eval_longctx._discovery"
+_ALIAS = "_lm_eval_longctx_discovery_hook"  # where the .pth-loaded copy lives in sys.modules
 
 
 def hook_disabled() -> bool:
@@ -73,6 +84,17 @@ def task_configs_dir() -> str:
     # A plain directory gives a pathlib.Path. A zipped install gives a Traversable that is not
     # os.PathLike; lm-eval cannot glob inside it anyway, so the TypeError is allowed to surface.
     return os.path.abspath(os.fspath(root))
+
+
+def _current_task_configs_dir() -> str:
+    """``task_configs_dir()`` of the lm_eval_longctx that ``import`` resolves to now (see module docstring)."""
+    try:
+        import importlib
+
+        find = importlib.import_module(_CANONICAL).task_configs_dir
+    except Exception:
+        find = task_configs_dir
+    return find()
 
 
 def _same_dir(a, b: str) -> bool:
@@ -131,7 +153,7 @@ def _patch_task_manager(manager_module) -> bool:
                 bound = None  # bad call: let the original raise its own error
             if bound is not None and bound.arguments.get("include_defaults", defaults_default):
                 try:
-                    ours = task_configs_dir()
+                    ours = _current_task_configs_dir()
                 except Exception as err:  # never break lm-eval because of the hook
                     _log().warning("lm_eval_longctx: task folder not found, tasks not added (%s)", err)
                 else:
@@ -218,6 +240,16 @@ def install() -> bool:
     if not any(getattr(f, _MARK, False) for f in sys.meta_path):
         sys.meta_path.insert(0, _ManagerImportHook())
     return True
+
+
+def _startup_from_pth() -> None:
+    """Entry point of the ``.pth`` line: install, then detach the package from ``sys.modules``."""
+    install()
+    me = sys.modules.get(__name__)
+    if me is not None and __name__ == _CANONICAL:
+        sys.modules.setdefault(_ALIAS, me)  # keeps the first hook visible (and referenced) under a private name
+        for name in (_CANONICAL, _CANONICAL.rpartition(".")[0]):
+            sys.modules.pop(name, None)
 
 
 try:

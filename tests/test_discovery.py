@@ -63,34 +63,59 @@ def _expected_real_dir() -> Path:
     return (ROOT / "task_configs").resolve()
 
 
-@pytest.mark.parametrize("route", ["import", "pth"])
-def test_import_is_cheap_and_installs_one_finder(tmp_path, route):
-    site_dir = _site_dir_with_pth(tmp_path)
-    out = _run(
-        f"""
-        import sys
-        before = set(sys.modules)
-        if {route!r} == "pth":
-            import site
-            site.addsitedir({str(site_dir)!r})
-        else:
-            import lm_eval_longctx._discovery
-        after = set(sys.modules)
-        import json
-        print(json.dumps({{
-            "loaded": "lm_eval_longctx._discovery" in after,
-            "heavy": sorted(m for m in after if m.split(".")[0] in {HEAVY!r}),
-            "new": sorted(after - before),
-            "finders": [type(f).__name__ for f in sys.meta_path if getattr(f, "_lm_eval_longctx_hook", False)],
-        }}))
-        """,
-        cwd=tmp_path,
-    )
-    assert out["loaded"]
+_MODULES_REPORT = """
+after = set(sys.modules)
+import json
+print(json.dumps({
+    "new": sorted(after - before),
+    "heavy": sorted(m for m in after if m.split(".")[0] in %r),
+    "finders": [type(f).__name__ for f in sys.meta_path if getattr(f, "_lm_eval_longctx_hook", False)],
+    "package_file": package_file,
+}))
+""" % (HEAVY,)
+
+
+def test_import_is_cheap_and_installs_one_finder(tmp_path):
+    code = "import sys\nbefore = set(sys.modules)\nimport lm_eval_longctx._discovery\npackage_file = None\n"
+    out = _run(code + _MODULES_REPORT, cwd=tmp_path)
     assert out["heavy"] == []
-    # Start-up cost guard: nothing beyond our package (site adds nothing else for a .pth import line).
+    # Start-up cost guard: the package __init__ must stay empty of imports.
     assert set(out["new"]) <= {"lm_eval_longctx", "lm_eval_longctx._discovery"}, out["new"]
     assert out["finders"] == ["_ManagerImportHook"]
+
+
+def test_pth_line_installs_the_hook_and_leaves_the_package_to_sys_path(tmp_path):
+    """The shipped .pth through site.addsitedir (what start-up runs). It must not pin lm_eval_longctx in
+    sys.modules: a checkout put on sys.path later (pytest, a script dir) must still win over the install."""
+    other = tmp_path / "other_checkout" / "lm_eval_longctx"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    site_dir = _site_dir_with_pth(tmp_path)
+    code = textwrap.dedent(
+        f"""
+        import sys, site
+        before = set(sys.modules)
+        site.addsitedir({str(site_dir)!r})
+        pinned = "lm_eval_longctx" in sys.modules
+        class Spy:  # a second pass over the same .pth (some interpreters do that) must not re-import
+            calls = []
+            def find_spec(self, name, path=None, target=None):
+                self.calls.append(name)
+        sys.meta_path.insert(0, Spy())
+        site.addsitedir({str(site_dir)!r})
+        del sys.meta_path[0]
+        sys.path.insert(0, {str(other.parent)!r})
+        import lm_eval_longctx
+        package_file = [pinned, Spy.calls, lm_eval_longctx.__file__]
+        del sys.modules["lm_eval_longctx"]
+        """
+    )
+    out = _run(code + _MODULES_REPORT, cwd=tmp_path)
+    assert out["heavy"] == []
+    assert out["finders"] == ["_ManagerImportHook"]
+    assert out["package_file"] == [False, [], str(other / "__init__.py")]
+    # Nothing but the hook's private alias stays behind (or nothing, if an installed .pth ran already).
+    assert set(out["new"]) <= {"_lm_eval_longctx_discovery_hook"}, out["new"]
 
 
 def test_real_index_contains_our_tasks_and_user_include_path_wins(tmp_path):
@@ -236,7 +261,7 @@ def test_env_var_disables_and_late_install_patches_at_once(tmp_path):
 
 def test_wheel_ships_the_pth_at_the_root(tmp_path):
     """`pip wheel` of a copy of the project puts the .pth at the wheel root (= site-packages) and in RECORD."""
-    pytest.importorskip("setuptools")
+    pytest.importorskip("setuptools", minversion="70.1")  # bdist_wheel built in, no `wheel` package needed
     import shutil
 
     src = tmp_path / "src"

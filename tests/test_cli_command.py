@@ -1,0 +1,51 @@
+"""The target command itself, in a fresh interpreter: `lm_eval --tasks longppl_govreport --model hf ...`.
+
+Runs without --include_path, so it needs the installed package's discovery hook (scripts/test.sh
+installs it); from a bare checkout it is skipped.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.harness_utils import write_docs
+
+
+def hook_active() -> bool:
+    probe = "import sys; print('lm_eval_longctx._discovery' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/")
+    return out.stdout.strip() == "True"
+
+
+@pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
+def test_bare_lm_eval_command_with_output_path_and_log_samples(tmp_path, model_dirs, corpus_texts):
+    docs = write_docs(tmp_path / "docs.jsonl", [t[:1500] for t in corpus_texts[:3]])
+    md = {"data_files": docs, "evaluator": "self", "trunc_len": 40, "sliding_window": 16, "alpha": 0.5, "beta": -10}
+    out = tmp_path / "results"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)  # the installed package, as a user has it
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--tasks", "longppl_govreport", "--model", "hf",
+         "--model_args", f"pretrained={model_dirs['a']},dtype=float32", "--device", "cpu",
+         "--metadata", json.dumps(md), "--output_path", str(out), "--log_samples", "--limit", "2"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "longppl" in proc.stdout and "N/A" not in proc.stdout
+    results = list(out.rglob("results_*.json"))
+    samples = list(out.rglob("samples_longppl_govreport_*.jsonl"))
+    assert len(results) == 1 and len(samples) == 1
+    res = json.loads(results[0].read_text())
+    assert res["n-samples"]["longppl_govreport"] == {"original": 3, "effective": 2}
+    assert res["configs"]["longppl_govreport"]["metadata"]["longctx_settings"]["trunc_len"] == 40
+    lines = samples[0].read_text().splitlines()
+    assert len(lines) == 2 and all(len(x) < 20_000 for x in lines)  # compact: no per-token arrays
+
+
+@pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
+def test_lm_eval_ls_tasks_lists_ours():
+    proc = subprocess.run([sys.executable, "-m", "lm_eval", "ls", "tasks"], capture_output=True, text=True,
+                          timeout=300, cwd="/")
+    assert proc.returncode == 0 and "longppl_govreport" in proc.stdout
