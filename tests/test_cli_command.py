@@ -15,7 +15,7 @@ from tests.harness_utils import write_docs
 
 
 def hook_active() -> bool:
-    probe = "import sys; print('lm_eval_longctx._discovery' in sys.modules)"
+    probe = "import sys; print('_lm_eval_longctx_discovery_hook' in sys.modules)"  # set by the .pth
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/")
     return out.stdout.strip() == "True"
 
