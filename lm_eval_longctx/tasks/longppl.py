@@ -265,8 +265,12 @@ class LongPPLTask(ConfigurableTask):
         key_idx = keyspans.key_target_indices(scored.offsets, judgement.spans)
         n_key = int(len(key_idx))
         if n_key == 0:
-            msg = (f"longppl_govreport: document {doc['doc_id']} has no key tokens; it is left out of longppl "
-                   "and kept in ppl (as the reference does)")
+            why = ""
+            if judgement.offsets is not None and len(judgement.offsets) <= self.settings["trunc_len"]:
+                why = (f" (it has {len(judgement.offsets)} evaluator tokens, not more than trunc_len = "
+                       f"{self.settings['trunc_len']}, so no token has a truncated context)")
+            msg = (f"longppl_govreport: document {doc['doc_id']} has no key tokens{why}; it is left out of "
+                   "longppl and kept in ppl (as the reference does)")
             log.warning(msg)
             warnings.warn(msg, stacklevel=2)
         out = {
