@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -41,6 +43,37 @@ class UnsupportedModelError(NotImplementedError):
 
 
 # ------------------------------------------------------------------ the request type
+#
+# One request type serves every task; ``spec["kind"]`` says what to compute. A kind is a pair of
+# plain functions (no lm-eval inside): ``serve(ctx, [(text, spec), ...]) -> [result, ...]`` gets
+# all uncached requests of that kind at once (so it can batch across them), and
+# ``from_state(dict) -> result`` rebuilds a cached result; results have ``to_state() -> dict``
+# (plain arrays and numbers: what the harness cache stores).
+
+
+@dataclass
+class ScoringContext:
+    """What a request kind may use: the HFLM's model, tokenizer, limits and progress bar."""
+
+    model: object
+    tokenizer: object
+    max_length: int | None
+    batch_size: int
+    progress: Callable[[int], None] = lambda n: None
+
+
+@dataclass(frozen=True)
+class RequestKind:
+    serve: Callable[[ScoringContext, list], list]
+    from_state: Callable[[dict], object]
+
+
+REQUEST_KINDS: dict[str, RequestKind] = {}
+
+
+def register_request_kind(name: str, serve, from_state) -> None:
+    """Add (or replace, on re-import) a request kind served by ``longctx_scores``."""
+    REQUEST_KINDS[name] = RequestKind(serve, from_state)
 
 
 def _spec_key(text: str, spec: dict) -> str:
@@ -49,8 +82,19 @@ def _spec_key(text: str, spec: dict) -> str:
     return hash_args(REQUEST_TYPE, [text, json.dumps(spec, sort_keys=True)])
 
 
+def check_length(n_tokens: int, max_length: int | None, spec: dict) -> None:
+    """Contexts longer than the model's maximum are an error unless the task asked to allow them."""
+    if max_length and n_tokens > max_length and not spec.get("allow_beyond_max_length", False):
+        raise engine.ScoringError(
+            f"a {n_tokens}-token sequence is longer than the model's maximum length {max_length}; it would "
+            "be scored beyond the positions the model was built for. Raise --model_args max_length=N if the "
+            "model supports it, or pass --metadata '{\"allow_beyond_max_length\": true}' to score it anyway."
+        )
+
+
 def score_request(model, tokenizer, text: str, spec: dict, max_length: int | None, batch_size: int) -> engine.SequenceScores:
-    """Serve one request: tokenize (or take ``spec['token_ids']``), check length, run the passes.
+    """The ``sequence`` kind for one request: tokenize (or take ``spec['token_ids']``), check length,
+    run the long pass and, if asked, the truncated pass.
 
     spec keys: ``add_special_tokens`` (bool), ``offsets`` (bool), ``chunk_size`` (int),
     ``score_from`` (int), ``truncated`` ({"trunc_len", "stride"} or None), ``allow_beyond_max_length``.
@@ -63,12 +107,7 @@ def score_request(model, tokenizer, text: str, spec: dict, max_length: int | Non
     else:
         ids = tokenizer(text, add_special_tokens=bool(spec.get("add_special_tokens", False)))["input_ids"]
         offsets = None
-    if max_length and len(ids) > max_length and not spec.get("allow_beyond_max_length", False):
-        raise engine.ScoringError(
-            f"a {len(ids)}-token sequence is longer than the model's maximum length {max_length}; it would "
-            "be scored beyond the positions the model was built for. Raise --model_args max_length=N if the "
-            "model supports it, or pass --metadata '{\"allow_beyond_max_length\": true}' to score it anyway."
-        )
+    check_length(len(ids), max_length, spec)
     long = engine.score_long(model, ids, chunk_size=int(spec.get("chunk_size", engine.DEFAULT_CHUNK_SIZE)),
                              score_from=int(spec.get("score_from", 1)))
     short = None
@@ -77,6 +116,18 @@ def score_request(model, tokenizer, text: str, spec: dict, max_length: int | Non
         pad = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else 0
         short = _truncated_with_backoff(model, ids, int(trunc["trunc_len"]), int(trunc["stride"]), batch_size, pad)
     return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets, long, short)
+
+
+def _serve_sequences(ctx: ScoringContext, items: list) -> list:
+    out = []
+    for text, spec in items:
+        out.append(score_request(ctx.model, ctx.tokenizer, text, spec, ctx.max_length,
+                                 int(spec.get("batch_size") or ctx.batch_size)))
+        ctx.progress(1)
+    return out
+
+
+register_request_kind("sequence", _serve_sequences, engine.SequenceScores.from_state)
 
 
 def _truncated_with_backoff(model, ids, trunc_len, stride, batch_size, pad):
@@ -95,23 +146,39 @@ def _truncated_with_backoff(model, ids, trunc_len, stride, batch_size, pad):
 
 
 def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
-    """HFLM method for ``longctx_scores``: one SequenceScores per request, in order."""
+    """HFLM method for ``longctx_scores``: one result per request, in order.
+
+    Serves this rank's requests only and makes no collective call, so under data parallelism
+    every rank works on its own shard independently.
+    """
     from tqdm import tqdm
 
     db = getattr(getattr(self, "cache_hook", None), "dbdict", None)
     batch = self.batch_size if isinstance(getattr(self, "batch_size", None), int) else 8
-    out = []
-    for req in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="Running longctx_scores requests"):
+    out: list = [None] * len(requests)
+    pending: dict[str, list[int]] = {}
+    keys: list[str | None] = [None] * len(requests)
+    for i, req in enumerate(requests):
         text, spec = req.args
-        key = _spec_key(text, spec) if db is not None else None
-        if key is not None and key in db:
-            out.append(engine.SequenceScores.from_state(db[key]))
-            continue
-        res = score_request(self.model, self.tokenizer, text, spec, self.max_length,
-                            int(spec.get("batch_size") or batch))
-        if key is not None:
-            db[key] = res.to_state()  # plain arrays, not our class
-        out.append(res)
+        kind = spec.get("kind", "sequence")
+        if kind not in REQUEST_KINDS:
+            raise ValueError(f"unknown {REQUEST_TYPE} kind {kind!r}; known: {sorted(REQUEST_KINDS)}")
+        if db is not None:
+            keys[i] = _spec_key(text, spec)
+            if keys[i] in db:
+                out[i] = REQUEST_KINDS[kind].from_state(db[keys[i]])
+                continue
+        pending.setdefault(kind, []).append(i)
+    bar = tqdm(total=sum(map(len, pending.values())), disable=disable_tqdm or self.rank != 0,
+               desc=f"Running {REQUEST_TYPE} requests")
+    ctx = ScoringContext(self.model, self.tokenizer, self.max_length, batch, bar.update)
+    for kind, idx in pending.items():
+        results = REQUEST_KINDS[kind].serve(ctx, [requests[i].args for i in idx])
+        for i, res in zip(idx, results, strict=True):
+            out[i] = res
+            if keys[i] is not None:
+                db[keys[i]] = res.to_state()  # plain arrays, not our classes
+    bar.close()
     return out
 
 
@@ -140,7 +207,7 @@ _twp._longctx_bootstrap = True
 _ratio._longctx_bootstrap = True
 
 AGGREGATIONS = {"token_weighted_perplexity": _twp, "corpus_ratio": _ratio}
-# metric -> (aggregation name, higher_is_better)
+# metric -> (aggregation name, higher_is_better); tasks add theirs with register_metrics()
 METRICS = {
     "longppl": ("token_weighted_perplexity", False),
     "longppl_soft": ("token_weighted_perplexity", False),
@@ -150,15 +217,24 @@ METRICS = {
 }
 
 
+def add_aggregation(name: str, fn, bootstrap: bool = True) -> None:
+    """Make ``fn(items) -> float`` available as aggregation ``name`` (bootstrap stderr if flagged).
+
+    ``fn`` must be a module-level function so that it pickles."""
+    fn._longctx_bootstrap = bootstrap
+    AGGREGATIONS.setdefault(name, fn)
+
+
 def _passthrough(items):  # per-document values are computed in process_results
     return items
 
 
-def register_metrics() -> None:
-    """Register our aggregations and metrics once; never replace an existing entry."""
+def register_metrics(extra: dict[str, tuple[str, bool]] | None = None) -> None:
+    """Register our aggregations and metrics (plus ``extra``) once; never replace an existing entry."""
     import lm_eval.api.metrics  # noqa: F401  (fills the built-in registries first)
     from lm_eval.api import registry
 
+    METRICS.update(extra or {})
     for name, fn in AGGREGATIONS.items():
         if name not in registry.aggregation_registry:
             registry.register_aggregation(name)(fn)
