@@ -30,9 +30,11 @@ import numpy as np
 import torch
 
 DEFAULT_CHUNK_SIZE = 1024
-# Rows of logits turned into float32 log-probs at once: bounds the float32 copy to
-# LOGPROB_ROWS x vocab however many positions a chunk or a batch of windows scores.
-LOGPROB_ROWS = 256
+# Logits are turned into float32 log-probs a block of rows at a time, the block about this many
+# bytes: the float32 copy stays small whatever the vocabulary, and (measured on CPU) blocks under
+# glibc's mmap threshold are reused instead of page-faulted in afresh, which made 256-row blocks
+# of a 128k vocabulary slower than one full log_softmax.
+LOGPROB_BLOCK_BYTES = 16 * 2**20
 
 
 class ScoringError(ValueError):
@@ -142,17 +144,20 @@ def _forward_logits(model, input_ids, keep: int, **kwargs):
 
 
 def _logprob_and_greedy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """log_softmax(logits)[targets] in float32 and argmax == target, LOGPROB_ROWS rows at a time.
+    """log_softmax(logits)[targets] in float32 and argmax == target, one block of rows at a time.
 
     logits: [m, vocab] (any float dtype); targets: [m]. Returns float32 [m] and bool [m] on CPU.
     """
     lps, hits = [], []
-    for a in range(0, logits.shape[0], LOGPROB_ROWS):
-        block = logits[a : a + LOGPROB_ROWS].float()
-        tgt = targets[a : a + LOGPROB_ROWS].to(block.device)
-        lp = block.gather(1, tgt[:, None]).squeeze(1) - torch.logsumexp(block, dim=-1)
-        lps.append(lp.cpu())
-        hits.append((block.argmax(dim=-1) == tgt).cpu())
+    rows = max(1, LOGPROB_BLOCK_BYTES // (4 * logits.shape[-1]))
+    for a in range(0, logits.shape[0], rows):
+        block = logits[a : a + rows].float()
+        tgt = targets[a : a + rows].to(block.device)
+        # one max gives both the argmax and the shift of a numerically stable log-sum-exp
+        top, argmax = block.max(dim=-1)
+        lse = top + (block - top[:, None]).exp_().sum(dim=-1).log()
+        lps.append((block.gather(1, tgt[:, None]).squeeze(1) - lse).cpu())
+        hits.append((argmax == tgt).cpu())
         del block
     if not lps:
         return torch.empty(0), torch.empty(0, dtype=torch.bool)
@@ -206,13 +211,12 @@ def score_long(
                     f"scored in chunks of {chunk_size}; pass chunk_size >= {n} (one full forward)."
                 )
             past = out.past_key_values
-        if first < b:
-            stop = min(b, n - 1)
-            if stop > first:
-                rows = logits[0, : stop - first]
-                lp, hit = _logprob_and_greedy(rows, ids[first + 1 : stop + 1])
-                logprob[first:stop] = lp.numpy()
-                greedy[first:stop] = hit.numpy()
+        stop = min(b, n - 1)
+        if stop > first:
+            lp, hit = _logprob_and_greedy(logits[0, : stop - first], ids[first + 1 : stop + 1])
+            logprob[first:stop] = lp.numpy()
+            greedy[first:stop] = hit.numpy()
+        # no view of this chunk's logits may outlive it, or two chunks' logits coexist
         del logits, out
     return TokenLogprobs(logprob, greedy)
 

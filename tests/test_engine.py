@@ -170,3 +170,18 @@ def test_model_without_kv_cache_gets_a_clear_error(model):
     # a single chunk needs no cache and still works
     ref, _ = full_forward_scores(model, random_ids(30))
     assert np.allclose(score_long(wrapped, random_ids(30), chunk_size=64).logprob, ref, atol=TOL)
+
+
+def test_blocked_logprobs_equal_one_log_softmax(model, monkeypatch):
+    """Blocks of a few rows (as with a large vocabulary) give the same numbers as one block."""
+    from lm_eval_longctx import engine
+
+    ids = mixed_ids(model, 45, seed=9)
+    ref_lp, ref_g = full_forward_scores(model, ids)
+    monkeypatch.setattr(engine, "LOGPROB_BLOCK_BYTES", 4 * 97 * 3)  # 3 rows per block
+    got = score_long(model, ids, chunk_size=20)
+    assert np.max(np.abs(got.logprob - ref_lp)) <= TOL and np.array_equal(got.greedy, ref_g)
+    short = score_truncated(model, [ids], 16, 7, batch_size=2)[0]
+    ref_s, _ = window_slice_scores(model, ids, 16, 7)
+    m = ~np.isnan(ref_s)
+    assert np.max(np.abs(short.logprob[m] - ref_s[m])) <= TOL
