@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from lm_eval_longctx.offline import train_tokenizer
+from lm_eval_longctx.offline import random_llama, train_tokenizer
 
 
 WORDS = (
@@ -35,28 +35,14 @@ def corpus_texts(n_docs: int = 6, n_words: int = 900, seed: int = 0) -> list[str
 
 
 def tiny_llama(vocab_size: int = 97, seed: int = 0, max_position_embeddings: int = 4096, **overrides):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = dict(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_position_embeddings,
-        rope_theta=10000.0,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
+    """A 2-layer, width-32 random Llama in float32 (the offline builder, smaller)."""
+    cfg = dict(hidden_size=32, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     cfg.update(overrides)
-    model = LlamaForCausalLM(LlamaConfig(**cfg))
+    model = random_llama(vocab_size, seed=seed, max_position_embeddings=max_position_embeddings, **cfg)
     # Larger random weights make the predictions peaked, so log-probs and argmaxes vary.
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)
-    return model.float().eval()
+    return model
 
 
 def save_tiny_model(path: Path, texts: list[str], kind: str = "bpe", vocab_size: int = 300, seed: int = 0,
