@@ -277,3 +277,132 @@ def score_truncated(
             results[i].greedy[w.score_from - 1 : w.stop - 1] = hit.numpy()
         del logits
     return results
+
+
+# ------------------------------------------------------------------ continuations of a shared prefix
+
+
+def _scored_counts(sequences: list[torch.Tensor], n_scored, min_context: int) -> list[int]:
+    """Per-sequence number of scored (last) tokens; each needs ``min_context`` tokens before it."""
+    counts = [int(n_scored)] * len(sequences) if isinstance(n_scored, (int, np.integer)) else [int(k) for k in n_scored]
+    if len(counts) != len(sequences):
+        raise ValueError(f"{len(counts)} scored-token counts for {len(sequences)} sequences")
+    for s, k in zip(sequences, counts):
+        if not 1 <= k <= int(s.numel()) - min_context:
+            raise ScoringError(f"cannot score the last {k} tokens of a {int(s.numel())}-token sequence "
+                               f"(at least {min_context} token(s) of context must precede them)")
+    return counts
+
+
+@torch.no_grad()
+def score_continuations(
+    model,
+    prefix_ids: Sequence[int] | np.ndarray | torch.Tensor,
+    continuations: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
+    n_scored: int | Sequence[int] | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> list[TokenLogprobs]:
+    """Scores of the last ``n_scored`` tokens of every continuation, each read after the same prefix,
+    with the prefix computed ONCE.
+
+    For continuation c and its scored token c[i] (i >= len(c) - n_scored): log p(c[i] | prefix + c[:i])
+    in float32, and whether c[i] is the argmax. Returns one TokenLogprobs per continuation, of length
+    n_scored, index j holding continuation token len(c) - n_scored + j. ``n_scored`` (int or one per
+    continuation) defaults to the whole continuation.
+
+    How: prefix[:-1] is fed into a KV cache in chunks of ``chunk_size`` tokens (logits of one position
+    per chunk only: the prefix itself is not scored). Each continuation is then fed as
+    [prefix[-1]] + c on top of that cache, and the cache is cropped back to len(prefix) - 1 tokens
+    before the next one. Holding back the last prefix token makes c[0] scorable from the
+    continuation's own forward; cropping makes every continuation see exactly the prefix, never an
+    earlier continuation. Continuations run one at a time: memory is one copy of the prefix's KV
+    cache plus one continuation's logits.
+    """
+    prefix = _as_ids(prefix_ids)
+    conts = [_as_ids(c) for c in continuations]
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if prefix.numel() < 1:
+        raise ScoringError("score_continuations needs a prefix of at least one token")
+    counts = _scored_counts(conts, [int(c.numel()) for c in conts] if n_scored is None else n_scored, 0)
+    if not conts:
+        return []
+
+    device = _model_device(model)
+    held = int(prefix.numel()) - 1  # tokens kept in the cache between continuations
+    past = None
+    if held > 0:
+        from transformers import DynamicCache
+
+        past = DynamicCache()
+        prefix_dev = prefix.to(device)[None]
+        for a in range(0, held, chunk_size):
+            b = min(a + chunk_size, held)
+            logits, out = _forward_logits(model, prefix_dev[:, a:b], 1, use_cache=True, past_key_values=past)
+            if getattr(out, "past_key_values", None) is None:
+                raise ScoringError(f"{type(model).__name__} returned no KV cache, so a prefix cannot be shared")
+            past = out.past_key_values
+            del logits, out
+
+    results = []
+    for c, k in zip(conts, counts):
+        inp = torch.cat([prefix[-1:], c]).to(device)[None]
+        # input column j predicts inp[j + 1] = c[j]: the scored c[len(c) - k:] come from the k columns
+        # before the last, so the last k + 1 columns are kept and the final one dropped
+        kwargs = {"use_cache": past is not None}
+        if past is not None:
+            kwargs["past_key_values"] = past
+        logits, out = _forward_logits(model, inp, k + 1, **kwargs)
+        lp, hit = _logprob_and_greedy(logits[0, :k], c[-k:])
+        results.append(TokenLogprobs(lp.numpy(), hit.numpy()))
+        del logits, out
+        if past is not None:
+            # a negative count removes that many positions (transformers 4.x and 5.x alike)
+            past.crop(-int(inp.shape[1]))
+            if past.get_seq_length() != held:
+                raise ScoringError(f"the KV cache of {type(model).__name__} could not be cropped back to the "
+                                   f"prefix ({past.get_seq_length()} positions instead of {held})")
+    return results
+
+
+@torch.no_grad()
+def score_sequence_ends(
+    model,
+    sequences: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
+    n_scored: int | Sequence[int],
+    batch_size: int = 8,
+    pad_token_id: int = 0,
+) -> list[TokenLogprobs]:
+    """Scores of the last ``n_scored`` tokens of every sequence, each sequence on its own (no shared
+    context): token s[i] (i >= len(s) - n_scored) gets log p(s[i] | s[:i]) in float32 and a greedy hit.
+
+    Returns one TokenLogprobs per sequence, of length n_scored, in the order given. Sequences go
+    ``batch_size`` per forward, longest first, right-padded (padding follows the real tokens, so
+    causal attention never lets it reach a scored position; the attention mask excludes it too), and
+    ``logits_to_keep`` limits the logits to the columns that hold scored positions.
+    """
+    seqs = [_as_ids(s) for s in sequences]
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    counts = _scored_counts(seqs, n_scored, 1)
+    results: list[TokenLogprobs | None] = [None] * len(seqs)
+    device = _model_device(model)
+    order = sorted(range(len(seqs)), key=lambda i: -int(seqs[i].numel()))
+    for a in range(0, len(order), batch_size):
+        batch = order[a : a + batch_size]
+        width = int(seqs[batch[0]].numel())
+        input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, i in enumerate(batch):
+            input_ids[r, : seqs[i].numel()] = seqs[i]
+            attention_mask[r, : seqs[i].numel()] = 1
+        # row i scores columns [len_i - k_i - 1, len_i - 1); keep from the earliest of them on
+        first = min(int(seqs[i].numel()) - counts[i] - 1 for i in batch)
+        logits, _ = _forward_logits(model, input_ids.to(device), width - first,
+                                    attention_mask=attention_mask.to(device), use_cache=False)
+        for r, i in enumerate(batch):
+            n, k = int(seqs[i].numel()), counts[i]
+            lp, hit = _logprob_and_greedy(logits[r, n - k - 1 - first : n - 1 - first], seqs[i][n - k :])
+            results[i] = TokenLogprobs(lp.numpy(), hit.numpy())
+        del logits
+    return results

@@ -62,3 +62,20 @@ def corpus_ratio(items: Iterable[Sequence[float]]) -> float:
     items = list(items)
     den = sum(float(x[1]) for x in items)
     return float("nan") if den <= 0 else sum(float(x[0]) for x in items) / den
+
+
+def retrieval_gain_per_pair(with_logprob: np.ndarray, without_logprob: np.ndarray):
+    """Per (document, anchor) pair: (gain, nll_with, nll_without), each float64 [pairs].
+
+    Inputs are the answer tokens' log-probs, shape [pairs, answer_tokens], with and without the
+    document; nll = mean over the answer tokens of -log p, gain = nll_without - nll_with (higher:
+    the document helps more).
+    """
+    w = np.asarray(with_logprob, dtype=np.float64)
+    wo = np.asarray(without_logprob, dtype=np.float64)
+    if w.shape != wo.shape or w.ndim != 2 or w.shape[1] == 0:
+        raise ValueError(f"expected two [pairs, answer_tokens] arrays of one shape, got {w.shape} and {wo.shape}")
+    if not (np.all(np.isfinite(w)) and np.all(np.isfinite(wo))):
+        raise ValueError("answer log-probs must be finite")
+    nll_with, nll_without = -w.mean(axis=1), -wo.mean(axis=1)
+    return nll_without - nll_with, nll_with, nll_without

@@ -1,0 +1,369 @@
+"""``retrieval_gain``: how much a document helps the model recover its own continuation.
+
+For a document x (its first ``doc_tokens`` tokens in the evaluated model's tokenizer, T tokens) and an
+anchor a, the query is Q = x[a : a+q] and the answer A = x[a+q : a+q+r]. The answer's mean NLL is taken
+twice, token by token:
+
+* with the document:    [BOS] x[0:T] sep Q A   (the document holds Q A at the anchor: a model that
+  looks things up in its context finds Q there and copies the A that follows it);
+* without the document: [BOS] Q A.
+
+gain = nll_without - nll_with; the task reports its mean over (document, anchor) pairs.
+
+One harness doc is one DOCUMENT, its anchors inside it: ``--limit`` counts documents, the stderr is
+over documents (the anchors of a document share its text, so they are not independent samples), and
+under data parallelism all anchors of a document stay on one rank, where its prefix is shared.
+
+Cost: per document, the prefix is fed once in KV-cache chunks and each Q A continuation is read on
+top of it (``engine.score_continuations``); the without-document sequences of all documents are
+batched (``engine.score_sequence_ends``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from lm_eval.api.instance import Instance
+from lm_eval.api.task import ConfigurableTask
+
+from .. import data, engine, harness, metrics
+
+log = logging.getLogger("lm_eval_longctx")
+
+KIND = "retrieval_gain"
+METRICS = {"retrieval_gain": ("mean", True), "nll_with": ("mean", False), "nll_without": ("mean", False)}
+ANCHOR_SPACINGS = ("endpoints", "centered")
+WITH_CONTEXTS = ("document", "before_anchor")
+BOS_MODES = ("auto", "always", "never")
+
+DEFAULTS = {
+    "doc_tokens": 8192,
+    "query_tokens": 24,  # q
+    "answer_tokens": 24,  # r
+    "n_queries": 2,  # anchors per document
+    "anchor_min": 0.1,  # anchors lie in [anchor_min * U, anchor_max * U], U = T - q - r
+    "anchor_max": 0.6,
+    "anchor_spacing": "endpoints",
+    "with_context": "document",
+    "separator": "",
+    "bos": "auto",
+    "chunk_size": 1024,
+    "without_batch_size": None,  # default: the harness --batch_size (8 if auto)
+    "allow_beyond_max_length": False,
+    "dataset_path": data.GOVREPORT_DATASET,
+    "dataset_revision": None,
+    "decode_tokenizer": data.GOVREPORT_DECODE_TOKENIZER,
+    "data_files": None,
+    "num_docs": data.GOVREPORT_NUM_DOCS,
+    "min_tokens": data.GOVREPORT_MIN_TOKENS,
+    "max_tokens": data.GOVREPORT_MAX_TOKENS,
+}
+_INT = {"doc_tokens", "query_tokens", "answer_tokens", "n_queries", "chunk_size", "num_docs", "min_tokens",
+        "max_tokens"}
+# settings that change the numbers: they travel in every request's spec (so the --use_cache key
+# holds them) and are recorded in the results
+SCORING_KEYS = ("doc_tokens", "query_tokens", "answer_tokens", "n_queries", "anchor_min", "anchor_max",
+                "anchor_spacing", "with_context", "separator", "bos")
+
+
+def _as_bool(value) -> bool:
+    return str(value).lower() in ("1", "true", "yes")
+
+
+def _bos_mode(value) -> str:
+    v = str(value).lower()
+    if v in ("auto",):
+        return "auto"
+    if v in ("1", "true", "yes", "always"):
+        return "always"
+    if v in ("0", "false", "no", "never", "none"):
+        return "never"
+    raise ValueError(f"bos must be auto, true or false, got {value!r}")
+
+
+def resolve_settings(metadata: dict | None) -> dict:
+    md = dict(metadata or {})
+    s = {k: md.get(k, v) for k, v in DEFAULTS.items()}
+    for k in _INT:
+        s[k] = int(s[k])
+    s["anchor_min"], s["anchor_max"] = float(s["anchor_min"]), float(s["anchor_max"])
+    s["separator"] = str(s["separator"] or "")
+    s["bos"] = _bos_mode(s["bos"])
+    s["allow_beyond_max_length"] = _as_bool(s["allow_beyond_max_length"])
+    if s["without_batch_size"] is not None:
+        s["without_batch_size"] = int(s["without_batch_size"])
+    if min(s["query_tokens"], s["answer_tokens"], s["n_queries"], s["chunk_size"], s["doc_tokens"]) < 1:
+        raise ValueError("doc_tokens, query_tokens, answer_tokens, n_queries and chunk_size must be >= 1")
+    if not 0.0 <= s["anchor_min"] <= s["anchor_max"] <= 1.0:
+        raise ValueError(f"need 0 <= anchor_min <= anchor_max <= 1, got {s['anchor_min']}, {s['anchor_max']}")
+    if s["anchor_spacing"] not in ANCHOR_SPACINGS:
+        raise ValueError(f"anchor_spacing must be one of {ANCHOR_SPACINGS}, got {s['anchor_spacing']!r}")
+    if s["with_context"] not in WITH_CONTEXTS:
+        raise ValueError(f"with_context must be one of {WITH_CONTEXTS}, got {s['with_context']!r}")
+    return s
+
+
+# ------------------------------------------------------------------ anchors and the two conditions
+# Pure functions over token ids: what the model reads, token by token.
+
+
+def choose_anchors(n_doc_tokens: int, query_tokens: int, answer_tokens: int, n_queries: int,
+                   anchor_min: float = 0.1, anchor_max: float = 0.6, spacing: str = "endpoints") -> list[int]:
+    """Anchor positions in [ceil(anchor_min * U), floor(anchor_max * U)], U = T - q - r, deterministic.
+
+    ``endpoints``: evenly spaced with both ends of the interval included (2 anchors: 0.1U and 0.6U);
+    ``centered``: the centres of n equal parts of the interval. The fractions are read as decimals
+    (``Fraction(str(f))``), so 0.1 * 8140 is exactly 814, not 814.0000000000001 rounded up.
+    """
+    U = n_doc_tokens - query_tokens - answer_tokens
+    lo = math.ceil(Fraction(str(anchor_min)) * max(U, 0))
+    hi = math.floor(Fraction(str(anchor_max)) * max(U, 0))
+    if spacing == "endpoints":
+        anchors = [lo + (i * (hi - lo)) // (n_queries - 1) for i in range(n_queries)] if n_queries > 1 else [lo]
+    elif spacing == "centered":
+        anchors = [lo + ((2 * i + 1) * (hi - lo)) // (2 * n_queries) for i in range(n_queries)]
+    else:
+        raise ValueError(f"anchor_spacing must be one of {ANCHOR_SPACINGS}, got {spacing!r}")
+    if U < 1 or len(set(anchors)) != n_queries:
+        raise engine.ScoringError(
+            f"a {n_doc_tokens}-token document has no room for {n_queries} distinct anchors in "
+            f"[{anchor_min}U, {anchor_max}U] with query {query_tokens} + answer {answer_tokens} tokens "
+            f"(U = {U}); use longer documents or fewer / shorter queries")
+    return anchors
+
+
+@dataclass
+class RetrievalCase:
+    """The token sequences of one document: ``groups`` lists (with-document prefix, anchor indices
+    read after it); anchor i's continuation is Q A = ``continuations[i]``, its without-document
+    sequence ``without[i]``; the last ``answer_tokens`` tokens of each are scored."""
+
+    anchors: list[int]
+    n_doc_tokens: int
+    n_source_tokens: int
+    answer_tokens: int
+    groups: list[tuple[list[int], list[int]]]
+    continuations: list[list[int]]
+    without: list[list[int]]
+
+    @property
+    def max_with_length(self) -> int:
+        return max(len(p) for p, _ in self.groups) + len(self.continuations[0])
+
+
+def build_case(doc_ids: list[int], settings: dict, lead_ids: list[int], separator_ids: list[int]) -> RetrievalCase:
+    """Both conditions for one document's tokens (without special tokens), as documented above.
+
+    ``lead_ids`` (the BOS, or nothing) starts both conditions; ``separator_ids`` goes between the
+    document and Q. ``with_context = before_anchor`` reads x[0:a] instead of the whole document
+    before Q A (then the document holds no earlier copy of Q A: plain long-context prediction).
+    """
+    q, r = settings["query_tokens"], settings["answer_tokens"]
+    doc = [int(t) for t in doc_ids[: settings["doc_tokens"]]]
+    anchors = choose_anchors(len(doc), q, r, settings["n_queries"], settings["anchor_min"],
+                             settings["anchor_max"], settings["anchor_spacing"])
+    lead, sep = [int(t) for t in lead_ids], [int(t) for t in separator_ids]
+    continuations = [doc[a : a + q + r] for a in anchors]
+    without = [lead + c for c in continuations]
+    if settings["with_context"] == "document":
+        groups = [(lead + doc + sep, list(range(len(anchors))))]
+    else:
+        groups = [(lead + doc[:a] + sep, [i]) for i, a in enumerate(anchors)]
+    return RetrievalCase(anchors, len(doc), len(doc_ids), r, groups, continuations, without)
+
+
+def lead_token_ids(tokenizer, bos_mode: str) -> list[int]:
+    """[BOS] or []: ``always`` needs a BOS token; ``auto`` uses it when the tokenizer itself adds one."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos_mode == "never":
+        return []
+    if bos_mode == "always":
+        if bos is None:
+            raise ValueError("bos: true, but the tokenizer has no BOS token")
+        return [int(bos)]
+    probe = tokenizer("retrieval gain", add_special_tokens=True)["input_ids"]
+    return [int(bos)] if bos is not None and len(probe) and probe[0] == bos else []
+
+
+def case_for_text(tokenizer, text: str, settings: dict) -> RetrievalCase:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    sep = tokenizer(settings["separator"], add_special_tokens=False)["input_ids"] if settings["separator"] else []
+    return build_case(ids, settings, lead_token_ids(tokenizer, settings["bos"]), sep)
+
+
+# ------------------------------------------------------------------ the request kind
+
+
+@dataclass
+class RetrievalScores:
+    """Answer log-probs of one document's anchors, with and without the document."""
+
+    anchors: np.ndarray  # int64 [n_queries]
+    n_doc_tokens: int  # T: document tokens read (after truncation to doc_tokens)
+    n_source_tokens: int  # the whole document's tokens
+    n_with_tokens: int  # longest with-document sequence
+    with_logprob: np.ndarray  # float32 [n_queries, answer_tokens]
+    without_logprob: np.ndarray  # float32 [n_queries, answer_tokens]
+
+    def to_state(self) -> dict:
+        return {"anchors": self.anchors, "n_doc_tokens": self.n_doc_tokens, "n_source_tokens": self.n_source_tokens,
+                "n_with_tokens": self.n_with_tokens, "with_logprob": self.with_logprob,
+                "without_logprob": self.without_logprob}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "RetrievalScores":
+        return cls(np.asarray(state["anchors"]), int(state["n_doc_tokens"]), int(state["n_source_tokens"]),
+                   int(state["n_with_tokens"]), np.asarray(state["with_logprob"]),
+                   np.asarray(state["without_logprob"]))
+
+    def __repr__(self) -> str:  # compact: this is what --log_samples writes
+        gain = metrics.retrieval_gain_per_pair(self.with_logprob, self.without_logprob)[0]
+        return (f"RetrievalScores(doc_tokens={self.n_doc_tokens}/{self.n_source_tokens}, "
+                f"anchors={self.anchors.tolist()}, gain=[{', '.join(f'{g:+.4f}' for g in gain)}])")
+
+
+def _without_with_backoff(model, sequences, n_scored, batch_size, pad):
+    """Halve the batch on CUDA out-of-memory (no collective calls: ranks stay independent)."""
+    import torch
+
+    while True:
+        try:
+            return engine.score_sequence_ends(model, sequences, n_scored, batch_size=batch_size, pad_token_id=pad)
+        except torch.cuda.OutOfMemoryError:
+            if batch_size == 1:
+                raise
+            batch_size //= 2
+            torch.cuda.empty_cache()
+            log.warning("out of memory in the without-document pass; retrying with %d sequences per forward",
+                        batch_size)
+
+
+def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
+    """All uncached ``retrieval_gain`` requests: build both conditions, check lengths, score."""
+    cases = []
+    for text, spec in items:
+        case = case_for_text(ctx.tokenizer, text, spec)
+        try:
+            harness.check_length(case.max_with_length, ctx.max_length, spec)
+        except engine.ScoringError as err:
+            raise engine.ScoringError(f"retrieval_gain: {err} Or lower --metadata doc_tokens "
+                                      f"(now {spec['doc_tokens']}).") from err
+        cases.append(case)
+    short = sum(c.n_doc_tokens < spec["doc_tokens"] for c, (_, spec) in zip(cases, items))
+    if short:
+        log.warning("retrieval_gain: %d of %d documents are shorter than doc_tokens and are read whole",
+                    short, len(cases))
+
+    # without the document: every pair of every document, batched
+    pad = ctx.tokenizer.pad_token_id if getattr(ctx.tokenizer, "pad_token_id", None) is not None else 0
+    batch = min(int(spec.get("without_batch_size") or ctx.batch_size) for _, spec in items) if items else 1
+    flat = [(i, j) for i, c in enumerate(cases) for j in range(len(c.without))]
+    without = _without_with_backoff(ctx.model, [cases[i].without[j] for i, j in flat],
+                                    [cases[i].answer_tokens for i, _ in flat], batch, pad)
+    without_by_case: list[list] = [[None] * len(c.without) for c in cases]
+    for (i, j), res in zip(flat, without, strict=True):
+        without_by_case[i][j] = res.logprob
+
+    # with the document: each prefix fed once, its continuations read on top of it
+    out = []
+    for case, (_, spec), wo in zip(cases, items, without_by_case):
+        with_lp: list = [None] * len(case.anchors)
+        for prefix, idx in case.groups:
+            scored = engine.score_continuations(ctx.model, prefix, [case.continuations[i] for i in idx],
+                                                n_scored=case.answer_tokens, chunk_size=int(spec["chunk_size"]))
+            for i, res in zip(idx, scored, strict=True):
+                with_lp[i] = res.logprob
+        out.append(RetrievalScores(np.asarray(case.anchors, dtype=np.int64), case.n_doc_tokens,
+                                   case.n_source_tokens, case.max_with_length,
+                                   np.stack(with_lp).astype(np.float32), np.stack(wo).astype(np.float32)))
+        ctx.progress(1)
+    return out
+
+
+harness.register_request_kind(KIND, serve, RetrievalScores.from_state)
+harness.install()
+harness.register_metrics(METRICS)
+
+
+# ------------------------------------------------------------------ the task
+
+
+class RetrievalGainTask(ConfigurableTask):
+    VERSION = 1
+
+    def __init__(self, config: dict | None = None):
+        cfg = dict(config or {})
+        cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
+        self.settings = resolve_settings(cfg.get("metadata"))
+        super().__init__(config=cfg)
+        # Set after validation: the YAML must say a built-in output_type, the requests are ours.
+        self.OUTPUT_TYPE = harness.REQUEST_TYPE
+        self._record_settings()
+
+    def download(self, dataset_kwargs=None, **kwargs) -> None:
+        import datasets
+
+        s = self.settings
+        docs = data.load_govreport(
+            dataset_path=s["dataset_path"], revision=s["dataset_revision"], decode_tokenizer=s["decode_tokenizer"],
+            min_tokens=s["min_tokens"], max_tokens=s["max_tokens"], num_docs=s["num_docs"], data_files=s["data_files"],
+        )
+        if not docs.texts:
+            raise ValueError("no documents matched the GovReport selection")
+        self.provenance = docs.provenance
+        self.dataset = datasets.DatasetDict(
+            {"test": datasets.Dataset.from_dict({"doc_id": list(range(len(docs.texts))), "text": docs.texts})}
+        )
+
+    def has_training_docs(self):
+        return False
+
+    def has_validation_docs(self):
+        return False
+
+    def has_test_docs(self):
+        return True
+
+    def test_docs(self):
+        return self.dataset["test"]
+
+    def _record_settings(self) -> None:
+        """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""
+        rec = {k: self.settings[k] for k in SCORING_KEYS}
+        rec["data"] = self.provenance
+        if self.config.metadata is None:
+            self.config.metadata = {}
+        self.config.metadata["longctx_settings"] = rec
+
+    def build_all_requests(self, **kwargs) -> None:
+        harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+
+    def _spec(self) -> dict:
+        s = self.settings
+        spec = {k: s[k] for k in SCORING_KEYS}
+        spec.update(kind=KIND, chunk_size=s["chunk_size"], without_batch_size=s["without_batch_size"],
+                    allow_beyond_max_length=s["allow_beyond_max_length"])
+        return spec
+
+    def construct_requests(self, doc, ctx, **kwargs):
+        kwargs.pop("apply_chat_template", None)
+        kwargs.pop("chat_template", None)
+        return [Instance(harness.REQUEST_TYPE, doc, (doc["text"], self._spec()), 0, **kwargs)]
+
+    def process_results(self, doc, results):
+        scores = results[0]
+        gain, nll_with, nll_without = metrics.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
+        # every document has n_queries anchors, so the mean over documents of these per-document
+        # means is the mean over (document, anchor) pairs
+        return {"retrieval_gain": float(gain.mean()), "nll_with": float(nll_with.mean()),
+                "nll_without": float(nll_without.mean())}
+
+    def aggregation(self):
+        return {m: harness.aggregation_fn(agg) for m, (agg, _) in METRICS.items()}
+
+    def higher_is_better(self):
+        return {m: hib for m, (_, hib) in METRICS.items()}
