@@ -85,3 +85,135 @@ def load_govreport(
 
         warnings.warn(f"only {len(texts)} documents match the selection (asked for {num_docs})", stacklevel=2)
     return Documents(texts, {**source, **selection, "split": split, "texts_sha256": texts_sha256(texts)})
+
+
+# ---------------------------------------------------------------- forgetting curve
+#
+# The Forgetting Curve paper's data (1azybug/ForgettingCurve, README "forgetting_curve"): PG-19 test
+# books, each as title + "\n" and text + "\n", tokenized by the evaluated model's tokenizer and
+# concatenated into one token stream T; samples are cut from T.
+
+PG19_DATASET = "emozilla/pg19-test"
+PG19_SPLIT = "test"
+FORGETTING_CURVE_MIN_LEN = 8
+
+
+def load_book_pieces(
+    dataset_path: str = PG19_DATASET,
+    revision: str | None = None,
+    split: str = PG19_SPLIT,
+    data_files: str | None = None,
+) -> Documents:
+    """The texts that make the token stream, in order: per row ``short_book_title + "\\n"`` (when the
+    row has that column) then ``text + "\\n"``, as the reference does.
+
+    ``data_files`` (a local json/jsonl/parquet file with a ``text`` column) replaces the hub dataset.
+    """
+    import datasets
+
+    if data_files:
+        path = Path(data_files)
+        if not path.exists():
+            raise FileNotFoundError(f"data_files not found: {path}")
+        builder = "parquet" if path.suffix == ".parquet" else "json"
+        ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        source = {"data_files": str(path.resolve())}
+    else:
+        ds = datasets.load_dataset(dataset_path, split=split, revision=revision)
+        source = {"dataset_path": dataset_path, "revision": revision or "default branch",
+                  "dataset_fingerprint": getattr(ds, "_fingerprint", None)}
+    if "text" not in ds.column_names:
+        raise ValueError(f"the corpus needs a 'text' column; it has {ds.column_names}")
+    titles = ds["short_book_title"] if "short_book_title" in ds.column_names else [None] * len(ds)
+    pieces = []
+    for title, text in zip(titles, ds["text"]):
+        if title is not None:
+            pieces.append(f"{title}\n")
+        pieces.append(f"{text}\n")
+    return Documents(pieces, {**source, "split": split, "num_rows": len(ds), "num_pieces": len(pieces),
+                              "texts_sha256": texts_sha256(pieces)})
+
+
+def token_stream(tokenizer, pieces: list[str], add_special_tokens: bool = True):
+    """Tokenize every piece and concatenate the ids into one int64 array.
+
+    ``add_special_tokens=True`` is the reference's ``tokenizer(piece)``: a tokenizer that adds BOS
+    puts one at the start of every piece.
+    """
+    import numpy as np
+
+    if not pieces:
+        raise ValueError("no text to tokenize")
+    parts = []
+    # a few pieces per call: a fast tokenizer encodes a batch in parallel, and only that batch's
+    # ids exist as Python lists (PG-19 test is about 10M tokens)
+    for a in range(0, len(pieces), 8):
+        # verbose=False: whole books exceed the model's maximum; nothing is fed to the model as is
+        ids = tokenizer(pieces[a : a + 8], add_special_tokens=add_special_tokens, verbose=False)["input_ids"]
+        parts.extend(np.asarray(x, dtype=np.int64) for x in ids)
+    return np.concatenate(parts)
+
+
+def copy_lengths(max_len: int, num: int = 32, spacing: str = "linear",
+                 min_len: int = FORGETTING_CURVE_MIN_LEN) -> list[int]:
+    """The tested copy lengths, as the reference: ``numpy.linspace(min_len, max_len, num, dtype=int)``
+    (linear) or ``numpy.geomspace(...)`` (geometric; ``log`` is the reference's name), cast to int by
+    truncation as the reference does (this gives its published lengths 523, 4134, ... for 16000), then
+    sorted without duplicates.
+    """
+    import numpy as np
+
+    if int(min_len) < 1 or int(max_len) < int(min_len):
+        raise ValueError(f"copy lengths need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    if int(num) < 1:
+        raise ValueError(f"the number of lengths must be >= 1, got {num}")
+    if spacing == "linear":
+        grid = np.linspace(int(min_len), int(max_len), int(num), dtype=int)
+    elif spacing in ("geometric", "log"):
+        grid = np.geomspace(int(min_len), int(max_len), int(num), dtype=int)
+    else:
+        raise ValueError(f"spacing must be 'linear' or 'geometric', got {spacing!r}")
+    return [int(x) for x in np.unique(grid)]
+
+
+def sample_starts(n_tokens: int, lengths: list[int], samples_per_length: int, seed: int = 0) -> dict[int, list[int]]:
+    """Start b of S = T[b : b + l] for every sample: ``b = randint(0, n_tokens - 3 l)`` (inclusive)
+    from Python's ``random`` seeded with ``seed``, lengths in increasing order and samples within a
+    length, which is the reference's draw order (so its samples are reproduced for the same stream
+    and lengths). The unrelated text I = T[-l:] never overlaps S, because b + l <= n_tokens - 2 l.
+    """
+    import random
+
+    rng = random.Random(seed)
+    starts = {}
+    for length in sorted(lengths):
+        if 3 * length > n_tokens:
+            raise ValueError(f"copy length {length} needs a corpus of at least {3 * length} tokens; it has {n_tokens}")
+        starts[length] = [rng.randint(0, n_tokens - 3 * length) for _ in range(samples_per_length)]
+    return starts
+
+
+def forgetting_curve_sample(stream, length: int, start: int, mode: str, bos_id: int, eos_id: int):
+    """One sample's token ids: copy = [BOS] S [BOS] S [EOS]; lm = [BOS] I [BOS] S [EOS], with
+    S = stream[start : start + length] and I = stream[-length:] (the reference's unrelated text)."""
+    import numpy as np
+
+    stream = np.asarray(stream, dtype=np.int64)
+    s = stream[start : start + length]
+    if len(s) != length or start < 0:
+        raise ValueError(f"S = T[{start}:{start + length}] is outside the {len(stream)}-token stream")
+    if mode == "copy":
+        first = s
+    elif mode == "lm":
+        first = stream[len(stream) - length :]
+    else:
+        raise ValueError(f"mode must be 'copy' or 'lm', got {mode!r}")
+    return np.concatenate([[bos_id], first, [bos_id], s, [eos_id]]).astype(np.int64)
+
+
+def forgetting_curve_scored_targets(length: int) -> tuple[int, int]:
+    """Positions [first, stop) of the sample whose prediction is scored: the last ceil(l / 2)
+    tokens of the second S (the first half is the in-context demonstration). The second S
+    occupies positions [l + 2, 2 l + 2); the EOS at 2 l + 2 is not scored."""
+    stop = 2 * length + 2
+    return stop - (length + 1) // 2, stop

@@ -406,3 +406,67 @@ def score_sequence_ends(
             results[i] = TokenLogprobs(lp.numpy(), hit.numpy())
         del logits
     return results
+
+
+# ------------------------------------------------------------------ long pass, batched (equal lengths)
+
+
+@torch.no_grad()
+def score_long_batch(
+    model,
+    sequences: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    score_from: int = 1,
+) -> list[TokenLogprobs]:
+    """``score_long`` for several sequences of ONE length in one batched pass.
+
+    Equal lengths need no padding and no attention mask: row r of every forward is exactly what
+    ``score_long(model, sequences[r], chunk_size, score_from)`` feeds. The prefix goes in KV-cache
+    chunks of ``chunk_size`` tokens; logits exist for the positions that predict targets
+    t >= score_from only, one chunk at a time ([batch, chunk, vocab] at most).
+    """
+    seqs = [_as_ids(s) for s in sequences]
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if not seqs:
+        return []
+    n = int(seqs[0].numel())
+    if any(int(s.numel()) != n for s in seqs):
+        raise ScoringError(f"score_long_batch needs sequences of one length, got {sorted({int(s.numel()) for s in seqs})}")
+    score_from = max(1, int(score_from))
+    results = [TokenLogprobs(np.full(max(n - 1, 0), np.nan, dtype=np.float32), np.zeros(max(n - 1, 0), dtype=bool))
+               for _ in seqs]
+    if n < 2 or score_from >= n:
+        return results
+
+    device = _model_device(model)
+    ids = torch.stack(seqs)
+    ids_dev = ids.to(device)
+    past = None
+    if n > chunk_size:
+        from transformers import DynamicCache
+
+        past = DynamicCache()
+    for a in range(0, n, chunk_size):
+        b = min(a + chunk_size, n)
+        first = max(a, score_from - 1)  # as in score_long: positions before score_from - 1 fill the cache only
+        keep = max(b - first, 1)
+        kwargs = {"use_cache": past is not None}
+        if past is not None:
+            kwargs["past_key_values"] = past
+        logits, out = _forward_logits(model, ids_dev[:, a:b], keep, **kwargs)
+        if past is not None:
+            if getattr(out, "past_key_values", None) is None:
+                raise ScoringError(
+                    f"{type(model).__name__} returned no KV cache, so {n}-token sequences cannot be "
+                    f"scored in chunks of {chunk_size}; pass chunk_size >= {n} (one full forward)."
+                )
+            past = out.past_key_values
+        stop = min(b, n - 1)
+        if stop > first:
+            for r in range(len(seqs)):  # row by row: no [batch, chunk, vocab] float32 copy
+                lp, hit = _logprob_and_greedy(logits[r, : stop - first], ids[r, first + 1 : stop + 1])
+                results[r].logprob[first:stop] = lp.numpy()
+                results[r].greedy[first:stop] = hit.numpy()
+        del logits, out
+    return results

@@ -176,8 +176,9 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
         results = REQUEST_KINDS[kind].serve(ctx, [requests[i].args for i in idx])
         for i, res in zip(idx, results, strict=True):
             out[i] = res
-            if keys[i] is not None:
-                db[keys[i]] = res.to_state()  # plain arrays, not our classes
+            # plain arrays, not our classes; results that say they are not cacheable (failures) are not stored
+            if keys[i] is not None and getattr(res, "cacheable", True):
+                db[keys[i]] = res.to_state()
     bar.close()
     return out
 
@@ -296,6 +297,7 @@ def install() -> None:
     register_metrics()
     if os.environ.get("LM_EVAL_LONGCTX_NO_STDERR_HOOK", "") not in ("1", "true", "True"):
         _install_stderr_hook()
+    _install_results_saved_hook()
 
 
 def build_requests_without_request_cache(task, super_build, **kwargs):
@@ -308,3 +310,58 @@ def build_requests_without_request_cache(task, super_build, **kwargs):
     kwargs["cache_requests"] = False
     kwargs["rewrite_requests_cache"] = False
     return super_build(**kwargs)
+
+
+# ------------------------------------------------------------------ after the results are saved
+#
+# With --output_path, lm-eval writes the results JSON in EvaluationTracker.save_results_aggregated,
+# which returns nothing and offers no hook. Tasks that write files beside the results (the
+# forgetting curve's PNG) register a callback; install() wraps that method so every callback gets
+# (results dict, path of the results JSON just written). A failing callback only logs a warning:
+# the results are already saved.
+
+RESULTS_SAVED_CALLBACKS: dict[str, Callable] = {}
+
+
+def on_results_saved(name: str, callback) -> None:
+    """Call ``callback(results: dict, results_file: pathlib.Path)`` after each results JSON is saved
+    (registered under ``name``: re-registering replaces it)."""
+    RESULTS_SAVED_CALLBACKS[name] = callback
+
+
+def _saved_results_file(tracker):
+    """The file save_results_aggregated has just written (its own naming, 0.4.13)."""
+    from pathlib import Path
+
+    path = Path(tracker.output_path)
+    if path.suffix == ".json":
+        return path.with_name(f"{path.stem}_{tracker.date_id}.json")
+    return path / str(tracker.general_config_tracker.model_name_sanitized) / f"results_{tracker.date_id}.json"
+
+
+def _install_results_saved_hook() -> None:
+    import functools
+
+    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    original = EvaluationTracker.save_results_aggregated
+    if getattr(original, "_longctx_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def save_results_aggregated(self, results, samples=None, *args, **kwargs):
+        before = getattr(self, "date_id", None)
+        out = original(self, results, samples, *args, **kwargs)
+        if not self.output_path or getattr(self, "date_id", None) in (None, before):
+            return out  # nothing was written
+        path = _saved_results_file(self)
+        if path.exists():
+            for name, callback in list(RESULTS_SAVED_CALLBACKS.items()):
+                try:
+                    callback(results, path)
+                except Exception as e:  # noqa: BLE001  (the results are saved; a picture must not fail the run)
+                    log.warning("%s: could not write its files beside %s: %r", name, path, e)
+        return out
+
+    save_results_aggregated._longctx_wrapped = True
+    EvaluationTracker.save_results_aggregated = save_results_aggregated

@@ -79,3 +79,119 @@ def retrieval_gain_per_pair(with_logprob: np.ndarray, without_logprob: np.ndarra
         raise ValueError("answer log-probs must be finite")
     nll_with, nll_without = -w.mean(axis=1), -wo.mean(axis=1)
     return nll_without - nll_with, nll_with, nll_without
+
+
+# ---------------------------------------------------------------- forgetting curve
+#
+# Per sample: the copy length l, the copy accuracy and the LM accuracy (teacher-forced greedy
+# accuracy over the scored slice); NaN accuracy marks a sample whose length failed to run.
+
+FINE_THRESHOLD = 0.99  # fine-grained memory: copy accuracy > 99%
+COARSE_MARGIN = 0.01  # coarse-grained memory: copy accuracy > LM accuracy + 1 point
+MEMORY_LENGTH_RULES = ("largest", "contiguous")
+# Both conditions are strict. Means of per-sample ratios carry float rounding (0.75 - 0.74 is
+# 0.010000000000000009), so a value must clear its threshold by more than this to count: an
+# exact tie never passes.
+TIE_TOLERANCE = 1e-9
+
+
+def forgetting_curve_by_length(lengths, copy_acc, lm_acc) -> dict[str, np.ndarray]:
+    """Per tested length (ascending): mean and std (ddof = 0, as the reference's ``np.std``) of the
+    copy and LM accuracies over its samples, the sample count, and whether the length failed.
+
+    A length fails when any of its samples has a NaN accuracy; its means and stds are then NaN (a
+    curve point from the samples that happened to run would be biased).
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    copy_acc = np.asarray(copy_acc, dtype=np.float64)
+    lm_acc = np.asarray(lm_acc, dtype=np.float64)
+    if not (lengths.shape == copy_acc.shape == lm_acc.shape) or lengths.ndim != 1:
+        raise ValueError(f"expected three 1-D arrays of one shape, got {lengths.shape}, {copy_acc.shape}, {lm_acc.shape}")
+    grid = np.unique(lengths)
+    out = {k: np.full(len(grid), np.nan) for k in ("copy_mean", "copy_std", "lm_mean", "lm_std")}
+    out["length"] = grid
+    out["n"] = np.zeros(len(grid), dtype=np.int64)
+    out["failed"] = np.zeros(len(grid), dtype=bool)
+    for i, length in enumerate(grid):
+        at = lengths == length
+        c, m = copy_acc[at], lm_acc[at]
+        out["n"][i] = int(at.sum())
+        if np.isnan(c).any() or np.isnan(m).any():
+            out["failed"][i] = True
+            continue
+        out["copy_mean"][i], out["copy_std"][i] = c.mean(), c.std()
+        out["lm_mean"][i], out["lm_std"][i] = m.mean(), m.std()
+    return out
+
+
+def memory_length(lengths, holds, tested=None, rule: str = "largest") -> int:
+    """The memory length of a condition over tested lengths (ascending; 0 when none qualifies).
+
+    * ``largest``: the largest tested length at which the condition holds (the paper's wording).
+      A curve that dips and recovers keeps its later lengths; short lengths decide only when no
+      longer length qualifies.
+    * ``contiguous``: the largest L such that the condition holds at every tested length <= L; a
+      failed (untested) length ends the run, since nothing is known there.
+
+    Failed lengths (``tested`` False) never qualify.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    holds = np.asarray(holds, dtype=bool)
+    tested = np.ones(len(lengths), dtype=bool) if tested is None else np.asarray(tested, dtype=bool)
+    if not (lengths.shape == holds.shape == tested.shape):
+        raise ValueError("lengths, holds and tested must have one shape")
+    if len(lengths) > 1 and np.any(np.diff(lengths) <= 0):
+        raise ValueError("lengths must be strictly increasing")
+    ok = holds & tested
+    if rule == "largest":
+        return int(lengths[ok].max()) if ok.any() else 0
+    if rule == "contiguous":
+        bad = np.flatnonzero(~ok)
+        end = bad[0] if len(bad) else len(lengths)
+        return int(lengths[end - 1]) if end > 0 else 0
+    raise ValueError(f"rule must be one of {MEMORY_LENGTH_RULES}, got {rule!r}")
+
+
+def fine_memory_length(lengths, copy_mean, threshold: float = FINE_THRESHOLD, rule: str = "largest") -> int:
+    """Fine-grained memory length: where copy accuracy > ``threshold`` (strict, see TIE_TOLERANCE)."""
+    copy_mean = np.asarray(copy_mean, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        holds = copy_mean > threshold + TIE_TOLERANCE
+    return memory_length(lengths, holds, np.isfinite(copy_mean), rule)
+
+
+def coarse_memory_length(lengths, copy_mean, lm_mean, margin: float = COARSE_MARGIN, rule: str = "largest") -> int:
+    """Coarse-grained memory length: where copy accuracy - LM accuracy > ``margin`` (strict, see TIE_TOLERANCE)."""
+    copy_mean = np.asarray(copy_mean, dtype=np.float64)
+    lm_mean = np.asarray(lm_mean, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        holds = copy_mean - lm_mean > margin + TIE_TOLERANCE
+    return memory_length(lengths, holds, np.isfinite(copy_mean) & np.isfinite(lm_mean), rule)
+
+
+def _curve_from_items(items) -> dict[str, np.ndarray]:
+    arr = np.asarray([(float(x[0]), float(x[1]), float(x[2])) for x in items], dtype=np.float64).reshape(-1, 3)
+    return forgetting_curve_by_length(arr[:, 0].astype(np.int64), arr[:, 1], arr[:, 2])
+
+
+def fine_memory_length_from_samples(items, threshold: float = FINE_THRESHOLD, rule: str = "largest") -> float:
+    """Aggregation over per-sample (length, copy_acc, lm_acc) items: the fine-grained memory length."""
+    c = _curve_from_items(items)
+    return float(fine_memory_length(c["length"], c["copy_mean"], threshold, rule))
+
+
+def coarse_memory_length_from_samples(items, margin: float = COARSE_MARGIN, rule: str = "largest") -> float:
+    """Aggregation over per-sample (length, copy_acc, lm_acc) items: the coarse-grained memory length."""
+    c = _curve_from_items(items)
+    return float(coarse_memory_length(c["length"], c["copy_mean"], c["lm_mean"], margin, rule))
+
+
+def failed_lengths_from_samples(items) -> list[int]:
+    """The tested lengths that failed (any sample with a NaN accuracy)."""
+    c = _curve_from_items(items)
+    return [int(x) for x in c["length"][c["failed"]]]
+
+
+def n_failed_lengths_from_samples(items) -> float:
+    """Aggregation over per-sample (length, copy_acc, lm_acc) items: how many lengths failed."""
+    return float(len(failed_lengths_from_samples(items)))

@@ -1,0 +1,255 @@
+"""Pictures of results: the forgetting curve (as the paper's Figure 1), from an lm-eval results dict.
+
+matplotlib is an optional dependency (``pip install lm_eval_longctx[plot]``), imported only when a
+picture is drawn, through its object-oriented API on an Agg canvas: no pyplot, so the caller's
+backend is never switched. No lm-eval import: a results JSON is plain data.
+
+Per-length spread: the results JSON holds, per length, the mean accuracy and lm-eval's stderr
+(sample std with ddof = 1, over sqrt(n)). The bands are +-1 population std (ddof = 0, the
+reference's ``np.std``): std = stderr * sqrt(n - 1), with n the samples at that length (docs are
+sample-major, so n follows from the run's sample count and its lengths).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("lm_eval_longctx")
+
+_METRIC = re.compile(r"^(copy_acc|lm_acc)@(\d+),(.+)$")
+
+
+@dataclass
+class ForgettingCurve:
+    label: str
+    lengths: np.ndarray  # copy lengths, ascending
+    copy_mean: np.ndarray
+    copy_std: np.ndarray
+    lm_mean: np.ndarray
+    lm_std: np.ndarray
+    failed: np.ndarray  # bool: the length did not run (NaN accuracies)
+    fine: float | None = None
+    coarse: float | None = None
+    claimed_length: int | None = None
+    spacing: str = "linear"
+
+
+def forgetting_curve_tasks(results: dict) -> list[str]:
+    """Tasks of a results dict that hold a forgetting curve (per-length copy_acc metrics)."""
+    return [task for task, res in (results.get("results") or {}).items()
+            if any(_METRIC.match(key) for key in res)]
+
+
+def _short(name: str) -> str:
+    """Hub ids stay whole (``org/model``); local paths keep their last two parts."""
+    if name.startswith(("/", ".", "~")) or "\\" in name:
+        return "/".join(Path(name).parts[-2:])
+    return name
+
+
+def model_label(results: dict, default: str = "model") -> str:
+    """The model's name as the harness recorded it (results saved by the CLI carry ``model_name``)."""
+    if results.get("model_name"):
+        return _short(str(results["model_name"]))
+    model_args = (results.get("config") or {}).get("model_args")
+    if isinstance(model_args, dict) and model_args.get("pretrained"):
+        return _short(str(model_args["pretrained"]))
+    if isinstance(model_args, str):
+        for part in model_args.split(","):
+            if part.strip().startswith("pretrained="):
+                return _short(part.split("=", 1)[1])
+    return default
+
+
+def _samples_per_length(n_docs: int, n_lengths: int) -> list[int]:
+    """Samples at each length index among the first n_docs sample-major docs (what --limit leaves)."""
+    return [n_docs // n_lengths + (j < n_docs % n_lengths) for j in range(n_lengths)]
+
+
+def _number(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):  # "N/A"
+        return float("nan")
+
+
+def curve_from_results(results: dict, task: str | None = None, label: str | None = None) -> ForgettingCurve:
+    """The curve of one task of a results dict (as ``lm_eval --output_path`` writes it)."""
+    tasks = forgetting_curve_tasks(results)
+    if task is None:
+        if not tasks:
+            raise ValueError("these results hold no forgetting curve (no copy_acc@LENGTH metrics)")
+        task = tasks[0]
+    elif task not in tasks:
+        raise ValueError(f"task {task!r} has no forgetting curve in these results; found {tasks}")
+    res = results["results"][task]
+    settings = ((results.get("configs") or {}).get(task, {}).get("metadata") or {}).get("longctx_settings") or {}
+
+    points: dict[int, dict] = {}
+    for key, value in res.items():
+        m = _METRIC.match(key)
+        if m and m.group(3) == "none":
+            what, length = m.group(1), int(m.group(2))
+            points.setdefault(length, {})[what] = _number(value)
+            points[length][what + "_stderr"] = _number(res.get(f"{what}@{m.group(2)}_stderr,none"))
+    lengths = np.array(sorted(points), dtype=np.int64)
+
+    # samples per length: from the run's lengths and doc count (sample-major docs)
+    run_lengths = [int(x) for x in settings.get("lengths") or lengths]
+    n_docs = int(((results.get("n-samples") or {}).get(task) or {}).get("effective", 0))
+    if n_docs and run_lengths:
+        per_index = _samples_per_length(n_docs, len(run_lengths))
+        n_at = dict(zip(run_lengths, per_index))
+    else:
+        n_at = {}
+
+    def column(what):
+        mean = np.array([points[x].get(what, np.nan) for x in lengths], dtype=np.float64)
+        se = np.array([points[x].get(what + "_stderr", np.nan) for x in lengths], dtype=np.float64)
+        n = np.array([n_at.get(int(x), 0) for x in lengths], dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            std = np.where((n > 1) & np.isfinite(se), se * np.sqrt(np.maximum(n - 1, 0)), 0.0)
+        return mean, std
+
+    copy_mean, copy_std = column("copy_acc")
+    lm_mean, lm_std = column("lm_acc")
+    failed = ~(np.isfinite(copy_mean) & np.isfinite(lm_mean))
+    fine = _number(res.get("fine_memory_length,none"))
+    coarse = _number(res.get("coarse_memory_length,none"))
+    claimed = settings.get("claimed_length") or settings.get("model_max_length")
+    return ForgettingCurve(
+        label=label or model_label(results), lengths=lengths, copy_mean=copy_mean, copy_std=copy_std,
+        lm_mean=lm_mean, lm_std=lm_std, failed=failed,
+        fine=None if math.isnan(fine) else fine, coarse=None if math.isnan(coarse) else coarse,
+        claimed_length=int(claimed) if claimed else None, spacing=str(settings.get("spacing", "linear")),
+    )
+
+
+# reference colours: copy orange, LM blue
+_COPY, _LM = "tab:orange", "tab:blue"
+# (name, shade, text colour)
+_REGIONS = (("fine-grained memory", "#2ca02c", "#1a6e1a"), ("coarse-grained memory", "#ffbf00", "#9a6b00"),
+            ("amnesia", "#d62728", "#a31d1d"))
+
+
+def plot_forgetting_curves(curves: list[ForgettingCurve], out_path, title: str | None = None,
+                           log_x: bool | None = None):
+    """Write a PNG: copy and LM accuracy (+-1 std bands) against copy length.
+
+    One curve: the fine-grained, coarse-grained and amnesia regions are shaded, as in the paper's
+    Figure 1. Several curves share the axes, one colour per model (copy solid, LM dashed), each
+    model's fine / coarse memory lengths as dotted / dash-dotted lines. The claimed length T is
+    marked, and the copy length whose samples (2l + 3 tokens) fill it.
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.transforms import blended_transform_factory
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("plotting needs matplotlib: pip install 'lm_eval_longctx[plot]'") from e
+    if not curves:
+        raise ValueError("no curve to plot")
+
+    fig = Figure(figsize=(10, 5.5), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    single = len(curves) == 1
+    x_max = max(float(c.lengths.max()) for c in curves if len(c.lengths))
+    x_min = min(float(c.lengths.min()) for c in curves if len(c.lengths))
+    if log_x is None:
+        log_x = all(c.spacing == "geometric" for c in curves)
+    left = x_min if log_x else 0.0
+    right = x_max * (1.05 if log_x else 1.02)
+
+    palette = [f"C{i}" for i in range(10)]
+    for i, c in enumerate(curves):
+        ok = ~c.failed
+        x = c.lengths[ok]
+        copy_colour, lm_colour = (_COPY, _LM) if single else (palette[i % 10], palette[i % 10])
+        prefix = "" if single else f"{c.label}: "
+        ax.plot(x, c.copy_mean[ok], color=copy_colour, lw=1.8, marker="o", ms=3, label=f"{prefix}copy accuracy")
+        ax.fill_between(x, c.copy_mean[ok] - c.copy_std[ok], c.copy_mean[ok] + c.copy_std[ok],
+                        color=copy_colour, alpha=0.15, lw=0)
+        ax.plot(x, c.lm_mean[ok], color=lm_colour, lw=1.8, ls="-" if single else "--", marker="s", ms=3,
+                label=f"{prefix}LM accuracy")
+        ax.fill_between(x, c.lm_mean[ok] - c.lm_std[ok], c.lm_mean[ok] + c.lm_std[ok],
+                        color=lm_colour, alpha=0.12, lw=0)
+        if c.failed.any():
+            ax.plot(c.lengths[c.failed], np.zeros(int(c.failed.sum())), ls="none", marker="x", ms=8, mew=2,
+                    color="black" if single else palette[i % 10], label=f"{prefix}failed length (see log)")
+        if not single:
+            if c.fine:
+                ax.axvline(c.fine, color=palette[i % 10], ls=":", lw=1.3, label=f"{c.label}: fine {c.fine:g}")
+            if c.coarse:
+                ax.axvline(c.coarse, color=palette[i % 10], ls="-.", lw=1.3, label=f"{c.label}: coarse {c.coarse:g}")
+
+    top = blended_transform_factory(ax.transData, ax.transAxes)
+    if single:
+        c = curves[0]
+        fine = c.fine or 0.0
+        coarse = max(fine, c.coarse or 0.0)
+        bounds = ((left, fine), (fine, coarse), (coarse, right))
+        for (name, shade, ink), (a, b), value in zip(_REGIONS, bounds, (c.fine, c.coarse, None)):
+            if b <= a:
+                continue
+            label = name if value is None else f"{name} (<= {value:g})"
+            ax.axvspan(a, b, color=shade, alpha=0.10, lw=0, label=label)
+            lo = max(a, left)
+            if log_x:
+                width = math.log(b / lo) / math.log(right / left)
+                mid = math.sqrt(lo * b)
+            else:
+                width, mid = (b - lo) / (right - left), (lo + b) / 2
+            if width > 0.12:  # a narrower region is named in the legend only
+                ax.text(mid, 0.985, name, transform=top, ha="center", va="top", fontsize=8, color=ink)
+
+    marked, off_axis = set(), []
+    for c in curves:
+        t = c.claimed_length
+        if not t or t in marked:
+            continue
+        marked.add(t)
+        fill = (t - 3) / 2
+        if left <= t <= right:
+            ax.axvline(t, color="red", ls="--", lw=1.2, label=f"claimed length T = {t}")
+        if left <= fill <= right:
+            ax.axvline(fill, color="darkred", ls=(0, (4, 2, 1, 2)), lw=1.0, label=f"2l + 3 = T (l = {fill:g})")
+        if not left <= fill <= right:
+            off_axis.append(f"claimed length T = {t} (samples fill it at l = {fill:g}, off this axis)")
+    if off_axis:
+        ax.text(0.99, 0.02, "\n".join(off_axis), transform=ax.transAxes, ha="right", va="bottom", fontsize=8,
+                color="red")
+
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlim(left, right)
+    ax.set_ylim(-0.03, 1.12)  # headroom above 100% for the region names
+    ax.set_xlabel("copy length l (tokens of S; a sample [BOS] S [BOS] S [EOS] has 2l + 3 tokens)")
+    ax.set_ylabel("accuracy on the last ceil(l/2) tokens of S")
+    ax.set_title(title or (f"Forgetting curve: {curves[0].label}" if single else f"Forgetting curves of {len(curves)} models"))
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    fig.tight_layout()
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path)
+    return out_path
+
+
+def save_beside_results(results: dict, results_file) -> list[Path]:
+    """After ``--output_path`` results are saved: one PNG per forgetting-curve task, named after
+    the results file (``results_<date>_<task>.png``)."""
+    results_file = Path(results_file)
+    written = []
+    for task in forgetting_curve_tasks(results):
+        png = results_file.with_name(f"{results_file.stem}_{task}.png")
+        plot_forgetting_curves([curve_from_results(results, task)], png)
+        log.info("forgetting curve of %s written to %s", task, png)
+        written.append(png)
+    return written

@@ -1,0 +1,439 @@
+"""``forgetting_curve``: teacher-forced copy accuracy vs language-model accuracy across copy lengths.
+
+Forgetting Curve (EMNLP 2024, reference 1azybug/ForgettingCurve). For each copy length l, samples
+cut from one token stream T (PG-19 test, tokenized by the evaluated model's tokenizer):
+
+* copy sample  [BOS] S [BOS] S [EOS]  with S = T[b : b + l];
+* LM sample    [BOS] I [BOS] S [EOS]  with I = T[-l:] (unrelated text, as the reference).
+
+Accuracy: argmax == next token (teacher forced) over the last ceil(l/2) tokens of the second S.
+Copy accuracy far above LM accuracy means the model remembers S; where they meet, it forgot.
+
+Docs are (sample, length) pairs in sample-major order (s0: l1..ln, s1: l1..ln, ...), so any
+``--limit`` >= n covers every length. Each doc makes two requests (copy, LM) of the kind
+``forgetting_curve``, served in batches of equal-length samples with one long pass each.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+from lm_eval.api.instance import Instance
+from lm_eval.api.task import ConfigurableTask
+
+from .. import data, engine, harness, metrics, plotting
+
+harness.install()
+log = logging.getLogger("lm_eval_longctx")
+
+KIND = "forgetting_curve"
+# lm-eval's fallback when neither the model_args nor the config give a maximum length (HFLM)
+HFLM_DEFAULT_MAX_LENGTH = 2048
+TOKENIZER_UNSET_MAX_LENGTH = 1000000000000000019884624838656  # transformers' "no limit" marker
+
+DEFAULTS = {
+    "max_len": None,  # largest copy length l; default: the largest whose sample fits the model, (max_length - 3) // 2
+    "min_len": data.FORGETTING_CURVE_MIN_LEN,
+    "num_lengths": 32,
+    "spacing": "linear",  # or "geometric" ("log")
+    "lengths": None,  # explicit copy lengths; replace max_len / min_len / num_lengths / spacing
+    "samples_per_length": 10,
+    "seed": 0,
+    "fine_threshold": metrics.FINE_THRESHOLD,
+    "coarse_margin": metrics.COARSE_MARGIN,
+    # How a memory length reads the curve (metrics.memory_length). Fine: "largest", because short
+    # lengths score few tokens (l = 8: 4 per sample, one miss in 40 is 97.5%) while > 99% exact
+    # copying of a long S does not happen by chance. Coarse: "contiguous", because in the amnesia
+    # region both accuracies are low and differ by noise of about a point (the reference's l = 9293:
+    # 6.9% vs 5.0%), which "largest" would count, while short lengths show a wide copy-LM gap.
+    "fine_rule": "largest",
+    "coarse_rule": "contiguous",
+    "allow_beyond_max_length": False,
+    "chunk_size": engine.DEFAULT_CHUNK_SIZE,
+    "batch_size": None,  # samples per forward; default: the harness --batch_size (8 if auto)
+    "bos_token_id": None,  # default: the tokenizer's BOS, else its EOS (as lm-eval's prefix token)
+    "eos_token_id": None,  # default: the tokenizer's EOS, else the BOS id above
+    "tokenizer": None,  # default: metadata `pretrained` (the model_args)
+    "claimed_length": None,  # marked on the plot; default: the model's maximum length
+    "dataset_path": data.PG19_DATASET,
+    "dataset_revision": None,
+    "dataset_split": data.PG19_SPLIT,
+    "data_files": None,
+    "corpus_add_special_tokens": True,  # the reference tokenizes every piece with the default special tokens
+}
+_INT = {"min_len", "num_lengths", "samples_per_length", "seed", "chunk_size"}
+_OPTIONAL_INT = {"max_len", "batch_size", "bos_token_id", "eos_token_id", "claimed_length"}
+_BOOL = {"allow_beyond_max_length", "corpus_add_special_tokens"}
+
+# token streams by fingerprint, for the serve function (requests carry only the fingerprint and
+# the sample's start, so cache keys and --log_samples stay small); the task holds the array
+_STREAMS: "weakref.WeakValueDictionary[str, np.ndarray]" = weakref.WeakValueDictionary()
+
+
+def _as_bool(v) -> bool:
+    return str(v).strip().lower() in ("1", "true", "yes")
+
+
+def resolve_settings(metadata: dict | None) -> dict:
+    md = dict(metadata or {})
+    s = {k: md.get(k, v) for k, v in DEFAULTS.items()}
+    for k in _INT:
+        s[k] = int(s[k])
+    for k in _OPTIONAL_INT:
+        s[k] = None if s[k] in (None, "", "none", "None") else int(s[k])
+    for k in _BOOL:
+        s[k] = _as_bool(s[k])
+    s["fine_threshold"], s["coarse_margin"] = float(s["fine_threshold"]), float(s["coarse_margin"])
+    for k in ("fine_rule", "coarse_rule"):
+        if s[k] not in metrics.MEMORY_LENGTH_RULES:
+            raise ValueError(f"{k} must be one of {metrics.MEMORY_LENGTH_RULES}, got {s[k]!r}")
+    if s["spacing"] == "log":
+        s["spacing"] = "geometric"
+    if s["spacing"] not in ("linear", "geometric"):
+        raise ValueError(f"spacing must be 'linear' or 'geometric', got {s['spacing']!r}")
+    if s["lengths"] is not None:
+        raw = s["lengths"].split(",") if isinstance(s["lengths"], str) else s["lengths"]
+        s["lengths"] = sorted({int(x) for x in raw})
+        if not s["lengths"] or s["lengths"][0] < 1:
+            raise ValueError(f"lengths must be positive integers, got {metadata.get('lengths')!r}")
+    if s["samples_per_length"] < 1:
+        raise ValueError("samples_per_length must be >= 1")
+    # the model's own settings, from the model_args the harness merges into the metadata
+    s["pretrained"] = md.get("pretrained")
+    s["revision"] = md.get("revision")
+    s["trust_remote_code"] = _as_bool(md.get("trust_remote_code", False))
+    s["max_length"] = None if md.get("max_length") in (None, "", "None") else int(md["max_length"])
+    return s
+
+
+def load_tokenizer(s: dict):
+    from transformers import AutoTokenizer
+
+    name = s["tokenizer"] or s["pretrained"]
+    if not isinstance(name, str) or not name:
+        raise ValueError("forgetting_curve builds its samples with the model's tokenizer: give "
+                         "--model_args pretrained=... or --metadata '{\"tokenizer\": \"NAME_OR_PATH\"}'")
+    return AutoTokenizer.from_pretrained(name, revision=s["revision"], trust_remote_code=s["trust_remote_code"])
+
+
+def special_token_ids(tokenizer, bos_override: int | None = None, eos_override: int | None = None) -> tuple[int, int]:
+    """BOS and EOS of the samples, from the tokenizer (never hard-coded ids).
+
+    Without a BOS the tokenizer's EOS stands in (lm-eval's prefix token does the same); without an
+    EOS the BOS id is used. The final EOS follows every scored position, so with a causal model it
+    cannot change any score.
+    """
+    bos = bos_override if bos_override is not None else getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        bos = getattr(tokenizer, "eos_token_id", None)
+    if bos is None:
+        raise ValueError("the tokenizer has neither a BOS nor an EOS token: pass --metadata "
+                         "'{\"bos_token_id\": ID, \"eos_token_id\": ID}'")
+    eos = eos_override if eos_override is not None else getattr(tokenizer, "eos_token_id", None)
+    return int(bos), int(bos if eos is None else eos)
+
+
+def resolve_model_max_length(s: dict, tokenizer) -> int:
+    """The model's maximum length, resolved as lm-eval's HFLM does: model_args ``max_length``, else
+    the config's ``n_positions`` / ``max_position_embeddings`` / ``n_ctx`` (of its ``text_config``
+    when it has one), else the tokenizer's ``model_max_length``, else 2048."""
+    if s["max_length"]:
+        return int(s["max_length"])
+    if isinstance(s["pretrained"], str) and s["pretrained"]:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(s["pretrained"], revision=s["revision"],
+                                            trust_remote_code=s["trust_remote_code"])
+        config = getattr(config, "text_config", None) or config
+        for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+            if getattr(config, attr, None) is not None:
+                return int(getattr(config, attr))
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and int(limit) != TOKENIZER_UNSET_MAX_LENGTH:
+        return int(limit)
+    return HFLM_DEFAULT_MAX_LENGTH
+
+
+def sample_tokens(length: int) -> int:
+    """Tokens in one sample of copy length l: [BOS] S [BOS] S [EOS]."""
+    return 2 * length + 3
+
+
+def resolve_lengths(s: dict, model_max_length: int) -> list[int]:
+    """The tested copy lengths; samples longer than the model's maximum need allow_beyond_max_length."""
+    if s["lengths"]:
+        lengths = list(s["lengths"])
+    else:
+        max_len = s["max_len"] if s["max_len"] is not None else (model_max_length - 3) // 2
+        lengths = data.copy_lengths(max_len, s["num_lengths"], s["spacing"], s["min_len"])
+        if len(lengths) < s["num_lengths"]:
+            log.warning("forgetting_curve: %d distinct copy lengths between %d and %d (asked for %d)",
+                        len(lengths), s["min_len"], max_len, s["num_lengths"])
+    beyond = [x for x in lengths if sample_tokens(x) > model_max_length]
+    if beyond and not s["allow_beyond_max_length"]:
+        raise ValueError(
+            f"forgetting_curve: copy lengths {beyond} make samples of up to {sample_tokens(beyond[-1])} tokens "
+            f"(2l + 3), beyond the model's maximum length {model_max_length}. The longest copy length that fits "
+            f"is {(model_max_length - 3) // 2}. To probe beyond the maximum (as the paper does), pass "
+            "--metadata '{\"allow_beyond_max_length\": true}'."
+        )
+    return lengths
+
+
+def metric_width(lengths: list[int]) -> int:
+    """Digits of the zero-padded lengths in metric names (lm-eval sorts metric names as strings)."""
+    return max(5, len(str(max(lengths))))
+
+
+# ---------------------------------------------------------------- the request kind
+
+
+@dataclass
+class CurveSampleScore:
+    """One sample's result: scored and correctly predicted tokens, or the error of its length."""
+
+    length: int
+    mode: str  # "copy" or "lm"
+    n_scored: int
+    n_correct: int
+    error: str = ""
+
+    @property
+    def accuracy(self) -> float:
+        return float("nan") if self.error or self.n_scored == 0 else self.n_correct / self.n_scored
+
+    @property
+    def cacheable(self) -> bool:
+        """A failure (e.g. out of memory) may not happen again: never store it in --use_cache."""
+        return not self.error
+
+    def to_state(self) -> dict:
+        return {"length": self.length, "mode": self.mode, "n_scored": self.n_scored,
+                "n_correct": self.n_correct, "error": self.error}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "CurveSampleScore":
+        return cls(int(state["length"]), str(state["mode"]), int(state["n_scored"]), int(state["n_correct"]),
+                   str(state.get("error", "")))
+
+    def __repr__(self) -> str:  # what --log_samples writes
+        if self.error:
+            return f"CurveSampleScore({self.mode}, l={self.length}, failed: {self.error[:200]})"
+        return f"CurveSampleScore({self.mode}, l={self.length}, acc={self.accuracy:.4f}, n={self.n_scored})"
+
+
+def _score_with_backoff(model, seqs: list, chunk_size: int, score_from: int, batch_size: int) -> list:
+    """score_long_batch over ``batch_size`` samples per forward, halving it on CUDA out-of-memory
+    (no collective calls: ranks stay independent). Out of memory at one sample is raised."""
+    import torch
+
+    out, a, bs = [], 0, max(1, int(batch_size))
+    while a < len(seqs):
+        oom = False
+        try:
+            out.extend(engine.score_long_batch(model, seqs[a : a + bs], chunk_size=chunk_size, score_from=score_from))
+            a += bs
+        except torch.cuda.OutOfMemoryError:
+            if bs == 1:
+                raise
+            oom = True
+        if oom:  # outside the except block, so the failed forward's tensors are freed first
+            bs //= 2
+            torch.cuda.empty_cache()
+            log.warning("forgetting_curve: out of memory; retrying with %d samples per forward", bs)
+    return out
+
+
+def serve(ctx: harness.ScoringContext, items: list) -> list:
+    """All uncached forgetting-curve requests: grouped by copy length, each group batched.
+
+    A length that fails (out of memory at one sample per forward, or a sample too long for the
+    model) gives failed results for all its samples, is logged, and the other lengths still run.
+    """
+    import torch
+
+    groups: dict[tuple, list[int]] = {}
+    for i, (_, spec) in enumerate(items):
+        key = (spec["stream"], int(spec["length"]), int(spec["chunk_size"]), spec.get("batch_size"),
+               bool(spec.get("allow_beyond_max_length", False)))
+        groups.setdefault(key, []).append(i)
+    out: list = [None] * len(items)
+    for (stream_key, length, chunk_size, batch_size, _), idx in sorted(groups.items(), key=lambda kv: kv[0][1]):
+        specs = [items[i][1] for i in idx]
+        stream = _STREAMS.get(stream_key)
+        if stream is None:
+            raise RuntimeError(f"forgetting_curve: token stream {stream_key} is not loaded (requests outlived their task)")
+        first, stop = data.forgetting_curve_scored_targets(length)
+        try:
+            seqs = [data.forgetting_curve_sample(stream, length, int(s["start"]), s["mode"], int(s["bos"]), int(s["eos"]))
+                    for s in specs]
+            harness.check_length(len(seqs[0]), ctx.max_length, specs[0])
+            scores = _score_with_backoff(ctx.model, seqs, chunk_size, first, batch_size or ctx.batch_size)
+            # target t lives at array index t - 1
+            results = [CurveSampleScore(length, s["mode"], stop - first, int(sc.greedy[first - 1 : stop - 1].sum()))
+                       for s, sc in zip(specs, scores, strict=True)]
+        except (engine.ScoringError, torch.cuda.OutOfMemoryError) as e:
+            msg = f"{type(e).__name__}: {e}"
+            log.warning("forgetting_curve: copy length %d (%d-token samples) failed and is reported as failed "
+                        "(NaN accuracies); the other lengths still run. %s", length, sample_tokens(length), msg)
+            results = [CurveSampleScore(length, s["mode"], 0, 0, error=msg) for s in specs]
+        if results[0].error and torch.cuda.is_available():
+            torch.cuda.empty_cache()  # after the except block: the failed forward's tensors are gone
+        for i, res in zip(idx, results, strict=True):
+            out[i] = res
+        ctx.progress(len(idx))
+    return out
+
+
+harness.register_request_kind(KIND, serve, CurveSampleScore.from_state)
+harness.on_results_saved(KIND, plotting.save_beside_results)
+
+
+# ---------------------------------------------------------------- the task
+
+
+class ForgettingCurveTask(ConfigurableTask):
+    VERSION = 1
+
+    def __init__(self, config: dict | None = None):
+        cfg = dict(config or {})
+        cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
+        self.settings = resolve_settings(cfg.get("metadata"))
+        super().__init__(config=cfg)
+        # Set after validation: the YAML must say a built-in output_type, the requests are ours.
+        self.OUTPUT_TYPE = harness.REQUEST_TYPE
+        self._record_settings()
+
+    # ---------------------------------------------------------------- data
+
+    def download(self, dataset_kwargs=None, **kwargs) -> None:
+        import datasets
+
+        s = self.settings
+        tokenizer = load_tokenizer(s)
+        self.tokenizer_name = str(s["tokenizer"] or s["pretrained"])
+        self.bos_id, self.eos_id = special_token_ids(tokenizer, s["bos_token_id"], s["eos_token_id"])
+        self.model_max_length = resolve_model_max_length(s, tokenizer)
+        self.lengths = resolve_lengths(s, self.model_max_length)
+        self.width = metric_width(self.lengths)
+
+        docs = data.load_book_pieces(dataset_path=s["dataset_path"], revision=s["dataset_revision"],
+                                     split=s["dataset_split"], data_files=s["data_files"])
+        self.stream = data.token_stream(tokenizer, docs.texts, add_special_tokens=s["corpus_add_special_tokens"])
+        self.stream_sha256 = hashlib.sha256(self.stream.tobytes()).hexdigest()
+        # the key names the tokens and the ids that frame them: cached results are reused only for both
+        self.stream_key = f"{self.stream_sha256[:24]}-{self.bos_id}-{self.eos_id}"
+        _STREAMS[self.stream_key] = self.stream
+        self.provenance = {**docs.provenance, "n_tokens": int(len(self.stream)), "stream_sha256": self.stream_sha256}
+
+        starts = data.sample_starts(len(self.stream), self.lengths, s["samples_per_length"], s["seed"])
+        rows = {"doc_id": [], "sample": [], "length": [], "start": []}
+        for k in range(s["samples_per_length"]):  # sample-major: any --limit >= n covers every length
+            for length in self.lengths:
+                rows["doc_id"].append(len(rows["doc_id"]))
+                rows["sample"].append(k)
+                rows["length"].append(length)
+                rows["start"].append(starts[length][k])
+        self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows)})
+
+    def has_training_docs(self):
+        return False
+
+    def has_validation_docs(self):
+        return False
+
+    def has_test_docs(self):
+        return True
+
+    def test_docs(self):
+        return self.dataset["test"]
+
+    def _record_settings(self) -> None:
+        """Everything that changes the numbers, and what the plot needs, goes into the results JSON."""
+        s = self.settings
+        rec = {k: s[k] for k in ("samples_per_length", "seed", "spacing", "min_len", "max_len", "num_lengths",
+                                 "fine_threshold", "coarse_margin", "fine_rule", "coarse_rule", "chunk_size",
+                                 "allow_beyond_max_length", "corpus_add_special_tokens")}
+        rec.update(
+            task_kind=KIND,
+            lengths=self.lengths,
+            metric_name_width=self.width,
+            model_max_length=self.model_max_length,
+            claimed_length=s["claimed_length"] or self.model_max_length,
+            tokenizer=self.tokenizer_name,
+            bos_token_id=self.bos_id,
+            eos_token_id=self.eos_id,
+            scored="last ceil(l/2) tokens of the second S, teacher-forced greedy",
+            per_length_std="population std (ddof=0, as the reference) = stderr * sqrt(n - 1)",
+            data=self.provenance,
+        )
+        if self.config.metadata is None:
+            self.config.metadata = {}
+        self.config.metadata["longctx_settings"] = rec
+
+    # ---------------------------------------------------------------- requests
+
+    def build_all_requests(self, **kwargs) -> None:
+        limit = kwargs.get("limit")
+        if limit is not None and int(limit) < len(self.lengths):
+            log.warning("forgetting_curve: --limit %s covers only the first %s of %d copy lengths (docs are "
+                        "sample-major: a limit of k * %d gives k samples at every length)",
+                        limit, limit, len(self.lengths), len(self.lengths))
+        harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+
+    def _spec(self, doc, mode: str) -> dict:
+        s = self.settings
+        return {"kind": KIND, "stream": self.stream_key, "mode": mode, "length": int(doc["length"]),
+                "start": int(doc["start"]), "bos": self.bos_id, "eos": self.eos_id, "chunk_size": s["chunk_size"],
+                "batch_size": s["batch_size"], "allow_beyond_max_length": s["allow_beyond_max_length"]}
+
+    def construct_requests(self, doc, ctx, **kwargs):
+        kwargs.pop("apply_chat_template", None)
+        kwargs.pop("chat_template", None)
+        # args[0] must be a str (the harness hashes it); a label keeps --log_samples small
+        return [
+            Instance(harness.REQUEST_TYPE, doc,
+                     (f"forgetting_curve {mode} l={doc['length']} sample={doc['sample']} start={doc['start']}",
+                      self._spec(doc, mode)), i, **kwargs)
+            for i, mode in enumerate(("copy", "lm"))
+        ]
+
+    # ---------------------------------------------------------------- results
+
+    def _name(self, what: str, length: int) -> str:
+        return f"{what}@{int(length):0{self.width}d}"
+
+    def process_results(self, doc, results):
+        copy, lm = results
+        length = int(doc["length"])
+        point = (length, copy.accuracy, lm.accuracy)
+        return {
+            self._name("copy_acc", length): copy.accuracy,
+            self._name("lm_acc", length): lm.accuracy,
+            "fine_memory_length": point,
+            "coarse_memory_length": point,
+            "n_failed_lengths": point,
+        }
+
+    def aggregation(self):
+        s = self.settings
+        mean = harness.aggregation_fn("mean")
+        agg = {self._name(w, x): mean for x in self.lengths for w in ("copy_acc", "lm_acc")}
+        # partials of module-level functions: they pickle; they get no stderr (a threshold statistic)
+        agg["fine_memory_length"] = functools.partial(
+            metrics.fine_memory_length_from_samples, threshold=s["fine_threshold"], rule=s["fine_rule"])
+        agg["coarse_memory_length"] = functools.partial(
+            metrics.coarse_memory_length_from_samples, margin=s["coarse_margin"], rule=s["coarse_rule"])
+        agg["n_failed_lengths"] = metrics.n_failed_lengths_from_samples
+        return agg
+
+    def higher_is_better(self):
+        hib = {name: True for name in self.aggregation()}
+        hib["n_failed_lengths"] = False
+        return hib
+

@@ -1,0 +1,57 @@
+#!/usr/bin/env python
+"""Draw forgetting curves (as the paper's Figure 1) from lm-eval results JSON files.
+
+One file: copy and LM accuracy with +-1 std bands, the fine-grained / coarse-grained / amnesia
+regions shaded and the claimed length marked. Several files: all models on one figure.
+
+    python scripts/plot_forgetting_curve.py results/MODEL/results_DATE.json -o curve.png
+    python scripts/plot_forgetting_curve.py a.json b.json --label "model A" --label "model B" -o both.png
+
+(``lm_eval --output_path DIR`` already writes ``results_DATE_forgetting_curve.png`` beside each
+results file; this script is for redrawing and for comparing models.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lm_eval_longctx import plotting
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="results JSON files written by lm_eval --output_path")
+    p.add_argument("-o", "--out", required=True, help="output PNG")
+    p.add_argument("--task", default=None,
+                   help="task name in the results (default: every forgetting-curve task of each file)")
+    p.add_argument("--label", action="append", default=None,
+                   help="legend label per curve, in order (default: the model name recorded in the results)")
+    p.add_argument("--title", default=None)
+    p.add_argument("--log-x", action="store_true", default=None, help="logarithmic length axis "
+                   "(default: when the lengths were spaced geometrically)")
+    args = p.parse_args(argv)
+
+    curves = []
+    for path in args.results:
+        with open(path, encoding="utf-8") as f:
+            results = json.load(f)
+        tasks = [args.task] if args.task else plotting.forgetting_curve_tasks(results)
+        if not tasks:
+            p.error(f"{path} holds no forgetting curve (no copy_acc@LENGTH metrics)")
+        for task in tasks:
+            label = plotting.model_label(results, default=path)
+            curves.append(plotting.curve_from_results(results, task, label if len(tasks) == 1 else f"{label} / {task}"))
+    if args.label:
+        if len(args.label) != len(curves):
+            p.error(f"{len(args.label)} labels for {len(curves)} curves")
+        for c, label in zip(curves, args.label):
+            c.label = label
+    out = plotting.plot_forgetting_curves(curves, args.out, title=args.title, log_x=args.log_x)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
