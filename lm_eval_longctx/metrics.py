@@ -195,3 +195,42 @@ def failed_lengths_from_samples(items) -> list[int]:
 def n_failed_lengths_from_samples(items) -> float:
     """Aggregation over per-sample (length, copy_acc, lm_acc) items: how many lengths failed."""
     return float(len(failed_lengths_from_samples(items)))
+
+
+# ---------------------------------------------------------------- LongEval "lines": answer tokens
+#
+# The response's tokens carry character offsets relative to the start of the response; the
+# answer is a character span of it (the digits of the number).
+
+
+def overlapping_token_mask(offsets: np.ndarray, span: tuple[int, int]) -> np.ndarray:
+    """Tokens whose character span [start, end) overlaps ``span`` = [a, b): start < b and end > a.
+
+    Overlap, not containment: a token that merges a digit with "<", ">" or "." still carries part of
+    the number, so it counts. Zero-width tokens (special tokens) never overlap anything.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    a, b = int(span[0]), int(span[1])
+    if b <= a:
+        raise ValueError(f"empty span [{a}, {b})")
+    start, end = offsets[:, 0], offsets[:, 1]
+    return (end > start) & (start < b) & (end > a)
+
+
+def answer_nll_split(logprob: np.ndarray, offsets: np.ndarray, answer_span: tuple[int, int]):
+    """((answer NLL sum, answer tokens), (other NLL sum, other tokens)) over a scored response.
+
+    ``logprob[i]`` is the log-prob of the response token with character span ``offsets[i]``;
+    zero-width (special) tokens belong to neither part. Raises when no token overlaps the answer.
+    """
+    logprob = np.asarray(logprob, dtype=np.float64)
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    if len(logprob) != len(offsets):
+        raise ValueError(f"{len(logprob)} log-probs for {len(offsets)} token offsets")
+    if not np.all(np.isfinite(logprob)):
+        raise ValueError("response log-probs must be finite")
+    answer = overlapping_token_mask(offsets, answer_span)
+    other = (offsets[:, 1] > offsets[:, 0]) & ~answer
+    if not answer.any():
+        raise ValueError(f"no token overlaps the answer span {tuple(answer_span)}")
+    return (nll_sum(logprob[answer]), int(answer.sum())), (nll_sum(logprob[other]), int(other.sum()))

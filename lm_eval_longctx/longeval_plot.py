@@ -1,0 +1,146 @@
+"""LongEval "lines" curves from harness results, and their figure (LongPPL paper, Figure 2 b, c).
+
+Reads the per-configuration metrics of ``longeval_lines_ppl`` / ``longeval_lines_acc``
+(``acc_0200``, ``answer_ppl_0200``, ``non_answer_ppl_0200``, ``prompt_tokens_0200``, with their
+stderrs) from a results JSON (what ``--output_path`` writes, or ``simple_evaluate``'s return value)
+and draws, against the prompt length in tokens:
+
+* (b) accuracy beside the perplexity of the answer tokens;
+* (c) accuracy beside the perplexity of the response's other tokens.
+
+The x value of a point is its configuration's mean prompt length measured by the same task
+(``prompt_tokens_N``); results without it are drawn against the number of lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CURVE_METRICS = ("acc", "answer_ppl", "non_answer_ppl")
+_KEY = re.compile(r"^(?P<stem>acc|answer_ppl|non_answer_ppl|prompt_tokens)_(?P<n>\d+),(?P<filter>[^,]+)$")
+
+
+@dataclass
+class Curve:
+    """One metric across configurations, ascending in the number of lines."""
+
+    metric: str
+    num_lines: list[int] = field(default_factory=list)
+    x: list[float] = field(default_factory=list)  # mean prompt tokens, or the number of lines
+    value: list[float] = field(default_factory=list)
+    stderr: list[float] = field(default_factory=list)  # NaN where the harness gave none
+    x_is_tokens: bool = True
+
+
+def _number(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):  # "N/A"
+        return math.nan
+
+
+def curves_from_results(results: dict) -> dict[str, Curve]:
+    """The three curves of one run: ``results`` is a results JSON or its ``"results"`` section."""
+    section = results.get("results", results)
+    found: dict[str, dict[int, float]] = {}
+    per_task_tokens: dict[str, dict[int, float]] = {}
+    stderrs: dict[str, dict[int, float]] = {}
+    owner: dict[str, str] = {}
+    for task, values in section.items():
+        if not isinstance(values, dict):
+            continue
+        for key, v in values.items():
+            m = _KEY.match(key)
+            if m is None:
+                continue
+            stem, n = m.group("stem"), int(m.group("n"))
+            if stem == "prompt_tokens":
+                per_task_tokens.setdefault(task, {})[n] = _number(v)
+                continue
+            found.setdefault(stem, {})[n] = _number(v)
+            owner[stem] = task
+            err = values.get(f"{stem}_{m.group('n')}_stderr,{m.group('filter')}")
+            stderrs.setdefault(stem, {})[n] = _number(err)
+    any_tokens = next(iter(per_task_tokens.values()), {})
+    curves = {}
+    for stem in CURVE_METRICS:
+        if stem not in found:
+            continue
+        tokens = per_task_tokens.get(owner[stem], any_tokens)
+        ns = sorted(found[stem])
+        use_tokens = all(n in tokens and math.isfinite(tokens[n]) for n in ns)
+        curves[stem] = Curve(stem, ns, [tokens[n] if use_tokens else float(n) for n in ns],
+                             [found[stem][n] for n in ns], [stderrs[stem].get(n, math.nan) for n in ns], use_tokens)
+    return curves
+
+
+def load_results(path: str | Path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def run_label(results: dict, fallback: str) -> str:
+    """The model's name from a results JSON (``model_name`` or ``pretrained=`` in ``config.model_args``)."""
+    if results.get("model_name"):
+        return str(results["model_name"])
+    args = (results.get("config") or {}).get("model_args")
+    if isinstance(args, dict) and args.get("pretrained"):
+        return str(args["pretrained"])
+    if isinstance(args, str):
+        m = re.search(r"pretrained=([^,]+)", args)
+        if m:
+            return m.group(1)
+    return fallback
+
+
+def plot_runs(runs: dict[str, dict[str, Curve]], out_path: str | Path, title: str | None = None) -> Path:
+    """Draw (b) accuracy + answer-token PPL and (c) accuracy + non-answer PPL for every run; save a PNG/PDF."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not any(runs.values()):
+        raise ValueError("no LongEval lines metrics (acc_N, answer_ppl_N, non_answer_ppl_N) in the results")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    panels = (("answer_ppl", "(b) answer tokens"), ("non_answer_ppl", "(c) non-answer tokens"))
+    x_tokens = all(c.x_is_tokens for curves in runs.values() for c in curves.values())
+    for ax, (ppl_metric, panel_title) in zip(axes, panels):
+        twin = ax.twinx()
+        for k, (label, curves) in enumerate(runs.items()):
+            color = colors[k % len(colors)]
+            acc = curves.get("acc")
+            if acc is not None:
+                ax.errorbar(acc.x, acc.value, yerr=_finite(acc.stderr), color=color, marker="o", capsize=2,
+                            label=f"{label}: accuracy")
+            ppl = curves.get(ppl_metric)
+            if ppl is not None:
+                twin.errorbar(ppl.x, ppl.value, yerr=_finite(ppl.stderr), color=color, marker="s", linestyle="--",
+                              capsize=2, label=f"{label}: PPL")
+        ax.set_xlabel("prompt length (tokens)" if x_tokens else "number of lines")
+        ax.set_ylabel("accuracy (solid)")
+        ax.set_ylim(-0.03, 1.03)
+        twin.set_ylabel("perplexity (dashed)")
+        ax.set_title(panel_title)
+        ax.grid(alpha=0.3)
+        handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+        if handles:
+            ax.legend(handles=handles, fontsize=7, loc="best")
+    if title:
+        fig.suptitle(title)
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+def _finite(values: list[float]):
+    """Error bars, or None when no stderr is known (matplotlib rejects NaN-only bars)."""
+    cleaned = [v if math.isfinite(v) else 0.0 for v in values]
+    return cleaned if any(v > 0 for v in cleaned) else None

@@ -1,0 +1,402 @@
+"""LongEval "lines" (LongChat): answer-token perplexity beside retrieval accuracy.
+
+Two tasks over the same test cases (``lm_eval_longctx.longeval_data``), run together as the group
+``longeval_lines``:
+
+* ``longeval_lines_ppl`` (our ``longctx_scores`` requests, ``--model hf``): the reference response
+  ``The <REGISTER_CONTENT> in line {name} is <{n}>.`` is read teacher-forced after the prompt, one
+  request per case; ``answer_ppl`` is the perplexity of the tokens of the number, ``non_answer_ppl``
+  that of the response's other tokens (LongPPL paper, section 2.1, Table 9).
+* ``longeval_lines_acc`` (the harness's ``generate_until``, so ``--apply_chat_template``,
+  ``--system_instruction`` and ``--gen_kwargs`` work as for any task): greedy generation of at most
+  100 new tokens; correct iff the last integer of the output equals the expected number (LongChat).
+
+Two tasks because a task has one OUTPUT_TYPE, the request type the harness pads under data
+parallelism. Each reports every configuration (number of lines N) separately, N zero-padded so the
+results table sorts by it: ``answer_ppl_0200``, ``non_answer_ppl_0200``, ``acc_0200``, and
+``prompt_tokens_0200``, the mean prompt length in the evaluated model's tokens; ``answer_ppl``,
+``non_answer_ppl`` and ``acc`` pool all configurations. Perplexities are token-weighted corpus values
+(exp of total NLL over total tokens) with a bootstrap stderr over cases.
+
+Answer tokens: prompt + response are tokenized together, with character offsets. The response's
+tokens are those whose span ends after the response starts (a token merging the prompt's last
+character with the response's first belongs to the response); an answer token is a response token
+whose span overlaps the digits of the number, so a token merging "<" or ">" with a digit counts and
+no digit is ever in a non-answer token. Special (zero-width) tokens are in neither part.
+
+A prompt longer than the model allows is an error (default) or, with ``over_length: skip``, a skip
+recorded as ``skipped_{N}``; never a silent truncation. For accuracy the limit is the model's
+maximum length minus ``max_gen_toks``, where the harness would cut the prompt's left end: a cheap
+``longctx_scores`` request per case counts the prompt's tokens before any generation runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from lm_eval.api.instance import Instance
+from lm_eval.api.task import ConfigurableTask
+
+from .. import engine, harness, keyspans, longeval_data, longeval_words, metrics
+
+log = logging.getLogger("lm_eval_longctx")
+
+ANSWER_KIND = "longeval_lines_answer"
+LENGTH_KIND = "longeval_lines_prompt_length"
+OVER_LENGTH = ("error", "skip")
+
+DEFAULTS = {
+    "num_lines": list(longeval_data.DEFAULT_NUM_LINES),
+    "num_cases": longeval_data.DEFAULT_NUM_CASES,
+    "seed": 0,
+    "trailing_space": "reference",
+    "testcases": None,  # LongChat's files: a folder or URL prefix with {N}_lines.jsonl, a .jsonl, or a list
+    "over_length": "error",
+    "allow_beyond_max_length": False,  # ppl only: score prompts beyond the model's maximum anyway
+    "chunk_size": engine.DEFAULT_CHUNK_SIZE,
+}
+
+
+def _as_bool(value) -> bool:
+    return str(value).lower() in ("1", "true", "yes")
+
+
+def _num_lines(value) -> list[int]:
+    if isinstance(value, str):
+        value = [v for v in value.replace(";", ",").split(",") if v.strip()]
+    elif isinstance(value, (int, np.integer)):
+        value = [value]
+    out = sorted({int(v) for v in value})
+    if not out or out[0] < 1:
+        raise ValueError(f"num_lines must be positive line counts, got {value!r}")
+    return out
+
+
+def resolve_settings(metadata: dict | None) -> dict:
+    md = dict(metadata or {})
+    s = {k: md.get(k, v) for k, v in DEFAULTS.items()}
+    s["num_lines"] = _num_lines(s["num_lines"])
+    s["num_cases"], s["seed"], s["chunk_size"] = int(s["num_cases"]), int(s["seed"]), int(s["chunk_size"])
+    if s["num_cases"] < 1 or s["chunk_size"] < 1:
+        raise ValueError("num_cases and chunk_size must be >= 1")
+    if not 0 <= s["seed"] < 2**32:
+        raise ValueError(f"seed must be in [0, 2**32), got {s['seed']}")
+    longeval_data.uses_trailing_space(1, s["trailing_space"])  # validates the value
+    s["over_length"] = str(s["over_length"]).lower()
+    if s["over_length"] not in OVER_LENGTH:
+        raise ValueError(f"over_length must be one of {OVER_LENGTH}, got {s['over_length']!r}")
+    s["allow_beyond_max_length"] = _as_bool(s["allow_beyond_max_length"])
+    return s
+
+
+@functools.lru_cache(maxsize=4)
+def _generated(num_lines: tuple[int, ...], num_cases: int, seed: int, trailing_space) -> tuple:
+    # both tasks of the group build the same cases: generate them once per process
+    return tuple(longeval_data.generate_cases(num_lines, num_cases, seed, trailing_space))
+
+
+def build_cases(s: dict) -> list[longeval_data.TestCase]:
+    if s["testcases"]:
+        cases = longeval_data.load_testcases(s["testcases"], s["num_lines"], max_cases=s["num_cases"])
+    else:
+        longeval_data.check_word_lists()
+        cases = list(_generated(tuple(s["num_lines"]), s["num_cases"], s["seed"], s["trailing_space"]))
+    return longeval_data.interleave(cases)
+
+
+# ------------------------------------------------------------------ request kinds (no lm-eval here)
+
+
+def _add_special_tokens(tokenizer, text: str, mode) -> bool:
+    """``auto`` as the harness encodes: the tokenizer's own special tokens, unless the text already
+    starts with the BOS string (a chat template that writes it)."""
+    if mode not in (None, "auto"):
+        return bool(mode)
+    bos = getattr(tokenizer, "bos_token", None)
+    return not (isinstance(bos, str) and bos and text.startswith(bos))
+
+
+@dataclass
+class AnswerScores:
+    """Log-probs of the response tokens of one case, read after its prompt."""
+
+    n_tokens: int  # prompt + response
+    prompt_tokens: int  # tokens before the first response token
+    offsets: np.ndarray  # int64 [m, 2]: response tokens' character spans, relative to the response start
+    logprob: np.ndarray  # float32 [m]
+    skipped: bool = False  # longer than the model's maximum, over_length = skip: not scored
+
+    def to_state(self) -> dict:
+        return {"n_tokens": self.n_tokens, "prompt_tokens": self.prompt_tokens, "offsets": self.offsets,
+                "logprob": self.logprob, "skipped": self.skipped}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "AnswerScores":
+        return cls(int(state["n_tokens"]), int(state["prompt_tokens"]), np.asarray(state["offsets"]),
+                   np.asarray(state["logprob"]), bool(state["skipped"]))
+
+    def __repr__(self) -> str:  # compact: this is what --log_samples writes
+        if self.skipped:
+            return f"AnswerScores(n={self.n_tokens}, skipped: longer than the model's maximum)"
+        return (f"AnswerScores(n={self.n_tokens}, prompt={self.prompt_tokens}, response={len(self.logprob)}, "
+                f"response_nll={-float(np.sum(self.logprob, dtype=np.float64)):.4f})")
+
+
+def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None) -> AnswerScores:
+    """Tokenize prompt + response with offsets, find the response's first token, score from there."""
+    ids, offsets = keyspans.token_offsets(tokenizer, text, _add_special_tokens(tokenizer, text, spec.get("add_special_tokens")))
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    start = int(spec["response_start"])
+    inside = np.flatnonzero((offsets[:, 1] > start) & (offsets[:, 1] > offsets[:, 0]))
+    if len(inside) == 0:
+        raise engine.ScoringError("longeval_lines: no token of the tokenized text covers the response")
+    first = int(inside[0])
+    if first < 1:
+        raise engine.ScoringError("longeval_lines: the response's first token starts the sequence; nothing precedes it")
+    n = len(ids)
+    if (spec.get("over_length") == "skip" and max_length and n > max_length
+            and not spec.get("allow_beyond_max_length", False)):
+        empty = np.zeros((0, 2), dtype=np.int64)
+        return AnswerScores(n, first, empty, np.zeros(0, dtype=np.float32), skipped=True)
+    try:
+        harness.check_length(n, max_length, spec)
+    except engine.ScoringError as err:
+        raise engine.ScoringError(f"longeval_lines_ppl: {err} Or pass --metadata '{{\"over_length\": \"skip\"}}' "
+                                  "to record such cases as skipped, or fewer num_lines.") from err
+    lp = engine.score_long(model, ids, chunk_size=int(spec.get("chunk_size", engine.DEFAULT_CHUNK_SIZE)),
+                           score_from=first).logprob[first - 1 :]
+    return AnswerScores(n, first, offsets[first:] - start, lp.astype(np.float32))
+
+
+def serve_answers(ctx: harness.ScoringContext, items: list) -> list[AnswerScores]:
+    out = []
+    for text, spec in items:
+        out.append(score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length))
+        ctx.progress(1)
+    return out
+
+
+@dataclass
+class PromptLength:
+    """How many tokens the harness's generate_until will read for a prompt, and whether they fit."""
+
+    n_tokens: int
+    limit: int | None  # max_length - max_gen_toks (None: no known maximum)
+    skipped: bool = False
+
+    def to_state(self) -> dict:
+        return {"n_tokens": self.n_tokens, "limit": self.limit, "skipped": self.skipped}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "PromptLength":
+        limit = state["limit"]
+        return cls(int(state["n_tokens"]), None if limit is None else int(limit), bool(state["skipped"]))
+
+    def __repr__(self) -> str:
+        tail = ", skipped: the harness would cut it" if self.skipped else ""
+        return f"PromptLength(n={self.n_tokens}, limit={self.limit}{tail})"
+
+
+def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> PromptLength:
+    """The prompt's token count as HFLM.generate_until encodes it (the tokenizer's special tokens
+    unless the text starts with BOS; an ``add_bos_token`` model argument can only remove tokens, so
+    this count is never below the harness's), against max_length - max_gen_toks."""
+    n = len(tokenizer(text, add_special_tokens=_add_special_tokens(tokenizer, text, "auto"))["input_ids"])
+    max_gen = int(spec["max_gen_toks"])
+    limit = max_length - max_gen if max_length else None
+    if limit is not None and n > limit:
+        if spec.get("over_length") == "skip":
+            return PromptLength(n, limit, skipped=True)
+        raise engine.ScoringError(
+            f"longeval_lines_acc: a {n}-token prompt plus {max_gen} generated tokens exceeds the model's maximum "
+            f"length {max_length}; the harness would silently cut the prompt's beginning. Raise --model_args "
+            "max_length=N if the model supports it, use fewer num_lines, or pass --metadata "
+            "'{\"over_length\": \"skip\"}' to record such cases as skipped.")
+    return PromptLength(n, limit)
+
+
+def serve_prompt_lengths(ctx: harness.ScoringContext, items: list) -> list[PromptLength]:
+    out = []
+    for text, spec in items:
+        out.append(prompt_length(ctx.tokenizer, text, spec, ctx.max_length))
+        ctx.progress(1)
+    return out
+
+
+harness.register_request_kind(ANSWER_KIND, serve_answers, AnswerScores.from_state)
+harness.register_request_kind(LENGTH_KIND, serve_prompt_lengths, PromptLength.from_state)
+harness.install()
+
+
+# ------------------------------------------------------------------ the tasks
+
+
+class _LinesTask(ConfigurableTask):
+    """Shared: the cases as harness documents, per-configuration metric names, settings record."""
+
+    VERSION = 1
+    # metric stem -> (aggregation name, higher_is_better), reported per configuration and pooled
+    PER_CONFIG: dict[str, tuple[str, bool | None]] = {}
+    POOLED: tuple[str, ...] = ()
+
+    def __init__(self, config: dict | None = None):
+        cfg = dict(config or {})
+        cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
+        self.settings = resolve_settings(cfg.get("metadata"))
+        super().__init__(config=cfg)
+        self._record_settings()
+
+    # ---------------------------------------------------------------- data
+
+    def download(self, dataset_kwargs=None, **kwargs) -> None:
+        import datasets
+
+        cases = build_cases(self.settings)
+        self.configurations = sorted({c.num_lines for c in cases})
+        # zero-padded so that lm-eval's lexicographic metric sort is numeric
+        self._width = max(4, len(str(self.configurations[-1])))
+        self.provenance = longeval_data.provenance(cases)
+        self.dataset = datasets.DatasetDict(
+            {"test": datasets.Dataset.from_list([longeval_data.to_doc(c, i) for i, c in enumerate(cases)])})
+
+    def has_training_docs(self):
+        return False
+
+    def has_validation_docs(self):
+        return False
+
+    def has_test_docs(self):
+        return True
+
+    def test_docs(self):
+        return self.dataset["test"]
+
+    def doc_to_text(self, doc, doc_to_text=None):
+        return doc["prompt"]
+
+    def doc_to_target(self, doc, doc_to_target=None):
+        return ""
+
+    def config_key(self, num_lines: int) -> str:
+        return f"{int(num_lines):0{self._width}d}"
+
+    def _record_settings(self) -> None:
+        """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""
+        s = self.settings
+        rec = {"num_lines": self.configurations, "over_length": s["over_length"]}
+        if s["testcases"]:
+            rec["source"] = {"testcases": s["testcases"], "max_cases_per_file": s["num_cases"]}
+        else:
+            rec["source"] = {"generated": True, "num_cases": s["num_cases"], "seed": s["seed"],
+                             "trailing_space": s["trailing_space"], "generator_version": longeval_data.GENERATOR_VERSION,
+                             "wordlist_version": longeval_words.WORDLIST_VERSION,
+                             "wordlist_sha256": longeval_data.wordlist_fingerprint()}
+        rec["data"] = self.provenance
+        rec.update(self._extra_settings())
+        if self.config.metadata is None:
+            self.config.metadata = {}
+        self.config.metadata["longctx_settings"] = rec
+
+    def _extra_settings(self) -> dict:
+        return {}
+
+    def build_all_requests(self, **kwargs) -> None:
+        harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+
+    # ---------------------------------------------------------------- metrics
+
+    def _metrics(self) -> dict[str, tuple[str, bool | None]]:
+        out = {m: self.PER_CONFIG[m] for m in self.POOLED}
+        stems = dict(self.PER_CONFIG)
+        if self.settings["over_length"] == "skip":
+            stems["skipped"] = ("mean", False)
+        for n in self.configurations:
+            for stem, v in stems.items():
+                out[f"{stem}_{self.config_key(n)}"] = v
+        return out
+
+    def aggregation(self):
+        return {m: harness.aggregation_fn(agg) for m, (agg, _) in self._metrics().items()}
+
+    def higher_is_better(self):
+        return {m: hib for m, (_, hib) in self._metrics().items()}
+
+    def _skipped(self, key: str, skipped: bool) -> dict:
+        return {f"skipped_{key}": float(skipped)} if self.settings["over_length"] == "skip" else {}
+
+
+class LongEvalLinesPPLTask(_LinesTask):
+    PER_CONFIG = {
+        "answer_ppl": ("token_weighted_perplexity", False),
+        "non_answer_ppl": ("token_weighted_perplexity", False),
+        "prompt_tokens": ("mean", None),
+    }
+    POOLED = ("answer_ppl", "non_answer_ppl")
+
+    def __init__(self, config: dict | None = None):
+        super().__init__(config)
+        # Set after validation: the YAML must say a built-in output_type, the requests are ours.
+        self.OUTPUT_TYPE = harness.REQUEST_TYPE
+
+    def _extra_settings(self) -> dict:
+        return {"response_template": longeval_data.RESPONSE_TEMPLATE,
+                "join": "prompt + ' ' + response (no space when the prompt ends with whitespace or a chat template "
+                        "was applied)",
+                "answer_tokens": "response tokens whose character span overlaps the number's digits",
+                "allow_beyond_max_length": self.settings["allow_beyond_max_length"]}
+
+    def construct_requests(self, doc, ctx, **kwargs):
+        templated = bool(kwargs.pop("apply_chat_template", False))
+        kwargs.pop("chat_template", None)
+        # One space between "I need the number." and the response, whether or not the prompt brings it
+        # (the 200-680 files do), so every configuration reads the same response text.
+        sep = "" if templated or ctx[-1:].isspace() else " "
+        spec = {"kind": ANSWER_KIND, "response_start": len(ctx) + len(sep), "add_special_tokens": "auto",
+                "chunk_size": self.settings["chunk_size"], "over_length": self.settings["over_length"],
+                "allow_beyond_max_length": self.settings["allow_beyond_max_length"]}
+        return [Instance(harness.REQUEST_TYPE, doc, (ctx + sep + doc["response"], spec), 0, **kwargs)]
+
+    def process_results(self, doc, results):
+        scores: AnswerScores = results[0]
+        key = self.config_key(doc["num_lines"])
+        if scores.skipped:
+            return self._skipped(key, True)
+        answer, other = metrics.answer_nll_split(scores.logprob, scores.offsets, (doc["answer_start"], doc["answer_end"]))
+        return {"answer_ppl": answer, "non_answer_ppl": other, f"answer_ppl_{key}": answer,
+                f"non_answer_ppl_{key}": other, f"prompt_tokens_{key}": scores.prompt_tokens,
+                **self._skipped(key, False)}
+
+
+class LongEvalLinesAccTask(_LinesTask):
+    PER_CONFIG = {"acc": ("mean", True), "prompt_tokens": ("mean", None)}
+    POOLED = ("acc",)
+
+    def _extra_settings(self) -> dict:
+        return {"correct": "last integer of the output (re.findall(r'\\d+')[-1]) == expected_number"}
+
+    def construct_requests(self, doc, ctx, **kwargs):
+        kwargs.pop("apply_chat_template", None)
+        kwargs.pop("chat_template", None)
+        gen_kwargs = copy.deepcopy(self.config.generation_kwargs or {})
+        # HFLM's own default when the YAML or --gen_kwargs give none
+        max_gen = int(gen_kwargs.get("max_gen_toks", 256))
+        length_spec = {"kind": LENGTH_KIND, "max_gen_toks": max_gen, "over_length": self.settings["over_length"]}
+        # The length check comes first, so its request type runs before generate_until: an over-long
+        # prompt stops the run before any generation. (Under data parallelism the harness pads
+        # generate_until by the difference in instance counts, two per case: at most a few extra
+        # generations, no wrong numbers.)
+        return [Instance(harness.REQUEST_TYPE, doc, (ctx, length_spec), 0, **kwargs),
+                Instance("generate_until", doc, (ctx, gen_kwargs), 1, **kwargs)]
+
+    def process_results(self, doc, results):
+        length, output = results
+        key = self.config_key(doc["num_lines"])
+        if length.skipped:
+            return self._skipped(key, True)
+        correct = float(longeval_data.last_integer(output) == int(doc["expected_number"]))
+        return {"acc": correct, f"acc_{key}": correct, f"prompt_tokens_{key}": length.n_tokens,
+                **self._skipped(key, False)}
