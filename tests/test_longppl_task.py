@@ -1,10 +1,8 @@
 """longppl_govreport through the harness, against brute force and the LongPPL reference package."""
 
-import json
 import math
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer

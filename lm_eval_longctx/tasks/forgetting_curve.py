@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from lm_eval.api.instance import Instance
-from lm_eval.api.task import ConfigurableTask
 
 from .. import data, engine, harness, metrics, plotting
+from .base import LongContextTask
 
 harness.install()
 log = logging.getLogger("lm_eval_longctx")
@@ -297,17 +297,8 @@ harness.on_results_saved(KIND, plotting.save_beside_results)
 # ---------------------------------------------------------------- the task
 
 
-class ForgettingCurveTask(ConfigurableTask):
-    VERSION = 1
-
-    def __init__(self, config: dict | None = None):
-        cfg = dict(config or {})
-        cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
-        self.settings = resolve_settings(cfg.get("metadata"))
-        super().__init__(config=cfg)
-        # Set after validation: the YAML must say a built-in output_type, the requests are ours.
-        self.OUTPUT_TYPE = harness.REQUEST_TYPE
-        self._record_settings()
+class ForgettingCurveTask(LongContextTask):
+    resolve_settings = staticmethod(resolve_settings)
 
     # ---------------------------------------------------------------- data
 
@@ -340,18 +331,6 @@ class ForgettingCurveTask(ConfigurableTask):
                 rows["length"].append(length)
                 rows["start"].append(starts[length][k])
         self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows)})
-
-    def has_training_docs(self):
-        return False
-
-    def has_validation_docs(self):
-        return False
-
-    def has_test_docs(self):
-        return True
-
-    def test_docs(self):
-        return self.dataset["test"]
 
     def _record_settings(self) -> None:
         """Everything that changes the numbers, and what the plot needs, goes into the results JSON."""

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from lm_eval.api.instance import Instance
-from lm_eval.api.task import ConfigurableTask
 
 from .. import engine, harness, keyspans, longeval_data, longeval_words, metrics
+from .base import LongContextTask
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -235,20 +235,14 @@ harness.install()
 # ------------------------------------------------------------------ the tasks
 
 
-class _LinesTask(ConfigurableTask):
+class _LinesTask(LongContextTask):
     """Shared: the cases as harness documents, per-configuration metric names, settings record."""
 
-    VERSION = 1
+    resolve_settings = staticmethod(resolve_settings)
+    SCORES_PER_TOKEN = False  # the scoring subclass says so; the accuracy task generates
     # metric stem -> (aggregation name, higher_is_better), reported per configuration and pooled
     PER_CONFIG: dict[str, tuple[str, bool | None]] = {}
     POOLED: tuple[str, ...] = ()
-
-    def __init__(self, config: dict | None = None):
-        cfg = dict(config or {})
-        cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
-        self.settings = resolve_settings(cfg.get("metadata"))
-        super().__init__(config=cfg)
-        self._record_settings()
 
     # ---------------------------------------------------------------- data
 
@@ -262,18 +256,6 @@ class _LinesTask(ConfigurableTask):
         self.provenance = longeval_data.provenance(cases)
         self.dataset = datasets.DatasetDict(
             {"test": datasets.Dataset.from_list([longeval_data.to_doc(c, i) for i, c in enumerate(cases)])})
-
-    def has_training_docs(self):
-        return False
-
-    def has_validation_docs(self):
-        return False
-
-    def has_test_docs(self):
-        return True
-
-    def test_docs(self):
-        return self.dataset["test"]
 
     def doc_to_text(self, doc, doc_to_text=None):
         return doc["prompt"]
@@ -336,11 +318,7 @@ class LongEvalLinesPPLTask(_LinesTask):
         "prompt_tokens": ("mean", None),
     }
     POOLED = ("answer_ppl", "non_answer_ppl")
-
-    def __init__(self, config: dict | None = None):
-        super().__init__(config)
-        # Set after validation: the YAML must say a built-in output_type, the requests are ours.
-        self.OUTPUT_TYPE = harness.REQUEST_TYPE
+    SCORES_PER_TOKEN = True
 
     def _extra_settings(self) -> dict:
         return {"response_template": longeval_data.RESPONSE_TEMPLATE,

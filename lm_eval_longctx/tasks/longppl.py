@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 from lm_eval.api.instance import Instance
-from lm_eval.api.task import ConfigurableTask
 
 from .. import data, harness, key_tokens, keyspans, metrics
+from .base import LongContextTask, govreport_documents
 
 harness.install()
 log = logging.getLogger("lm_eval_longctx")
@@ -75,38 +75,22 @@ def resolve_settings(metadata: dict | None) -> dict:
     return s
 
 
-class LongPPLTask(ConfigurableTask):
-    VERSION = 1
+class LongPPLTask(LongContextTask):
+    resolve_settings = staticmethod(resolve_settings)
 
     def __init__(self, config: dict | None = None):
-        cfg = dict(config or {})
-        cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
-        self.settings = resolve_settings(cfg.get("metadata"))
         self._judgements: dict[int, key_tokens.EvaluatorJudgement] = {}
         self._evaluator = None
-        super().__init__(config=cfg)
-        # Set after validation: the YAML must say a built-in output_type, the requests are ours.
-        self.OUTPUT_TYPE = harness.REQUEST_TYPE
-        self._record_settings()
+        super().__init__(config)
 
     # ---------------------------------------------------------------- data
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        import datasets
-
         s = self.settings
-        docs = data.load_govreport(
-            dataset_path=s["dataset_path"], revision=s["dataset_revision"], decode_tokenizer=s["decode_tokenizer"],
-            min_tokens=s["min_tokens"], max_tokens=s["max_tokens"], num_docs=s["num_docs"], data_files=s["data_files"],
-        )
-        if not docs.texts:
-            raise ValueError("no documents matched the GovReport selection")
-        self.provenance = docs.provenance
-        self.dataset = datasets.DatasetDict(
-            {"test": datasets.Dataset.from_dict({"doc_id": list(range(len(docs.texts))), "text": docs.texts})}
-        )
+        self.dataset, self.provenance = govreport_documents(s)
         if s["key_source"] == "spans_dir":
-            self._spans_from_dir, manifest = keyspans.read_span_dir(s["key_spans_dir"], len(docs.texts))
+            n_docs = len(self.dataset["test"])
+            self._spans_from_dir, manifest = keyspans.read_span_dir(s["key_spans_dir"], n_docs)
             self._check_manifest(manifest)
 
     def _check_manifest(self, manifest: dict) -> None:
@@ -117,18 +101,6 @@ class LongPPLTask(ConfigurableTask):
                 f"vs {self.provenance['texts_sha256'][:12]}...): its character spans do not index these texts"
             )
         self.span_manifest = manifest
-
-    def has_training_docs(self):
-        return False
-
-    def has_validation_docs(self):
-        return False
-
-    def has_test_docs(self):
-        return True
-
-    def test_docs(self):
-        return self.dataset["test"]
 
     def _record_settings(self) -> None:
         """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""

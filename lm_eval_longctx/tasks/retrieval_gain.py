@@ -28,9 +28,9 @@ from fractions import Fraction
 
 import numpy as np
 from lm_eval.api.instance import Instance
-from lm_eval.api.task import ConfigurableTask
 
 from .. import data, engine, harness, metrics
+from .base import LongContextTask, govreport_documents
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -292,44 +292,11 @@ harness.register_metrics(METRICS)
 # ------------------------------------------------------------------ the task
 
 
-class RetrievalGainTask(ConfigurableTask):
-    VERSION = 1
-
-    def __init__(self, config: dict | None = None):
-        cfg = dict(config or {})
-        cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
-        self.settings = resolve_settings(cfg.get("metadata"))
-        super().__init__(config=cfg)
-        # Set after validation: the YAML must say a built-in output_type, the requests are ours.
-        self.OUTPUT_TYPE = harness.REQUEST_TYPE
-        self._record_settings()
+class RetrievalGainTask(LongContextTask):
+    resolve_settings = staticmethod(resolve_settings)
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        import datasets
-
-        s = self.settings
-        docs = data.load_govreport(
-            dataset_path=s["dataset_path"], revision=s["dataset_revision"], decode_tokenizer=s["decode_tokenizer"],
-            min_tokens=s["min_tokens"], max_tokens=s["max_tokens"], num_docs=s["num_docs"], data_files=s["data_files"],
-        )
-        if not docs.texts:
-            raise ValueError("no documents matched the GovReport selection")
-        self.provenance = docs.provenance
-        self.dataset = datasets.DatasetDict(
-            {"test": datasets.Dataset.from_dict({"doc_id": list(range(len(docs.texts))), "text": docs.texts})}
-        )
-
-    def has_training_docs(self):
-        return False
-
-    def has_validation_docs(self):
-        return False
-
-    def has_test_docs(self):
-        return True
-
-    def test_docs(self):
-        return self.dataset["test"]
+        self.dataset, self.provenance = govreport_documents(self.settings)
 
     def _record_settings(self) -> None:
         """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""

@@ -1,0 +1,66 @@
+"""What every task class of this package shares: settings from metadata, a test split only, and
+(for the tasks that score per token) the plugin's own request type."""
+
+from __future__ import annotations
+
+from lm_eval.api.task import ConfigurableTask
+
+from .. import data, harness
+
+
+class LongContextTask(ConfigurableTask):
+    """A ConfigurableTask built from a YAML ``class:`` entry.
+
+    Subclasses give ``resolve_settings(metadata) -> dict`` (metadata holds the YAML metadata, the
+    model_args and --metadata), build ``self.dataset`` in ``download()``, and record what changes
+    their numbers in ``_record_settings()``.
+    """
+
+    VERSION = 1
+    # Tasks whose requests are `longctx_scores`; the YAML must still say a built-in output_type.
+    SCORES_PER_TOKEN = True
+
+    @staticmethod
+    def resolve_settings(metadata: dict | None) -> dict:
+        raise NotImplementedError
+
+    def __init__(self, config: dict | None = None):
+        cfg = dict(config or {})
+        cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
+        self.settings = self.resolve_settings(cfg.get("metadata"))
+        super().__init__(config=cfg)
+        if self.SCORES_PER_TOKEN:
+            # Set after validation, which only accepts built-in types (also what DP padding counts).
+            self.OUTPUT_TYPE = harness.REQUEST_TYPE
+        self._record_settings()
+
+    def _record_settings(self) -> None:
+        raise NotImplementedError
+
+    def has_training_docs(self):
+        return False
+
+    def has_validation_docs(self):
+        return False
+
+    def has_test_docs(self):
+        return True
+
+    def test_docs(self):
+        return self.dataset["test"]
+
+
+def govreport_documents(settings: dict):
+    """The GovReport selection named by the settings, as (DatasetDict with doc_id and text, provenance)."""
+    import datasets
+
+    s = settings
+    docs = data.load_govreport(
+        dataset_path=s["dataset_path"], revision=s["dataset_revision"], decode_tokenizer=s["decode_tokenizer"],
+        min_tokens=s["min_tokens"], max_tokens=s["max_tokens"], num_docs=s["num_docs"], data_files=s["data_files"],
+    )
+    if not docs.texts:
+        raise ValueError("no documents matched the GovReport selection")
+    dataset = datasets.DatasetDict(
+        {"test": datasets.Dataset.from_dict({"doc_id": list(range(len(docs.texts))), "text": docs.texts})})
+    return dataset, docs.provenance
