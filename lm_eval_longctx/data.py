@@ -39,6 +39,22 @@ def select_tokenized_rows(rows, min_tokens: int, max_tokens: int, num_docs: int)
     return picked
 
 
+def load_rows(dataset_path: str, revision: str | None, split: str, data_files: str | None):
+    """A hub dataset split, or a local json/jsonl/parquet file in its place; with where it came from."""
+    import datasets
+
+    if data_files:
+        path = Path(data_files)
+        if not path.exists():
+            raise FileNotFoundError(f"data_files not found: {path}")
+        builder = "parquet" if path.suffix == ".parquet" else "json"
+        ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        return ds, {"data_files": str(path.resolve())}
+    ds = datasets.load_dataset(dataset_path, split=split, revision=revision)
+    return ds, {"dataset_path": dataset_path, "revision": revision or "default branch",
+                "dataset_fingerprint": getattr(ds, "_fingerprint", None)}
+
+
 def load_govreport(
     dataset_path: str = GOVREPORT_DATASET,
     revision: str | None = None,
@@ -55,19 +71,7 @@ def load_govreport(
     ``input_ids`` and ``tokenized_len`` go through the same selection and decoding; rows with a
     ``text`` field are used as they are (first ``num_docs``).
     """
-    import datasets
-
-    if data_files:
-        path = Path(data_files)
-        if not path.exists():
-            raise FileNotFoundError(f"data_files not found: {path}")
-        builder = "parquet" if path.suffix == ".parquet" else "json"
-        ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
-        source = {"data_files": str(path.resolve())}
-    else:
-        ds = datasets.load_dataset(dataset_path, split=split, revision=revision)
-        source = {"dataset_path": dataset_path, "revision": revision or "default branch",
-                  "dataset_fingerprint": getattr(ds, "_fingerprint", None)}
+    ds, source = load_rows(dataset_path, revision, split, data_files)
 
     if "text" in ds.column_names and "input_ids" not in ds.column_names:
         texts = [str(t) for t in ds["text"][:num_docs]]
@@ -109,19 +113,7 @@ def load_book_pieces(
 
     ``data_files`` (a local json/jsonl/parquet file with a ``text`` column) replaces the hub dataset.
     """
-    import datasets
-
-    if data_files:
-        path = Path(data_files)
-        if not path.exists():
-            raise FileNotFoundError(f"data_files not found: {path}")
-        builder = "parquet" if path.suffix == ".parquet" else "json"
-        ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
-        source = {"data_files": str(path.resolve())}
-    else:
-        ds = datasets.load_dataset(dataset_path, split=split, revision=revision)
-        source = {"dataset_path": dataset_path, "revision": revision or "default branch",
-                  "dataset_fingerprint": getattr(ds, "_fingerprint", None)}
+    ds, source = load_rows(dataset_path, revision, split, data_files)
     if "text" not in ds.column_names:
         raise ValueError(f"the corpus needs a 'text' column; it has {ds.column_names}")
     titles = ds["short_book_title"] if "short_book_title" in ds.column_names else [None] * len(ds)

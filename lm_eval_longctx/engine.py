@@ -164,7 +164,6 @@ def _logprob_and_greedy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[to
     return torch.cat(lps), torch.cat(hits)
 
 
-@torch.no_grad()
 def score_long(
     model,
     ids: Sequence[int] | np.ndarray | torch.Tensor,
@@ -175,50 +174,9 @@ def score_long(
 
     The sequence is fed in chunks of ``chunk_size`` tokens with a KV cache; positions before
     ``score_from`` only fill the cache (their logits are not computed where the model supports
-    ``logits_to_keep``).
+    ``logits_to_keep``). A batch of one of ``score_long_batch``.
     """
-    ids = _as_ids(ids)
-    n = int(ids.numel())
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    score_from = max(1, int(score_from))
-    logprob = np.full(max(n - 1, 0), np.nan, dtype=np.float32)
-    greedy = np.zeros(max(n - 1, 0), dtype=bool)
-    if n < 2 or score_from >= n:
-        return TokenLogprobs(logprob, greedy)
-
-    device = _model_device(model)
-    ids_dev = ids.to(device)[None]
-    past = None
-    if n > chunk_size:
-        from transformers import DynamicCache
-
-        past = DynamicCache()
-    for a in range(0, n, chunk_size):
-        b = min(a + chunk_size, n)
-        # Positions p in [first, b) predict targets p + 1; the last token of the sequence predicts
-        # nothing, and positions before score_from - 1 are context only.
-        first = max(a, score_from - 1)
-        keep = max(b - first, 1)
-        kwargs = {"use_cache": past is not None}
-        if past is not None:
-            kwargs["past_key_values"] = past
-        logits, out = _forward_logits(model, ids_dev[:, a:b], keep, **kwargs)
-        if past is not None:
-            if getattr(out, "past_key_values", None) is None:
-                raise ScoringError(
-                    f"{type(model).__name__} returned no KV cache, so a {n}-token sequence cannot be "
-                    f"scored in chunks of {chunk_size}; pass chunk_size >= {n} (one full forward)."
-                )
-            past = out.past_key_values
-        stop = min(b, n - 1)
-        if stop > first:
-            lp, hit = _logprob_and_greedy(logits[0, : stop - first], ids[first + 1 : stop + 1])
-            logprob[first:stop] = lp.numpy()
-            greedy[first:stop] = hit.numpy()
-        # no view of this chunk's logits may outlive it, or two chunks' logits coexist
-        del logits, out
-    return TokenLogprobs(logprob, greedy)
+    return score_long_batch(model, [ids], chunk_size=chunk_size, score_from=score_from)[0]
 
 
 @torch.no_grad()
