@@ -37,6 +37,15 @@ class LongContextTask(ConfigurableTask):
     def _record_settings(self) -> None:
         raise NotImplementedError
 
+    def _store_settings(self, record: dict) -> None:
+        """Put what changes the numbers where the results JSON keeps it: configs.<task>.metadata."""
+        if self.config.metadata is None:
+            self.config.metadata = {}
+        self.config.metadata["longctx_settings"] = record
+
+    def build_all_requests(self, **kwargs) -> None:
+        harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+
     def has_training_docs(self):
         return False
 

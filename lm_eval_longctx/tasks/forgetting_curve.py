@@ -351,9 +351,7 @@ class ForgettingCurveTask(LongContextTask):
             per_length_std="population std (ddof=0, as the reference) = stderr * sqrt(n - 1)",
             data=self.provenance,
         )
-        if self.config.metadata is None:
-            self.config.metadata = {}
-        self.config.metadata["longctx_settings"] = rec
+        self._store_settings(rec)
 
     # ---------------------------------------------------------------- requests
 
@@ -363,7 +361,7 @@ class ForgettingCurveTask(LongContextTask):
             log.warning("forgetting_curve: --limit %s covers only the first %s of %d copy lengths (docs are "
                         "sample-major: a limit of k * %d gives k samples at every length)",
                         limit, limit, len(self.lengths), len(self.lengths))
-        harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+        super().build_all_requests(**kwargs)
 
     def _spec(self, doc, mode: str) -> dict:
         s = self.settings

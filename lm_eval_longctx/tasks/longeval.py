@@ -279,15 +279,10 @@ class _LinesTask(LongContextTask):
                              "wordlist_sha256": longeval_data.wordlist_fingerprint()}
         rec["data"] = self.provenance
         rec.update(self._extra_settings())
-        if self.config.metadata is None:
-            self.config.metadata = {}
-        self.config.metadata["longctx_settings"] = rec
+        self._store_settings(rec)
 
     def _extra_settings(self) -> dict:
         return {}
-
-    def build_all_requests(self, **kwargs) -> None:
-        harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
 
     # ---------------------------------------------------------------- metrics
 

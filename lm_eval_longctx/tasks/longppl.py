@@ -116,14 +116,12 @@ class LongPPLTask(LongContextTask):
             rec.update(evaluator="self")
         rec["data"] = self.provenance
         rec["span_algorithm_version"] = key_tokens.SPAN_ALGORITHM_VERSION
-        if self.config.metadata is None:
-            self.config.metadata = {}
-        self.config.metadata["longctx_settings"] = rec
+        self._store_settings(rec)
 
     # ---------------------------------------------------------------- requests
 
     def build_all_requests(self, **kwargs) -> None:
-        harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+        super().build_all_requests(**kwargs)
         self._release_evaluator()
 
     def _spec(self, judge: bool) -> dict:

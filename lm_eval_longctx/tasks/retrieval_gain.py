@@ -302,12 +302,7 @@ class RetrievalGainTask(LongContextTask):
         """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""
         rec = {k: self.settings[k] for k in SCORING_KEYS}
         rec["data"] = self.provenance
-        if self.config.metadata is None:
-            self.config.metadata = {}
-        self.config.metadata["longctx_settings"] = rec
-
-    def build_all_requests(self, **kwargs) -> None:
-        harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+        self._store_settings(rec)
 
     def _spec(self) -> dict:
         s = self.settings
