@@ -13,6 +13,16 @@ GOVREPORT_DECODE_TOKENIZER = "NousResearch/Llama-2-7b-hf"
 GOVREPORT_MIN_TOKENS = 16384
 GOVREPORT_MAX_TOKENS = 32767
 GOVREPORT_NUM_DOCS = 50
+# The --metadata keys (and defaults) of every task that reads these documents: load_govreport's arguments.
+GOVREPORT_SETTINGS = {
+    "dataset_path": GOVREPORT_DATASET,
+    "dataset_revision": None,
+    "decode_tokenizer": GOVREPORT_DECODE_TOKENIZER,
+    "data_files": None,
+    "num_docs": GOVREPORT_NUM_DOCS,
+    "min_tokens": GOVREPORT_MIN_TOKENS,
+    "max_tokens": GOVREPORT_MAX_TOKENS,
+}
 
 
 @dataclass

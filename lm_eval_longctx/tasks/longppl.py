@@ -39,13 +39,7 @@ DEFAULTS = {
     "chunk_size": 1024,
     "short_batch_size": None,  # windows per forward; default: the harness --batch_size (or 8)
     "allow_beyond_max_length": False,
-    "dataset_path": data.GOVREPORT_DATASET,
-    "dataset_revision": None,
-    "decode_tokenizer": data.GOVREPORT_DECODE_TOKENIZER,
-    "data_files": None,
-    "num_docs": data.GOVREPORT_NUM_DOCS,
-    "min_tokens": data.GOVREPORT_MIN_TOKENS,
-    "max_tokens": data.GOVREPORT_MAX_TOKENS,
+    **data.GOVREPORT_SETTINGS,
 }
 _INT = {"trunc_len", "sliding_window", "chunk_size", "num_docs", "min_tokens", "max_tokens"}
 _FLOAT = {"alpha", "beta"}

@@ -54,13 +54,7 @@ DEFAULTS = {
     "chunk_size": 1024,
     "without_batch_size": None,  # default: the harness --batch_size (8 if auto)
     "allow_beyond_max_length": False,
-    "dataset_path": data.GOVREPORT_DATASET,
-    "dataset_revision": None,
-    "decode_tokenizer": data.GOVREPORT_DECODE_TOKENIZER,
-    "data_files": None,
-    "num_docs": data.GOVREPORT_NUM_DOCS,
-    "min_tokens": data.GOVREPORT_MIN_TOKENS,
-    "max_tokens": data.GOVREPORT_MAX_TOKENS,
+    **data.GOVREPORT_SETTINGS,
 }
 _INT = {"doc_tokens", "query_tokens", "answer_tokens", "n_queries", "chunk_size", "num_docs", "min_tokens",
         "max_tokens"}
