@@ -1,0 +1,17 @@
+#!/usr/bin/env python
+"""Correlate a metric with a downstream benchmark (Pearson, Spearman, skipped Spearman, bootstrap CI).
+
+Same as `lm-eval-longctx correlate ...` (see README); `--help` lists the options.
+"""
+
+import sys
+from pathlib import Path
+
+try:
+    from lm_eval_longctx.cli import main
+except ImportError:  # run from a checkout without installing the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from lm_eval_longctx.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["correlate", *sys.argv[1:]]))
