@@ -190,11 +190,10 @@ def score_truncated(
 ) -> list[TokenLogprobs]:
     """Scores of every sequence under the reference truncated windows (K = trunc_len, d = stride).
 
-    Windows of all sequences are batched together, ``batch_size`` per forward, right-padded. Every
-    window has exactly ``trunc_len`` context tokens before its first scored position, so the scored
-    positions of all windows in a batch fall in the same column range [K - 1, K - 1 + d) and
-    ``logits_to_keep`` restricts the logits to them. Padding follows the real tokens, so causal
-    attention never lets it reach a scored position (the attention mask excludes it too).
+    Each window ids[s : s + K + d'] is a sequence of its own whose last d' tokens are scored, so the
+    windows of all sequences go through ``score_sequence_ends``: ``batch_size`` per forward, longest
+    first, right-padded, logits only for the scored columns (every window has exactly K context
+    tokens before its first scored position, so those columns line up across a batch).
     """
     seqs = [_as_ids(s) for s in sequences]
     if batch_size < 1:
@@ -209,31 +208,13 @@ def score_truncated(
         jobs.extend((i, w) for w in truncated_windows(n, trunc_len, stride))
     if not jobs:
         return results
-
-    device = _model_device(model)
-    # Longest windows first so a batch holds windows of (nearly) one length: padding is rare.
-    jobs.sort(key=lambda j: -(j[1].stop - j[1].start))
-    for a in range(0, len(jobs), batch_size):
-        batch = jobs[a : a + batch_size]
-        width = max(w.stop - w.start for _, w in batch)
-        input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for r, (i, w) in enumerate(batch):
-            input_ids[r, : w.stop - w.start] = seqs[i][w.start : w.stop]
-            attention_mask[r, : w.stop - w.start] = 1
-        # Columns K-1 .. width-1 hold every scored position (window column K-1 predicts target K).
-        keep = width - (trunc_len - 1)
-        logits, _ = _forward_logits(
-            model, input_ids.to(device), keep, attention_mask=attention_mask.to(device), use_cache=False
-        )
-        for r, (i, w) in enumerate(batch):
-            m = w.stop - w.score_from
-            targets = seqs[i][w.score_from : w.stop]
-            lp, hit = _logprob_and_greedy(logits[r, :m], targets)
-            # target t lives at array index t - 1
-            results[i].logprob[w.score_from - 1 : w.stop - 1] = lp.numpy()
-            results[i].greedy[w.score_from - 1 : w.stop - 1] = hit.numpy()
-        del logits
+    scored = score_sequence_ends(model, [seqs[i][w.start : w.stop] for i, w in jobs],
+                                 [w.stop - w.score_from for _, w in jobs], batch_size=batch_size,
+                                 pad_token_id=pad_token_id)
+    for (i, w), window in zip(jobs, scored):
+        # target t lives at array index t - 1
+        results[i].logprob[w.score_from - 1 : w.stop - 1] = window.logprob
+        results[i].greedy[w.score_from - 1 : w.stop - 1] = window.greedy
     return results
 
 
