@@ -130,19 +130,30 @@ def _serve_sequences(ctx: ScoringContext, items: list) -> list:
 register_request_kind("sequence", _serve_sequences, engine.SequenceScores.from_state)
 
 
-def _truncated_with_backoff(model, ids, trunc_len, stride, batch_size, pad):
-    """Halve the window batch on CUDA out-of-memory (no collective calls: ranks stay independent)."""
+def with_batch_backoff(score, batch_size: int, what: str):
+    """``score(batch_size)``, halving the batch on CUDA out-of-memory until it fits (or fails at 1).
+
+    No collective calls: under data parallelism each rank backs off on its own."""
     import torch
 
     while True:
+        oom = False
         try:
-            return engine.score_truncated(model, [ids], trunc_len, stride, batch_size=batch_size, pad_token_id=pad)[0]
+            return score(batch_size)
         except torch.cuda.OutOfMemoryError:
             if batch_size == 1:
                 raise
+            oom = True
+        if oom:  # outside the except block, so the failed forward's tensors are freed first
             batch_size //= 2
             torch.cuda.empty_cache()
-            log.warning("out of memory in the truncated pass; retrying with %d windows per forward", batch_size)
+            log.warning("out of memory in %s; retrying with %d per forward", what, batch_size)
+
+
+def _truncated_with_backoff(model, ids, trunc_len, stride, batch_size, pad):
+    return with_batch_backoff(
+        lambda bs: engine.score_truncated(model, [ids], trunc_len, stride, batch_size=bs, pad_token_id=pad)[0],
+        batch_size, "the truncated pass (windows)")
 
 
 def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):

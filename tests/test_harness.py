@@ -100,3 +100,25 @@ def test_bootstrap_stderr_skips_undefined_resamples():
     se = harness.bootstrap_stderr(harness.AGGREGATIONS["token_weighted_perplexity"], items, iters=300)
     assert math.isfinite(se) and se > 0
     assert math.isnan(harness.bootstrap_stderr(harness.AGGREGATIONS["token_weighted_perplexity"], [(0.0, 0)] * 3, 50))
+
+
+def test_batch_backoff_halves_on_out_of_memory_and_fails_at_one(caplog):
+    import torch
+
+    tried = []
+
+    def score(bs):
+        tried.append(bs)
+        if bs > 2:
+            raise torch.cuda.OutOfMemoryError("simulated")
+        return f"scored with {bs}"
+
+    with caplog.at_level("WARNING", logger="lm_eval_longctx"):
+        assert harness.with_batch_backoff(score, 8, "a test pass") == "scored with 2"
+    assert tried == [8, 4, 2] and any("a test pass" in m for m in caplog.messages)
+
+    def never(bs):
+        raise torch.cuda.OutOfMemoryError("simulated")
+
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        harness.with_batch_backoff(never, 4, "a test pass")

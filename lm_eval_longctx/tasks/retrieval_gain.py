@@ -221,19 +221,9 @@ class RetrievalScores:
 
 
 def _without_with_backoff(model, sequences, n_scored, batch_size, pad):
-    """Halve the batch on CUDA out-of-memory (no collective calls: ranks stay independent)."""
-    import torch
-
-    while True:
-        try:
-            return engine.score_sequence_ends(model, sequences, n_scored, batch_size=batch_size, pad_token_id=pad)
-        except torch.cuda.OutOfMemoryError:
-            if batch_size == 1:
-                raise
-            batch_size //= 2
-            torch.cuda.empty_cache()
-            log.warning("out of memory in the without-document pass; retrying with %d sequences per forward",
-                        batch_size)
+    return harness.with_batch_backoff(
+        lambda bs: engine.score_sequence_ends(model, sequences, n_scored, batch_size=bs, pad_token_id=pad),
+        batch_size, "the without-document pass (sequences)")
 
 
 def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
