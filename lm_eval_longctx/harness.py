@@ -118,16 +118,25 @@ def score_request(model, tokenizer, text: str, spec: dict, max_length: int | Non
     return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets, long, short)
 
 
-def _serve_sequences(ctx: ScoringContext, items: list) -> list:
-    out = []
-    for text, spec in items:
-        out.append(score_request(ctx.model, ctx.tokenizer, text, spec, ctx.max_length,
-                                 int(spec.get("batch_size") or ctx.batch_size)))
-        ctx.progress(1)
-    return out
+def serve_each(score_one):
+    """A kind's ``serve`` for requests scored one at a time: ``score_one(ctx, text, spec) -> result``."""
+
+    def serve(ctx: ScoringContext, items: list) -> list:
+        out = []
+        for text, spec in items:
+            out.append(score_one(ctx, text, spec))
+            ctx.progress(1)
+        return out
+
+    return serve
 
 
-register_request_kind("sequence", _serve_sequences, engine.SequenceScores.from_state)
+register_request_kind(
+    "sequence",
+    serve_each(lambda ctx, text, spec: score_request(ctx.model, ctx.tokenizer, text, spec, ctx.max_length,
+                                                     int(spec.get("batch_size") or ctx.batch_size))),
+    engine.SequenceScores.from_state,
+)
 
 
 def with_batch_backoff(score, batch_size: int, what: str):

@@ -172,14 +172,6 @@ def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None
     return AnswerScores(n, first, offsets[first:] - start, lp.astype(np.float32))
 
 
-def serve_answers(ctx: harness.ScoringContext, items: list) -> list[AnswerScores]:
-    out = []
-    for text, spec in items:
-        out.append(score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length))
-        ctx.progress(1)
-    return out
-
-
 @dataclass
 class PromptLength:
     """How many tokens the harness's generate_until will read for a prompt, and whether they fit."""
@@ -219,14 +211,10 @@ def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> P
     return PromptLength(n, limit)
 
 
-def serve_prompt_lengths(ctx: harness.ScoringContext, items: list) -> list[PromptLength]:
-    out = []
-    for text, spec in items:
-        out.append(prompt_length(ctx.tokenizer, text, spec, ctx.max_length))
-        ctx.progress(1)
-    return out
-
-
+serve_answers = harness.serve_each(
+    lambda ctx, text, spec: score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length))
+serve_prompt_lengths = harness.serve_each(
+    lambda ctx, text, spec: prompt_length(ctx.tokenizer, text, spec, ctx.max_length))
 harness.register_request_kind(ANSWER_KIND, serve_answers, AnswerScores.from_state)
 harness.register_request_kind(LENGTH_KIND, serve_prompt_lengths, PromptLength.from_state)
 harness.install()
