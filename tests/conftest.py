@@ -25,3 +25,13 @@ def model_dirs(tmp_path_factory, corpus_texts):
     a = tiny.save_tiny_model(root / "bpe_model", corpus_texts, kind="bpe", vocab_size=300, seed=1)
     b = tiny.save_tiny_model(root / "wordpiece_model", corpus_texts, kind="wordpiece", vocab_size=400, seed=2)
     return {"a": a, "b": b}
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow` checks (trained-model properties, minutes each) run only with LM_EVAL_LONGCTX_SLOW=1."""
+    if os.environ.get("LM_EVAL_LONGCTX_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow check: set LM_EVAL_LONGCTX_SLOW=1 to run it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

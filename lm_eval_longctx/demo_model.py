@@ -1,0 +1,466 @@
+"""The embedded demo model: a small Llama that really copies from its context, built on CPU in minutes.
+
+Plain training of a tiny transformer does not find an induction head in a few CPU minutes, so the
+copy circuit is set by hand inside an ordinary ``LlamaForCausalLM`` and frozen; everything else is
+trained on standard-library text (``train_model``). The checkpoint loads with ``AutoModelForCausalLM``
+and ``lm_eval --model hf`` like any other; nothing here is needed at evaluation time.
+
+The circuit, in the residual stream's reserved dimensions (``Layout``):
+
+* every token's embedding holds a random unit "match code" m(x), a unit "output code" o(x), and BOS a flag;
+* layer 0, heads 0..n-1: head h attends to position t-1-h at any length (zero query/key weights; a
+  query bias on the fast RoPE pairs and a key bias rotated by the offset) and copies that token's
+  match code into slice P(h+1);
+* layer 1, head 0 (induction head): query (m(x_t), P1, ..., P(n-1)) against key (P1, ..., Pn) at j, so
+  position j is attended when the n tokens before it equal the last n tokens at t; its value is o(x_j),
+  written into slice R, which the output layer reads (``lm_head`` columns = readout * o(y)). The codes
+  sit on the SLOWEST RoPE pairs, so the match survives a distance of about 1 / (slowest frequency):
+  ``rope_theta`` sets the memory distance (the knob the known-answer validation turns). A sink term
+  (query bias x key reading the BOS flag, on the slowest pair) sends the attention to BOS, whose value
+  is zero, when nothing matches.
+
+Trained parts never write into the reserved dimensions (their rows are frozen at zero), so the codes
+stay clean; ``train_model`` restores every frozen entry after each optimizer step.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import sys
+import sysconfig
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PACKAGED_MODEL = Path(__file__).resolve().parent / "demo_assets" / "model"
+
+
+def packaged_model_dir() -> Path:
+    """The shipped demo checkpoint (rebuilt by ``scripts/make_demo_model.py``)."""
+    return PACKAGED_MODEL
+
+
+# --------------------------------------------------------------------------- training text
+
+
+def training_texts(max_chars: int = 6_000_000) -> list[str]:
+    """Standard-library text every CPython has (PSF licence): each module's docstrings, then its source.
+
+    Deterministic for one Python version (sorted paths). The evaluation corpus of the demo
+    (``pydoc_data.topics``) is not part of it.
+    """
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "tests", "idle_test", "site-packages", "pydoc_data", "lib2to3", "__pycache__"}
+    texts, total = [], 0
+    for path in sorted(lib.rglob("*.py")):
+        if skip & set(path.relative_to(lib).parts):
+            continue
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        docs = [ast.get_docstring(n) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+        prose = "\n\n".join(d for d in docs if d)
+        for t in (prose, source):
+            if t:
+                texts.append(t)
+                total += len(t)
+        if total >= max_chars:
+            break
+    return texts
+
+
+# --------------------------------------------------------------------------- the circuit
+
+
+@dataclass
+class Recipe:
+    """Everything that determines the checkpoint (recorded beside it in ``recipe.json``)."""
+
+    rope_theta: float = 1e5
+    copy_circuit: bool = True
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 768
+    max_position_embeddings: int = 32768
+    match_order: int = 2  # n: tokens that must match before the copied one
+    match_dim: int = 15  # dims of a match code
+    output_dim: int = 32  # dims of an output code
+    prev_pairs: int = 16  # fast RoPE pairs used by the previous-token heads
+    prev_logit_margin: float = 24.0  # nats between t-o and the next best position
+    match_gain: float = 16.0  # nats per matching token in the induction head
+    sink_level: float = 1.5  # sink score, in matching tokens (between n-1 and n)
+    readout: float = 8.0  # nats added to the copied token's logit at full attention
+    seed: int = 0
+    # training
+    steps: int = 250
+    batch_size: int = 16
+    seq_len: int = 512
+    lr: float = 3e-3
+    weight_decay: float = 0.05
+    warmup_steps: int = 20
+    repeat_fraction: float = 0.5  # sequences X1 S X2 S X3
+    repeat_min: int = 8
+    repeat_max: int = 255
+    train_chars: int = 6_000_000
+    extra: dict = field(default_factory=dict)
+
+
+# The shipped demo model's recipe (scripts/make_demo_model.py); the validation variants change one knob.
+DEMO_RECIPE = {"rope_theta": 1e5, "match_order": 3, "match_dim": 10, "sink_level": 2.5}
+
+
+@dataclass
+class Layout:
+    """Where the circuit's codes live in the residual stream."""
+
+    match: slice
+    output: slice
+    bos: int
+    prev: list  # P1..Pn
+    read: slice  # induction output (output code of the copied token)
+
+    @property
+    def reserved(self) -> int:
+        return self.read.stop
+
+    @classmethod
+    def for_recipe(cls, r: Recipe) -> "Layout":
+        m = slice(0, r.match_dim)
+        o = slice(m.stop, m.stop + r.output_dim)
+        bos = o.stop
+        prev, start = [], bos + 1
+        for _ in range(r.match_order):
+            prev.append(slice(start, start + r.match_dim))
+            start += r.match_dim
+        read = slice(start, start + r.output_dim)
+        return cls(m, o, bos, prev, read)
+
+
+def _unit_rows(gen: torch.Generator, n: int, d: int) -> torch.Tensor:
+    x = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    return (x / x.norm(dim=1, keepdim=True)).float()
+
+
+def inverse_frequencies(theta: float, head_dim: int) -> np.ndarray:
+    """Llama's default RoPE frequencies: pair i rotates by position * theta^(-2i/head_dim)."""
+    return theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+
+def _prev_token_amplitude(freqs: np.ndarray, offset: int, max_len: int, margin: float, head_dim: int) -> float:
+    """Query/key bias amplitude per pair so that position t - offset beats every other by ``margin`` nats."""
+    delta = np.arange(offset - max_len, offset + 1, dtype=np.float64)  # j - t + offset, j <= t
+    profile = np.cos(np.outer(delta, freqs)).sum(axis=1)  # score / amplitude^2 at each delta
+    best_other = profile[delta != 0].max()
+    gap = len(freqs) - best_other
+    if gap <= 1e-6:
+        raise ValueError("the previous-token pairs do not separate offsets; use more or faster pairs")
+    return math.sqrt(margin * math.sqrt(head_dim) / gap)
+
+
+def _frozen(model) -> dict:
+    """name -> bool mask of the entries that belong to the circuit (kept fixed in training)."""
+    return {n: torch.zeros_like(p, dtype=torch.bool) for n, p in model.named_parameters()}
+
+
+def build_model(tokenizer, recipe: Recipe):
+    """A LlamaForCausalLM (float32) with the copy circuit set and the masks of its frozen entries.
+
+    With ``recipe.copy_circuit`` False: the same architecture, all random and all trainable (the
+    no-memory control of the validation).
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    r = recipe
+    torch.manual_seed(r.seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=r.hidden_size, intermediate_size=r.intermediate_size,
+        num_hidden_layers=r.num_layers, num_attention_heads=r.num_heads, num_key_value_heads=r.num_heads,
+        max_position_embeddings=r.max_position_embeddings, attention_bias=True, tie_word_embeddings=False,
+        rope_theta=r.rope_theta, rope_parameters={"rope_type": "default", "rope_theta": r.rope_theta},
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(cfg).float()
+    frozen = _frozen(model)
+    if r.copy_circuit:
+        _set_circuit(model, tokenizer, r, frozen)
+    model.eval()
+    return model, frozen
+
+
+@torch.no_grad()
+def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
+    lay = Layout.for_recipe(r)
+    H, hd = r.hidden_size, r.hidden_size // r.num_heads
+    half = hd // 2
+    n = r.match_order
+    if n + 1 > r.num_heads:
+        raise ValueError("layer 0 needs one head per matched token")
+    if (n * r.match_dim) % 2 or n * r.match_dim // 2 + 1 > half - r.prev_pairs:
+        raise ValueError("the induction codes and sink do not fit in the slow RoPE pairs")
+    gen = torch.Generator().manual_seed(r.seed + 1)
+    V = model.config.vocab_size
+    params = dict(model.named_parameters())
+
+    def fix(name, index, value):
+        p = params[name]
+        p[index] = value
+        frozen[name][index] = True
+
+    # ---- embedding: codes in the reserved columns, nothing else there
+    special = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
+    special.discard(None)
+    m_codes = _unit_rows(gen, V, r.match_dim)
+    o_codes = _unit_rows(gen, V, r.output_dim)
+    for s in special:
+        m_codes[s] = 0
+        o_codes[s] = 0
+    emb = "model.embed_tokens.weight"
+    fix(emb, (slice(None), slice(0, lay.reserved)), 0.0)
+    fix(emb, (slice(None), lay.match), m_codes)
+    fix(emb, (slice(None), lay.output), o_codes)
+    fix(emb, (tokenizer.bos_token_id, lay.bos), 1.0)
+    # BOS is the sink: a fixed row keeps its normed flag (and so the sink's score) where it was set
+    fix(emb, (tokenizer.bos_token_id, slice(None)), 0.0)
+    params[emb][tokenizer.bos_token_id, lay.bos] = 1.0
+
+    # ---- trained parts never write into the reserved dimensions
+    for i in range(r.num_layers):
+        for name in (f"model.layers.{i}.self_attn.o_proj.weight", f"model.layers.{i}.mlp.down_proj.weight"):
+            fix(name, (slice(0, lay.reserved), slice(None)), 0.0)
+        fix(f"model.layers.{i}.self_attn.o_proj.bias", slice(0, lay.reserved), 0.0)
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            fix(f"model.layers.{i}.{norm}.weight", slice(0, lay.reserved), 1.0)
+    fix("model.norm.weight", slice(0, lay.reserved), 1.0)
+
+    # Typical scale of a unit code after RMSNorm: the reserved part dominates the residual's norm.
+    def normed_scale(n_unit_codes: float) -> float:
+        return math.sqrt(H / n_unit_codes)
+
+    s0 = normed_scale(2.0)  # layer 0 input: m and o
+    s1 = normed_scale(2.0 + n)  # layer 1 input: m, o, P1..Pn
+    s2 = normed_scale(3.0 + n)  # final norm: plus R
+
+    freqs = inverse_frequencies(r.rope_theta, hd)
+    # ---- layer 0: head h attends to t - (h + 1) and copies its match code into P(h+1)
+    fast = np.arange(r.prev_pairs)
+    for h in range(n):
+        offset = h + 1
+        amp = _prev_token_amplitude(freqs[fast], offset, r.max_position_embeddings, r.prev_logit_margin, hd)
+        rows = slice(h * hd, (h + 1) * hd)
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            fix(f"model.layers.0.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
+            fix(f"model.layers.0.self_attn.{proj}.bias", rows, 0.0)
+        qb = torch.zeros(hd)
+        kb = torch.zeros(hd)
+        for i in fast:
+            a = freqs[i] * offset
+            qb[i] = amp
+            kb[i], kb[i + half] = amp * math.cos(a), amp * math.sin(a)  # R(offset * w) (amp, 0)
+        fix("model.layers.0.self_attn.q_proj.bias", rows, qb)
+        fix("model.layers.0.self_attn.k_proj.bias", rows, kb)
+        v = params["model.layers.0.self_attn.v_proj.weight"]
+        for c in range(r.match_dim):
+            v[h * hd + c, lay.match.start + c] = 1.0
+        o = "model.layers.0.self_attn.o_proj.weight"
+        fix(o, (slice(None), rows), 0.0)
+        for c in range(r.match_dim):
+            fix(o, (lay.prev[h].start + c, h * hd + c), 1.0 / s0)
+
+    # ---- layer 1, head 0: induction head on the slowest pairs, sink on the very slowest
+    rows = slice(0, hd)
+    for proj in ("q_proj", "k_proj", "v_proj"):
+        fix(f"model.layers.1.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
+        fix(f"model.layers.1.self_attn.{proj}.bias", rows, 0.0)
+    sink_pair = half - 1
+    code_len = n * r.match_dim
+    code_pairs = list(range(half - 1 - code_len // 2, half - 1))
+    code_dims = [p for p in code_pairs] + [p + half for p in code_pairs]  # code_len dims
+    # score units: q.k / sqrt(hd) = match_gain per matching token
+    g = math.sqrt(r.match_gain * math.sqrt(hd)) / s1
+    qw = params["model.layers.1.self_attn.q_proj.weight"]
+    kw = params["model.layers.1.self_attn.k_proj.weight"]
+    q_src = [lay.match] + lay.prev[: n - 1]  # x_t, x_{t-1}, ...
+    k_src = lay.prev[:n]  # x_{j-1}, x_{j-2}, ...
+    for block, (qs, ks) in enumerate(zip(q_src, k_src)):
+        for c in range(r.match_dim):
+            d = code_dims[block * r.match_dim + c]
+            qw[d, qs.start + c] = g
+            kw[d, ks.start + c] = g
+    # sink: q bias b, key reads the BOS flag (normed BOS: flag * sqrt(H), as BOS has no other code)
+    k_flag = 1.0
+    b = r.sink_level * r.match_gain * math.sqrt(hd) / (k_flag * math.sqrt(H))
+    params["model.layers.1.self_attn.q_proj.bias"][sink_pair] = b
+    kw[sink_pair, lay.bos] = k_flag
+    vw = params["model.layers.1.self_attn.v_proj.weight"]
+    for c in range(r.output_dim):
+        vw[c, lay.output.start + c] = 1.0
+    o = "model.layers.1.self_attn.o_proj.weight"
+    fix(o, (slice(None), rows), 0.0)
+    for c in range(r.output_dim):
+        fix(o, (lay.read.start + c, c), 1.0 / s1)
+
+    # ---- readout: the output layer scores o(y) against R (trainable from here on)
+    head = params["lm_head.weight"]
+    head[:, : lay.reserved] = 0.0
+    # R after the final norm is about s2 * o(x_j): a full copy adds ``readout`` nats to o(x_j)'s logit
+    head[:, lay.read] = o_codes * (r.readout / s2)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def token_stream(tokenizer, texts: list[str]) -> np.ndarray:
+    ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+    return np.concatenate([np.asarray(x, dtype=np.int64) for x in ids])
+
+
+def training_batch(stream: np.ndarray, rng: np.random.Generator, r: Recipe, bos_id: int) -> torch.Tensor:
+    """[BOS] + seq_len - 1 tokens; a ``repeat_fraction`` of rows are X1 S X2 S X3 (S repeated)."""
+    n = r.seq_len - 1
+    rows = []
+    for _ in range(r.batch_size):
+        if rng.random() < r.repeat_fraction:
+            span = int(rng.integers(r.repeat_min, min(r.repeat_max, n // 2 - 2) + 1))
+            s0 = int(rng.integers(0, len(stream) - span))
+            s = stream[s0 : s0 + span]
+            rest = n - 2 * span
+            cut = np.sort(rng.integers(0, rest + 1, size=2))
+            fill0 = int(rng.integers(0, len(stream) - rest))
+            fill = stream[fill0 : fill0 + rest]
+            row = np.concatenate([fill[: cut[0]], s, fill[cut[0] : cut[1]], s, fill[cut[1] :]])
+        else:
+            a = int(rng.integers(0, len(stream) - n))
+            row = stream[a : a + n]
+        rows.append(np.concatenate([[bos_id], row]))
+    return torch.as_tensor(np.stack(rows), dtype=torch.long)
+
+
+def train_model(model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id: int, log_every: int = 25,
+                log=print) -> dict:
+    """AdamW with warm-up and cosine decay; frozen entries restored after every step."""
+    r = recipe
+    torch.manual_seed(r.seed)
+    rng = np.random.default_rng(r.seed)
+    params = dict(model.named_parameters())
+    keep = {n: (m, params[n].detach().clone()) for n, m in frozen.items() if m.any()}
+    decay = [p for n, p in params.items() if p.dim() >= 2]
+    no_decay = [p for n, p in params.items() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": r.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=r.lr, betas=(0.9, 0.95))
+
+    def lr_at(step):
+        if step < r.warmup_steps:
+            return (step + 1) / r.warmup_steps
+        progress = (step - r.warmup_steps) / max(1, r.steps - r.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    t0 = time.time()
+    losses = []
+    for step in range(r.steps):
+        batch = training_batch(stream, rng, r, bos_id)
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        with torch.no_grad():
+            for n, (m, v) in keep.items():
+                params[n][m] = v[m]
+        losses.append(loss.item())
+        if log and (step % log_every == 0 or step == r.steps - 1):
+            log(f"step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    model.eval()
+    return {"train_seconds": round(time.time() - t0, 1), "final_loss": float(np.mean(losses[-10:])),
+            "tokens": r.steps * r.batch_size * r.seq_len}
+
+
+# --------------------------------------------------------------------------- one call
+
+
+def make_model(out_dir, recipe: Recipe | None = None, tokenizer=None, texts=None, dtype="float16", log=print) -> dict:
+    """Train the tokenizer (unless given) and the model; save both and ``recipe.json`` in ``out_dir``."""
+    from .offline import train_tokenizer
+
+    r = recipe or Recipe()
+    out = Path(out_dir)
+    if texts is None:
+        texts = training_texts(r.train_chars)
+    if tokenizer is None:
+        tokenizer = train_tokenizer(texts, vocab_size=r.vocab_size)
+    model, frozen = build_model(tokenizer, r)
+    info, n_stream = {}, 0
+    if r.steps:
+        stream = token_stream(tokenizer, texts)
+        n_stream = int(len(stream))
+        info = train_model(model, frozen, stream, r, tokenizer.bos_token_id, log=log)
+    out.mkdir(parents=True, exist_ok=True)
+    model.to(getattr(torch, dtype)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    _make_portable(out, r.rope_theta)
+    n_params = sum(p.numel() for p in model.parameters())
+    record = {"recipe": asdict(r), "n_parameters": n_params, "training_tokens_available": n_stream,
+              "python": sys.version.split()[0], "torch": torch.__version__, "saved_dtype": dtype, **info}
+    (out / "recipe.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+def _make_portable(out: Path, rope_theta: float) -> None:
+    """Keep the checkpoint readable by transformers 4.x too (the project supports >= 4.48): 4.x reads a
+    top-level ``rope_theta`` (else silently 10000, which would shorten the memory) and knows the
+    tokenizer as PreTrainedTokenizerFast."""
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    cfg["rope_theta"] = float(rope_theta)
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tok_path = out / "tokenizer_config.json"
+    tok = json.loads(tok_path.read_text(encoding="utf-8"))
+    tok["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tok.pop("is_local", None)
+    tok_path.write_text(json.dumps(tok, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- known-answer variants
+#
+# Models whose long-context ability is known by construction: the same recipe, tokenizer and seed,
+# differing only in rope_theta (the induction head's reach), plus the same architecture trained
+# without the circuit (no memory beyond what plain training finds in minutes).
+VARIANTS = {
+    "long": {"rope_theta": 1e6},
+    "short": {"rope_theta": 1e4},
+    "none": {"copy_circuit": False},
+}
+# the order of long-context ability the metrics should find (best first)
+VARIANT_ORDER = ("long", "short", "none")
+
+
+def variant_recipe(name: str, **overrides) -> Recipe:
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; choose from {sorted(VARIANTS)}")
+    return Recipe(**{**DEMO_RECIPE, **VARIANTS[name], **overrides})
+
+
+def build_variant(name: str, out_dir, steps: int | None = None, tokenizer_dir=None, log=print) -> dict:
+    """Build one known-answer model into ``out_dir`` with the shipped demo tokenizer (so every
+    variant, and an evaluator among them, reads the same token ids). ``steps=0``: the untrained
+    construction (the circuit alone, random elsewhere), cheap enough for CI."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir or packaged_model_dir()))
+    overrides = {} if steps is None else {"steps": int(steps)}
+    recipe = variant_recipe(name, **overrides)
+    texts = training_texts(recipe.train_chars) if recipe.steps else []
+    return make_model(out_dir, recipe, tokenizer=tokenizer, texts=texts, log=log)
