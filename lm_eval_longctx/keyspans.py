@@ -50,22 +50,25 @@ def key_spans_from_tokens(key_mask: np.ndarray, offsets: np.ndarray) -> list[Spa
 
 
 def tokens_inside_spans(offsets: np.ndarray, spans: Sequence[Span]) -> np.ndarray:
-    """Indices of tokens whose character span lies fully inside one key span.
+    """Indices of tokens whose character span lies fully inside a key span.
 
-    Spans must be sorted and non-overlapping (as produced by ``key_spans_from_tokens``); a
-    token partly inside a span is not key.
+    Spans must be sorted by start. They may overlap: a byte-level BPE splits one character (a curly
+    quote, a dash) into several tokens that share its character span, so two key tokens can give
+    the same span, and the reference's merge keeps both. A token is key when some span contains it,
+    which for the monotone offsets of a tokenizer is what the reference's two-pointer walk
+    (``cal_overlap``) finds; a token partly inside a span is not key.
     """
     offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     if len(spans) == 0 or len(offsets) == 0:
         return np.zeros(0, dtype=np.int64)
     sp = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-    if np.any(sp[1:, 0] < sp[:-1, 1]):
-        raise KeySpanFormatError("key spans must be sorted and non-overlapping")
-    # the last span starting at or before the token's start is the only candidate container
+    if np.any(sp[1:, 0] < sp[:-1, 0]):
+        raise KeySpanFormatError("key spans must be sorted by start")
+    # among the spans starting at or before the token's start, the one reaching furthest decides
+    reach = np.maximum.accumulate(sp[:, 1])
     j = np.searchsorted(sp[:, 0], offsets[:, 0], side="right") - 1
     ok = j >= 0
-    jj = np.clip(j, 0, None)
-    inside = ok & (offsets[:, 1] <= sp[jj, 1]) & (offsets[:, 0] >= sp[jj, 0])
+    inside = ok & (offsets[:, 1] <= reach[np.clip(j, 0, None)])
     return np.flatnonzero(inside)
 
 

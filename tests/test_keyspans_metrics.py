@@ -75,6 +75,28 @@ def test_containment_matches_reference_cal_overlap():
     assert hits > 100
 
 
+def test_tokens_sharing_a_character_span_match_the_reference():
+    """Byte-level BPE: one character split into several tokens with the same offsets. Key spans built
+    from such tokens repeat (the reference's merge keeps duplicates); containment must still be the
+    reference's."""
+    longppl = pytest.importorskip("longppl.longppl")
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        offs = random_offsets(rng)
+        # duplicate some tokens' offsets, as the bytes of one multi-byte character
+        dup = rng.random(len(offs)) < 0.3
+        offs = np.repeat(offs, np.where(dup, rng.integers(2, 4, len(offs)), 1), axis=0)
+        keep = rng.random(len(offs)) < 0.5
+        spans = keyspans.key_spans_from_tokens(keep[1:], offs)
+        ref_spans = longppl.merge_intervals(torch.tensor(offs[1:][keep[1:]], dtype=torch.long).reshape(-1, 2))
+        assert spans == [tuple(x) for x in ref_spans.tolist()]
+        ref = [i for i in longppl.cal_overlap(offs.tolist(), [list(x) for x in spans]) if i >= 0]
+        assert keyspans.key_target_indices(offs, spans).tolist() == ref
+    assert keyspans.merge_touching_spans([(10, 11), (10, 11), (11, 15)]) == [(10, 11), (10, 15)]
+    assert keyspans.tokens_inside_spans(np.array([[10, 11], [10, 11], [11, 13]]),
+                                        [(10, 11), (10, 15)]).tolist() == [0, 1, 2]
+
+
 def test_span_text_round_trip_and_strict_parsing(tmp_path):
     spans = [(0, 5), (7, 19), (1000, 1003)]
     text = keyspans.format_span_text(spans)
