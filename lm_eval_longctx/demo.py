@@ -1,0 +1,385 @@
+"""``lm-eval-longctx demo``: the four tasks on the embedded default, offline, through lm-eval's own CLI.
+
+The embedded default is a choice of data and model, not a separate code path. The demo
+
+1. writes the evaluation corpus (``embedded.py``: ``pydoc_data.topics``, which every CPython has) as
+   one JSONL under the output folder;
+2. runs lm-eval's command-line entry point in this process (``lm_eval.__main__.cli_evaluate``, what
+   the ``lm_eval`` console script calls) with the argv a user would type::
+
+       lm_eval run --tasks longppl_govreport,forgetting_curve,retrieval_gain,longeval_lines --model hf
+           --model_args pretrained=<model>,dtype=float32 --device cpu --batch_size N
+           --metadata '<budget JSON, data_files = the corpus>' --output_path <out>/results --log_samples
+           --include_path <our task folder>
+
+   so the harness prints its progress bars and results tables, saves the results JSON and the
+   samples, and our results-saved hook draws the forgetting-curve PNG beside the results;
+3. reads the results JSON back and checks the demo's targets (below), writing ``demo_summary.json``.
+
+Only ``--metadata`` (the data file and the budget's sizes) and ``pretrained=`` differ from a real run.
+``--include_path`` is lm-eval's explicit route to our YAMLs: the demo then works from a source checkout
+too, and with the package's discovery hook installed the folder is not added twice.
+
+The targets say whether the model really uses its context, as the embedded demo model should:
+(a) forgetting curve: copy accuracy minus LM accuracy, averaged over the shortest copy lengths, is at
+least 0.30; (b) the retrieval gain is positive; (c) LongPPL is below PPL. A failed target is reported,
+never raised; ``lm-eval-longctx demo --check`` turns a failure into exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from . import embedded
+
+log = logging.getLogger("lm_eval_longctx")
+
+TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "longeval_lines")
+# The group longeval_lines reports through its two tasks.
+RESULT_TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "longeval_lines_ppl",
+                "longeval_lines_acc")
+DEFAULT_OUT = "lm_eval_longctx_demo"
+SUMMARY_FILE = "demo_summary.json"
+CORPUS_FILE = "corpus.jsonl"
+CORPUS_PROVENANCE_FILE = "corpus_provenance.json"
+
+# Per budget: ``chars_per_doc`` of the embedded corpus, the harness ``--batch_size``, the ``--metadata``
+# sent to every task (each task reads only its own keys; the shared ones, data_files, num_docs, seed,
+# mean the same thing everywhere), and the target thresholds.
+#
+# full (sized for the packaged model: 2 layers, hidden 256, vocab 4096, 32768 positions, on 2 CPU cores
+# within 10 minutes):
+# * LongPPL: K = 2048, d = 512 (the paper's 4096 / 1024 scaled to 16k-token documents); every
+#   document of ~64k characters (>= 16k tokens) leaves about 7/8 of its tokens with a long context.
+#   evaluator "self": no second model exists offline.
+# * forgetting curve: copy lengths 16 .. 4096 doubling (samples of up to 8195 tokens), 8 samples each.
+# * retrieval gain: the first 2048 tokens of each document (the task's default is 8192). The anchors
+#   then lie 0.8k .. 1.8k tokens before the query, within the demo model's copy reach (rope_theta 1e5:
+#   copy accuracy falls to the LM level beyond about 1k tokens). Measured with the packaged model on
+#   the 4 full-budget documents: gain +1.19 at 2048, -0.07 at 8192 (anchors 3.3k .. 7.3k back).
+# * LongEval lines: 10 .. 80 lines (about 0.3k .. 2k tokens per prompt; the demo model's copy reach),
+#   10 cases each; generation keeps the harness defaults of the task (greedy, <= 100 tokens).
+# ci: the same pipeline with every size cut down, for a test of about a minute with a tiny model.
+DEMO_BUDGETS = {
+    "full": {
+        "chars_per_doc": embedded.DEFAULT_CHARS_PER_DOC,
+        "batch_size": 4,
+        "metadata": {
+            "evaluator": "self",
+            "trunc_len": 2048,
+            "sliding_window": 512,
+            "num_docs": 4,
+            "lengths": [16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
+            # the lengths double: "geometric" records that, and the PNG draws them on a log axis
+            # (explicit lengths replace the grid the spacing would otherwise build)
+            "spacing": "geometric",
+            "samples_per_length": 8,
+            "seed": 0,
+            "doc_tokens": 2048,
+            "num_lines": [10, 20, 40, 80],
+            "num_cases": 10,
+        },
+        "targets": {"copy_gap_lengths": 3, "copy_gap_min": 0.30},
+    },
+    "ci": {
+        "chars_per_doc": 12_000,
+        "batch_size": 4,
+        "metadata": {
+            "evaluator": "self",
+            "trunc_len": 512,
+            "sliding_window": 256,
+            "num_docs": 2,
+            "lengths": [16, 64, 256],
+            "spacing": "geometric",
+            "samples_per_length": 4,
+            "seed": 0,
+            "doc_tokens": 1024,
+            "num_lines": [5, 10],
+            "num_cases": 3,
+        },
+        "targets": {"copy_gap_lengths": 2, "copy_gap_min": 0.30},
+    },
+}
+
+
+class DemoError(RuntimeError):
+    """The demo could not run (missing model, harness failure, no results): the message says why."""
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def default_model_dir() -> Path:
+    from .demo_model import packaged_model_dir
+
+    return Path(packaged_model_dir())
+
+
+def resolve_model_dir(model_dir=None) -> Path:
+    """The checkpoint folder to evaluate: ``model_dir``, else the packaged demo model."""
+    path = Path(model_dir) if model_dir is not None else default_model_dir()
+    if not (path / "config.json").is_file():
+        where = "the packaged demo model" if model_dir is None else "--model"
+        raise DemoError(
+            f"{where} {path} is not a Hugging Face checkpoint folder (no config.json). "
+            + ("Rebuild it with `python scripts/make_demo_model.py`, or pass --model DIR." if model_dir is None
+               else "Pass the folder that holds config.json, the weights and the tokenizer."))
+    resolved = path.resolve()
+    if any(c in str(resolved) for c in ",="):
+        # lm-eval splits --model_args on ',' and '=': such a path would be read as other arguments
+        raise DemoError(f"the model path {resolved} contains ',' or '=', which lm-eval's --model_args cannot "
+                        "carry; copy or link the checkpoint to a plain path")
+    return resolved
+
+
+# --------------------------------------------------------------------------- the harness call
+
+
+def budget_metadata(budget: str, corpus_path, extra_metadata: dict | None = None) -> dict:
+    """The ``--metadata`` of a budget with the corpus as ``data_files`` (extra keys override)."""
+    if budget not in DEMO_BUDGETS:
+        raise DemoError(f"unknown budget {budget!r}; known: {sorted(DEMO_BUDGETS)}")
+    return {**DEMO_BUDGETS[budget]["metadata"], "data_files": str(Path(corpus_path).resolve()),
+            **(extra_metadata or {})}
+
+
+def harness_argv(model_dir, metadata: dict, results_dir, batch_size: int, device: str = "cpu",
+                 limit: float | None = None, tasks=TASKS) -> list[str]:
+    """The ``lm_eval`` arguments (after the program name) of the demo run."""
+    from ._discovery import task_configs_dir
+
+    argv = ["run", "--tasks", ",".join(tasks), "--model", "hf",
+            "--model_args", f"pretrained={model_dir},dtype=float32", "--device", device,
+            "--batch_size", str(batch_size), "--metadata", json.dumps(metadata),
+            "--output_path", str(results_dir), "--log_samples", "--include_path", task_configs_dir()]
+    if limit is not None:
+        argv += ["--limit", str(int(limit)) if float(limit) == int(limit) else str(limit)]
+    return argv
+
+
+def _offline_environment() -> None:
+    """No hub access: set before the hub libraries are imported (they read these once, at import)."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ.setdefault(var, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def run_harness(argv: list[str]) -> Path:
+    """Run lm-eval's CLI entry point in this process with ``argv``; return the results JSON it saved."""
+    from lm_eval.__main__ import cli_evaluate
+
+    from . import harness
+
+    harness.install()  # the results-saved hook: where the results JSON went
+    saved: list[Path] = []
+    harness.on_results_saved("lm_eval_longctx_demo", lambda results, path: saved.append(Path(path)))
+    old_argv = sys.argv
+    sys.argv = ["lm_eval", *argv]
+    try:
+        cli_evaluate()
+    except SystemExit as e:  # argparse errors exit; never let them end the caller's interpreter
+        if e.code not in (None, 0):
+            raise DemoError(f"lm_eval exited with status {e.code} (see the messages above)") from e
+    finally:
+        sys.argv = old_argv
+        harness.RESULTS_SAVED_CALLBACKS.pop("lm_eval_longctx_demo", None)
+    if not saved:
+        raise DemoError("lm_eval finished without saving a results JSON (see the messages above)")
+    return saved[-1]
+
+
+# --------------------------------------------------------------------------- reading the results
+
+
+def _metric_table(task_results: dict) -> dict:
+    """``{metric: {"value": v, "stderr": se}}`` from one task's results (keys ``name,filter``)."""
+    out = {}
+    for key, value in task_results.items():
+        if key == "alias" or "," not in key:
+            continue
+        name, filt = key.split(",", 1)
+        if name.endswith("_stderr"):
+            continue
+        label = name if filt == "none" else f"{name},{filt}"
+        out[label] = {"value": value, "stderr": task_results.get(f"{name}_stderr,{filt}")}
+    return out
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _value(metrics: dict, name: str):
+    v = metrics.get(name, {}).get("value")
+    return v if _finite(v) else None
+
+
+def _curve(metrics: dict) -> list[dict]:
+    """Forgetting-curve rows ``{length, copy_acc, lm_acc}`` in length order."""
+    rows = {}
+    for name, m in metrics.items():
+        for what in ("copy_acc", "lm_acc"):
+            if name.startswith(what + "@"):
+                rows.setdefault(int(name.split("@", 1)[1]), {})[what] = m["value"]
+    return [{"length": k, "copy_acc": v.get("copy_acc"), "lm_acc": v.get("lm_acc")} for k, v in sorted(rows.items())]
+
+
+def _target(name: str, description: str, value, threshold, passed, note: str = "") -> dict:
+    return {"name": name, "description": description, "value": value, "threshold": threshold,
+            "passed": bool(passed), **({"note": note} if note else {})}
+
+
+def check_targets(metrics: dict, copy_gap_lengths: int = 3, copy_gap_min: float = 0.30) -> list[dict]:
+    """The demo's targets, from ``{task: {metric: {"value", "stderr"}}}``. A missing or non-finite
+    metric fails its target (with a note); nothing is raised."""
+    targets = []
+
+    curve = [r for r in _curve(metrics.get("forgetting_curve", {}))
+             if _finite(r["copy_acc"]) and _finite(r["lm_acc"])]
+    desc = f"forgetting_curve: mean copy_acc - lm_acc over the {copy_gap_lengths} shortest copy lengths >= {copy_gap_min}"
+    if len(curve) < copy_gap_lengths:
+        targets.append(_target("copy_gap", desc, None, copy_gap_min, False,
+                               f"only {len(curve)} copy lengths with finite accuracies"))
+    else:
+        rows = curve[:copy_gap_lengths]
+        gaps = [r["copy_acc"] - r["lm_acc"] for r in rows]
+        gap = sum(gaps) / len(gaps)
+        targets.append(_target("copy_gap", desc, gap, copy_gap_min, gap >= copy_gap_min,
+                               "per length: " + ", ".join(f"l={r['length']}: {g:+.3f}" for r, g in zip(rows, gaps))))
+
+    gain = _value(metrics.get("retrieval_gain", {}), "retrieval_gain")
+    targets.append(_target("retrieval_gain", "retrieval_gain: nll_without - nll_with > 0", gain, 0.0,
+                           gain is not None and gain > 0, "" if gain is not None else "metric missing or not finite"))
+
+    lp = metrics.get("longppl_govreport", {})
+    longppl, ppl = _value(lp, "longppl"), _value(lp, "ppl")
+    ok = longppl is not None and ppl is not None
+    targets.append(_target("longppl_below_ppl", "longppl_govreport: longppl < ppl",
+                           longppl, ppl, ok and longppl < ppl, "" if ok else "longppl or ppl missing or not finite"))
+    return targets
+
+
+HEADLINES = {
+    "longppl_govreport": ["longppl", "ppl", "key_token_fraction"],
+    "forgetting_curve": ["fine_memory_length", "coarse_memory_length", "n_failed_lengths"],
+    "retrieval_gain": ["retrieval_gain", "nll_with", "nll_without"],
+    "longeval_lines_ppl": ["answer_ppl", "non_answer_ppl"],
+    "longeval_lines_acc": ["acc"],
+}
+
+
+def summarize(results: dict, budget: str = "full") -> dict:
+    """Headline numbers, every metric, the non-finite ones and the targets of a results dict."""
+    per_task = {task: _metric_table(res) for task, res in (results.get("results") or {}).items()}
+    per_task = {task: m for task, m in per_task.items() if m}  # a group's row holds only its alias
+    missing = [t for t in RESULT_TASKS if t not in per_task]
+    # Memory lengths are threshold statistics: their stderr is "N/A" by design, never a failure.
+    non_finite = [f"{task}/{name}" for task, ms in per_task.items() for name, m in ms.items()
+                  if not _finite(m["value"])]
+    headlines = {task: {name: per_task[task][name]["value"] for name in names if name in per_task[task]}
+                 for task, names in HEADLINES.items() if task in per_task}
+    if "forgetting_curve" in per_task:
+        headlines["forgetting_curve"]["curve"] = _curve(per_task["forgetting_curve"])
+    t = DEMO_BUDGETS.get(budget, DEMO_BUDGETS["full"])["targets"]
+    targets = check_targets(per_task, t["copy_gap_lengths"], t["copy_gap_min"])
+    return {"headlines": headlines, "metrics": per_task, "missing_tasks": missing, "non_finite": non_finite,
+            "targets": targets, "targets_passed": all(x["passed"] for x in targets)}
+
+
+def _fmt(x) -> str:
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+def format_summary(summary: dict) -> str:
+    lines = ["", f"lm_eval_longctx demo ({summary['budget']} budget), model {summary['model_dir']}"]
+    for task, heads in summary["headlines"].items():
+        parts = [f"{k} = {_fmt(v)}" for k, v in heads.items() if k != "curve"]
+        lines.append(f"  {task}: " + ", ".join(parts))
+        for row in heads.get("curve", []):
+            lines.append(f"      l = {row['length']:>5}: copy_acc {_fmt(row['copy_acc'])}, lm_acc {_fmt(row['lm_acc'])}")
+    if summary["missing_tasks"]:
+        lines.append(f"  MISSING tasks in the results: {', '.join(summary['missing_tasks'])}")
+    if summary["non_finite"]:
+        lines.append(f"  NON-FINITE metrics: {', '.join(summary['non_finite'])}")
+    lines.append("targets:")
+    for tg in summary["targets"]:
+        mark = "PASS" if tg["passed"] else "FAIL"
+        note = f"  [{tg['note']}]" if tg.get("note") else ""
+        lines.append(f"  {mark}  {tg['description']}: value {_fmt(tg['value'])}, threshold {_fmt(tg['threshold'])}{note}")
+    lines.append(f"wall time: {summary['wall_seconds']['total']:.1f} s "
+                 f"(harness {summary['wall_seconds']['harness']:.1f} s)")
+    files = summary["files"]
+    lines.append(f"results: {files['results_json']}")
+    if files.get("forgetting_curve_png"):
+        lines.append(f"forgetting curve: {files['forgetting_curve_png']}")
+    lines.append(f"summary: {files['summary']}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the demo
+
+
+def run_demo(out_dir=DEFAULT_OUT, model_dir=None, budget: str = "full", extra_metadata: dict | None = None,
+             limit: float | None = None, device: str = "cpu", batch_size: int | None = None,
+             echo: bool = True) -> dict:
+    """Write the corpus under ``out_dir``, run the four tasks through lm-eval's CLI, check the targets.
+
+    ``model_dir``: a checkpoint folder (default: the packaged demo model). ``extra_metadata`` overrides
+    the budget's ``--metadata`` keys (e.g. ``{"beta": -20}`` for a random model, which is never
+    confident enough for the default key-token threshold). Returns the summary, also written to
+    ``<out_dir>/demo_summary.json`` and (with ``echo``) printed.
+    """
+    t0 = time.perf_counter()
+    _offline_environment()
+    if budget not in DEMO_BUDGETS:
+        raise DemoError(f"unknown budget {budget!r}; known: {sorted(DEMO_BUDGETS)}")
+    cfg = DEMO_BUDGETS[budget]
+    model = resolve_model_dir(model_dir)
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+
+    texts = embedded.embedded_documents(chars_per_doc=cfg["chars_per_doc"])
+    metadata = budget_metadata(budget, out / CORPUS_FILE, extra_metadata)
+    if int(metadata.get("num_docs", 1)) > len(texts):
+        raise DemoError(f"the {budget} budget asks for {metadata['num_docs']} documents; the embedded corpus "
+                        f"has {len(texts)} of >= {cfg['chars_per_doc']} characters")
+    corpus = embedded.write_corpus(out / CORPUS_FILE, texts)
+    (out / CORPUS_PROVENANCE_FILE).write_text(json.dumps(corpus, indent=2) + "\n", encoding="utf-8")
+
+    argv = harness_argv(model, metadata, out / "results", batch_size or cfg["batch_size"], device, limit)
+    if echo:
+        print("lm_eval " + shlex.join(argv), flush=True)
+    t1 = time.perf_counter()
+    results_file = run_harness(argv)
+    harness_seconds = time.perf_counter() - t1
+
+    results = json.loads(results_file.read_text(encoding="utf-8"))
+    summary = {"budget": budget, "model_dir": str(model), **summarize(results, budget)}
+    png = results_file.with_name(f"{results_file.stem}_forgetting_curve.png")
+    samples = sorted(str(p) for p in results_file.parent.glob(f"samples_*_{results_file.stem[len('results_'):]}.jsonl"))
+    summary["files"] = {
+        "results_json": str(results_file),
+        "samples": samples,
+        "forgetting_curve_png": str(png) if png.is_file() else None,
+        "corpus": corpus["path"],
+        "corpus_provenance": str(out / CORPUS_PROVENANCE_FILE),
+        "summary": str(out / SUMMARY_FILE),
+    }
+    summary["corpus"] = {k: corpus[k] for k in ("source", "python_version", "n_docs", "texts_sha256")}
+    summary["command"] = "lm_eval " + shlex.join(argv)
+    summary["metadata"] = metadata
+    summary["wall_seconds"] = {"total": round(time.perf_counter() - t0, 2), "harness": round(harness_seconds, 2)}
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    if echo:
+        print(format_summary(summary), flush=True)
+    return summary

@@ -1,0 +1,276 @@
+"""The offline demo (``lm-eval-longctx demo``): the embedded corpus, the budgets' metadata, the target
+check, and the whole pipeline on the reduced "ci" budget through lm-eval's own CLI entry point."""
+
+import json
+import math
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lm_eval_longctx import cli, data, demo, embedded
+
+# ------------------------------------------------------------------ embedded corpus
+
+
+def test_embedded_documents_are_deterministic_and_at_least_the_asked_size():
+    a = embedded.embedded_documents(20_000)
+    b = embedded.embedded_documents(20_000)
+    assert a == b and len(a) >= 2
+    assert all(len(t) >= 20_000 for t in a)
+    assert embedded.embedded_documents(20_000, n_docs=2) == a[:2]
+
+
+def test_embedded_documents_are_cut_at_paragraph_boundaries():
+    stream = embedded.topics_stream()
+    size = 30_000
+    docs = embedded.embedded_documents(size)
+    joined = embedded.PARAGRAPH.join(docs)
+    # the documents are the stream's prefix, in order, with the blank lines between them removed
+    assert stream.startswith(joined)
+    rest = stream[len(joined):]
+    assert rest == "" or rest.startswith(embedded.PARAGRAPH)
+    pos = 0
+    for doc in docs:
+        end = pos + len(doc)
+        assert stream[end:end + 2] in (embedded.PARAGRAPH, "")  # ends where a paragraph ends
+        # ... at the FIRST boundary past the size: no whole blank line after `size` characters
+        assert doc.find(embedded.PARAGRAPH, size) == -1
+        pos = end + len(embedded.PARAGRAPH)
+    # the dropped tail is shorter than one document
+    assert len(rest) - len(embedded.PARAGRAPH) < size or rest == ""
+
+
+def test_embedded_documents_errors():
+    with pytest.raises(ValueError, match="chars_per_doc"):
+        embedded.embedded_documents(0)
+    with pytest.raises(ValueError, match="only"):
+        embedded.embedded_documents(embedded.DEFAULT_CHARS_PER_DOC, n_docs=10_000)
+    with pytest.raises(ValueError):
+        embedded.embedded_documents(10 ** 9)
+
+
+def test_write_corpus_rows_and_provenance(tmp_path):
+    texts = embedded.embedded_documents(15_000, n_docs=3)
+    prov = embedded.write_corpus(tmp_path / "sub" / "corpus.jsonl", texts)
+    rows = [json.loads(line) for line in (tmp_path / "sub" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert rows == [{"text": t} for t in texts]
+    assert prov["path"] == str((tmp_path / "sub" / "corpus.jsonl").resolve())
+    assert prov["source"] == "pydoc_data.topics" and prov["python_version"] == platform.python_version()
+    assert prov["n_docs"] == 3 and prov["chars"] == [len(t) for t in texts]
+    # the same fingerprint the tasks record in longctx_settings.data
+    assert prov["texts_sha256"] == data.texts_sha256(texts)
+    assert prov["texts_sha256"] != data.texts_sha256(texts[:2])
+
+
+def test_every_budget_fits_the_embedded_corpus():
+    for name, cfg in demo.DEMO_BUDGETS.items():
+        texts = embedded.embedded_documents(cfg["chars_per_doc"])
+        assert len(texts) >= cfg["metadata"]["num_docs"], name
+
+
+# ------------------------------------------------------------------ budget metadata vs the tasks
+
+
+def _task_settings_keys():
+    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain
+
+    return {"longppl_govreport": set(longppl.DEFAULTS), "forgetting_curve": set(forgetting_curve.DEFAULTS),
+            "retrieval_gain": set(retrieval_gain.DEFAULTS), "longeval_lines": set(longeval.DEFAULTS)}
+
+
+# keys more than one task reads, and mean the same thing in each (one corpus, one seed, ...)
+SHARED_OK = {"data_files", "num_docs", "seed", "chunk_size", "allow_beyond_max_length"}
+
+
+@pytest.mark.parametrize("budget", sorted(demo.DEMO_BUDGETS))
+def test_budget_metadata_keys_are_read_and_never_clash(budget, tmp_path):
+    """--metadata goes to every task: each key must be some task's setting (no typo silently ignored),
+    and a key read by several tasks must be one that means the same for all of them."""
+    keys = _task_settings_keys()
+    md = demo.budget_metadata(budget, tmp_path / "corpus.jsonl")
+    for key in md:
+        readers = [t for t, ks in keys.items() if key in ks]
+        assert readers, f"{key!r} is read by no task"
+        if len(readers) > 1:
+            assert key in SHARED_OK, f"{key!r} is read by {readers}"
+
+
+@pytest.mark.parametrize("budget", sorted(demo.DEMO_BUDGETS))
+def test_budget_metadata_resolves_in_every_task(budget, tmp_path):
+    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain
+
+    md = demo.budget_metadata(budget, tmp_path / "corpus.jsonl")
+    s = longppl.resolve_settings(md)
+    assert (s["key_source"], s["trunc_len"], s["data_files"]) == ("self", md["trunc_len"], md["data_files"])
+    s = forgetting_curve.resolve_settings(md)
+    assert s["lengths"] == md["lengths"] and s["data_files"] == md["data_files"] and s["spacing"] == "geometric"
+    assert retrieval_gain.resolve_settings(md)["doc_tokens"] == md["doc_tokens"]
+    assert longeval.resolve_settings(md)["num_lines"] == md["num_lines"]
+
+
+def test_budget_metadata_rejects_unknown_budget(tmp_path):
+    with pytest.raises(demo.DemoError, match="unknown budget"):
+        demo.budget_metadata("huge", tmp_path / "c.jsonl")
+
+
+# ------------------------------------------------------------------ targets
+
+
+def _metrics(copy, lm, gain, longppl, ppl):
+    fc = {}
+    for i, length in enumerate((16, 32, 64, 128)):
+        fc[f"copy_acc@{length:05d}"] = {"value": copy[i], "stderr": 0.0}
+        fc[f"lm_acc@{length:05d}"] = {"value": lm[i], "stderr": 0.0}
+    return {"forgetting_curve": fc, "retrieval_gain": {"retrieval_gain": {"value": gain, "stderr": 0.1}},
+            "longppl_govreport": {"longppl": {"value": longppl, "stderr": 1.0}, "ppl": {"value": ppl, "stderr": 1.0}}}
+
+
+def test_check_targets_pass_and_fail():
+    ok = demo.check_targets(_metrics([0.9, 0.8, 0.7, 0.0], [0.2, 0.2, 0.2, 0.0], 2.5, 3.0, 20.0), 3, 0.30)
+    assert [t["name"] for t in ok] == ["copy_gap", "retrieval_gain", "longppl_below_ppl"]
+    assert all(t["passed"] for t in ok)
+    assert ok[0]["value"] == pytest.approx(0.6)  # mean of 0.7, 0.6, 0.5: the 4th length is not counted
+    bad = demo.check_targets(_metrics([0.3, 0.3, 0.3, 0.9], [0.2, 0.2, 0.2, 0.0], -0.1, 30.0, 20.0), 3, 0.30)
+    assert not any(t["passed"] for t in bad)
+
+
+def test_check_targets_report_missing_and_nan_without_raising():
+    res = demo.check_targets({}, 3, 0.3)
+    assert not any(t["passed"] for t in res) and all(t.get("note") for t in res)
+    res = demo.check_targets(_metrics([0.9] * 4, [0.1] * 4, float("nan"), float("nan"), 2.0), 3, 0.3)
+    assert [t["passed"] for t in res] == [True, False, False]
+
+
+def test_summarize_flags_non_finite_and_missing_tasks():
+    results = {"results": {"longppl_govreport": {"alias": "longppl_govreport", "longppl,none": float("nan"),
+                                                 "longppl_stderr,none": "N/A", "ppl,none": 3.0,
+                                                 "ppl_stderr,none": 0.1},
+                           "longeval_lines": {"alias": "longeval_lines"}}}
+    s = demo.summarize(results, "ci")
+    assert s["non_finite"] == ["longppl_govreport/longppl"]
+    assert "longeval_lines" not in s["metrics"]  # a group's row holds only its alias
+    assert set(s["missing_tasks"]) == set(demo.RESULT_TASKS) - {"longppl_govreport"}
+    assert s["targets_passed"] is False
+
+
+# ------------------------------------------------------------------ model folder errors
+
+
+def test_missing_model_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(demo.DemoError, match="config.json"):
+        demo.resolve_model_dir(tmp_path)
+    rc = cli.main(["demo", "--out", str(tmp_path / "out"), "--model", str(tmp_path), "--budget", "ci"])
+    assert rc == 2 and "config.json" in capsys.readouterr().err
+
+
+def test_python_m_demo_help():
+    proc = subprocess.run([sys.executable, "-m", "lm_eval_longctx", "demo", "--help"], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and "--budget" in proc.stdout and "--check" in proc.stdout
+
+
+# ------------------------------------------------------------------ the pipeline on the ci budget
+
+
+def _packaged_model():
+    try:
+        from lm_eval_longctx.demo_model import packaged_model_dir
+    except ImportError:
+        return None
+    path = Path(packaged_model_dir())
+    return path if (path / "config.json").is_file() else None
+
+
+@pytest.fixture(scope="module")
+def demo_model_dir(tmp_path_factory):
+    """(model folder, extra --metadata): the packaged demo model when it exists, else a random one.
+
+    A random model is never confident, so with the default beta = -2 it has no key tokens and
+    LongPPL is undefined; beta = -20 (as the offline random demo) keeps every metric finite."""
+    packaged = _packaged_model()
+    if packaged is not None:
+        return str(packaged), {}, True
+    from lm_eval_longctx.offline import build_demo
+
+    built = build_demo(tmp_path_factory.mktemp("demo_model"), n_docs=2, chars_per_doc=20_000)
+    return built["model"], {"beta": -20.0}, False
+
+
+@pytest.fixture(scope="module")
+def ci_run(demo_model_dir, tmp_path_factory):
+    """One ci-budget demo through the command line (`lm-eval-longctx demo ... --check`)."""
+    model, extra, packaged = demo_model_dir
+    out = tmp_path_factory.mktemp("demo_out")
+    argv = ["demo", "--out", str(out), "--model", model, "--budget", "ci", "--check"]
+    if extra:
+        argv += ["--metadata", json.dumps(extra)]
+    rc = cli.main(argv)
+    summary = json.loads((out / demo.SUMMARY_FILE).read_text(encoding="utf-8"))
+    return {"rc": rc, "out": out, "summary": summary, "packaged": packaged}
+
+
+def test_ci_demo_writes_every_output(ci_run):
+    files = ci_run["summary"]["files"]
+    results_file = Path(files["results_json"])
+    assert results_file.is_file() and results_file.parent.parent == ci_run["out"] / "results"
+    assert Path(files["forgetting_curve_png"]).is_file()
+    assert Path(files["forgetting_curve_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert files["summary"] == str(ci_run["out"] / demo.SUMMARY_FILE)
+    sample_tasks = {Path(p).name.split("_2")[0][len("samples_"):] for p in files["samples"]}
+    assert sample_tasks == set(demo.RESULT_TASKS)
+    assert all(Path(p).stat().st_size > 0 for p in files["samples"])
+    assert Path(files["corpus"]).is_file() and Path(files["corpus_provenance"]).is_file()
+
+
+def test_ci_demo_every_metric_is_finite(ci_run):
+    s = ci_run["summary"]
+    assert s["missing_tasks"] == [] and s["non_finite"] == []
+    results = json.loads(Path(s["files"]["results_json"]).read_text(encoding="utf-8"))
+    md = demo.DEMO_BUDGETS["ci"]["metadata"]
+    expected = {
+        "longppl_govreport": {"longppl", "ppl", "key_token_fraction", "n_key_tokens"},
+        "retrieval_gain": {"retrieval_gain", "nll_with", "nll_without"},
+        "forgetting_curve": {"fine_memory_length", "coarse_memory_length", "n_failed_lengths"}
+        | {f"{w}@{x:05d}" for x in md["lengths"] for w in ("copy_acc", "lm_acc")},
+        "longeval_lines_ppl": {"answer_ppl", "non_answer_ppl"} | {f"answer_ppl_{n:04d}" for n in md["num_lines"]},
+        "longeval_lines_acc": {"acc"} | {f"acc_{n:04d}" for n in md["num_lines"]},
+    }
+    for task, names in expected.items():
+        metric_keys = {k: v for k, v in results["results"][task].items() if "," in k}  # not alias / name
+        got = {k.split(",")[0] for k in metric_keys}
+        assert names <= got, (task, names - got)
+        for key, value in metric_keys.items():
+            if "_stderr," in key:
+                continue
+            assert isinstance(value, (int, float)) and math.isfinite(value), (task, key, value)
+    assert results["results"]["forgetting_curve"]["n_failed_lengths,none"] == 0
+
+
+def test_ci_demo_reads_the_embedded_corpus_and_reports_targets(ci_run):
+    s = ci_run["summary"]
+    results = json.loads(Path(s["files"]["results_json"]).read_text(encoding="utf-8"))
+    md = demo.DEMO_BUDGETS["ci"]["metadata"]
+    texts = embedded.embedded_documents(demo.DEMO_BUDGETS["ci"]["chars_per_doc"])
+    # LongPPL and retrieval gain scored the first num_docs rows of the embedded corpus
+    for task in ("longppl_govreport", "retrieval_gain"):
+        prov = results["configs"][task]["metadata"]["longctx_settings"]["data"]
+        assert prov["texts_sha256"] == data.texts_sha256(texts[: md["num_docs"]]), task
+        assert prov["data_files"] == s["files"]["corpus"]
+    # the forgetting curve's stream is every row
+    fc = results["configs"]["forgetting_curve"]["metadata"]["longctx_settings"]
+    assert fc["data"]["num_rows"] == len(texts) and fc["lengths"] == md["lengths"]
+    assert [t["name"] for t in s["targets"]] == ["copy_gap", "retrieval_gain", "longppl_below_ppl"]
+    assert all(isinstance(t["passed"], bool) for t in s["targets"])
+    # --check: exit 1 exactly when a target failed
+    assert ci_run["rc"] == (0 if s["targets_passed"] else 1)
+    assert s["command"].startswith("lm_eval run --tasks longppl_govreport,forgetting_curve,retrieval_gain,longeval_lines")
+    assert s["wall_seconds"]["total"] > 0
+
+
+def test_packaged_model_meets_the_targets_on_the_ci_budget(ci_run):
+    if not ci_run["packaged"]:
+        pytest.skip("the packaged demo model is not built (lm_eval_longctx/demo_assets/model)")
+    assert ci_run["summary"]["targets_passed"], ci_run["summary"]["targets"]
