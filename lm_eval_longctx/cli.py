@@ -14,7 +14,15 @@ def main(argv=None) -> int:
     add_gate_parser(sub)
     add_leaderboard_parser(sub)
     add_correlate_parser(sub)
+    add_demo_parser(sub)
+    add_validate_parser(sub)
     args = p.parse_args(argv)
+    if args.command == "demo":
+        return run_validate_mode(args) if args.validate else run_demo(args)
+    if args.command == "validate":
+        from .validation import run_from_args
+
+        return run_from_args(args)
     if args.command == "tasks-dir":
         from ._discovery import task_configs_dir
 
@@ -140,6 +148,85 @@ def run_correlate(args) -> int:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=2)
         print(f"wrote {args.out}")
+    return 0
+
+
+# --------------------------------------------------------------------------- demo
+# The logic lives in lm_eval_longctx/demo.py (the embedded corpus in embedded.py).
+
+DEMO_HELP = """Run longppl_govreport, forgetting_curve, retrieval_gain and longeval_lines on the embedded default
+(the packaged demo model and documents built from pydoc_data.topics), offline, through lm-eval's own CLI: progress
+bars, results tables, results JSON, samples and the forgetting-curve PNG under --out, then a summary with the demo's
+targets (copy accuracy well above LM accuracy at short lengths, positive retrieval gain, LongPPL below PPL) in
+OUT/demo_summary.json. Exit 0; with --check, 1 when a target fails, a task is missing or a metric is not finite;
+2 when the demo cannot run."""
+
+
+def add_demo_parser(sub) -> None:
+    from .demo import DEFAULT_OUT, DEMO_BUDGETS
+
+    g = sub.add_parser("demo", help="offline demo: the four tasks on the embedded model and documents",
+                       description=DEMO_HELP)
+    g.add_argument("--out", default=f"./{DEFAULT_OUT}", help=f"output folder (default ./{DEFAULT_OUT})")
+    g.add_argument("--model", default=None, metavar="DIR",
+                   help="checkpoint folder to evaluate instead of the packaged demo model")
+    g.add_argument("--budget", choices=sorted(DEMO_BUDGETS), default="full",
+                   help="full (default; about 10 minutes on 2 CPU cores) or ci (a reduced run of about a minute)")
+    g.add_argument("--check", action="store_true", help="exit 1 when a target fails, a task is missing or a metric is not finite")
+    g.add_argument("--limit", type=float, default=None,
+                   help="lm_eval --limit: documents per task (a fraction if < 1); for a quick look only")
+    g.add_argument("--device", default="cpu", help="lm_eval --device (default cpu)")
+    g.add_argument("--batch-size", type=int, default=None, help="lm_eval --batch_size (default: the budget's)")
+    g.add_argument("--metadata", default=None, metavar="JSON",
+                   help="extra --metadata keys (JSON object) over the budget's, e.g. '{\"beta\": -20}'")
+    g.add_argument("--validate", action="store_true",
+                   help="known-answer validation instead: build the long / short / no-memory variants of the demo "
+                        "model (minutes each), run the four tasks on each and print whether every metric orders "
+                        "them as constructed (same as `lm-eval-longctx validate`, which has more options)")
+
+
+def add_validate_parser(sub) -> None:
+    from .validation import add_arguments
+
+    g = sub.add_parser("validate", help="known-answer validation: do the metrics rank models of known memory "
+                                        "distance correctly? (scripts/validate_metrics.py)")
+    add_arguments(g)
+
+
+def run_validate_mode(args) -> int:
+    """``demo --validate``: the validation at the demo's budget, into the demo's output folder."""
+    import argparse
+
+    from .validation import add_arguments, run_from_args
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    argv = [args.out, "--budget", args.budget] + (["--metadata", args.metadata] if args.metadata else [])
+    return run_from_args(p.parse_args(argv + (["--check"] if args.check else [])))
+
+
+def run_demo(args) -> int:
+    import json
+
+    from .demo import DemoError, run_demo as demo
+
+    try:
+        extra = json.loads(args.metadata) if args.metadata else None
+        if extra is not None and not isinstance(extra, dict):
+            raise DemoError("--metadata must be a JSON object")
+        summary = demo(args.out, model_dir=args.model, budget=args.budget, extra_metadata=extra, limit=args.limit,
+                       device=args.device, batch_size=args.batch_size)
+    except (DemoError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        # a run that lost a task or produced a non-finite metric is not a passing demo either
+        failed = [t["name"] for t in summary["targets"] if not t["passed"]]
+        failed += [f"missing task {t}" for t in summary["missing_tasks"]]
+        failed += [f"non-finite {m}" for m in summary["non_finite"]]
+        if failed:
+            print(f"demo check failed: {', '.join(failed)}", file=sys.stderr)
+            return 1
     return 0
 
 

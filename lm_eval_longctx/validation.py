@@ -1,0 +1,706 @@
+"""Known-answer validation: models whose long-context ability is known by construction, ranked by every metric.
+
+The demo model (``demo_model.py``) copies from its context through a hand-set induction head whose reach is
+set by ``rope_theta``. The variants ``demo_model.VARIANTS`` differ only in that knob (``long``: 1e6,
+``short``: 1e4), plus ``none``, the same architecture without the copy circuit, so their order of long-context
+ability is known in advance: ``demo_model.VARIANT_ORDER`` = long > short > none. ``run_validation`` builds them,
+runs the four tasks on each through the harness (``demo.run_demo``, with ``--log_samples``), and checks that each
+metric puts them in that order, with a paired bootstrap CI of every difference between neighbours.
+
+Everything but ``run_validation`` is a pure function of the harness's own files (numpy / scipy; no model, no
+lm-eval import):
+
+* ``read_run``: a results JSON and the per-sample ``samples_<task>_<date>.jsonl`` files beside it;
+* ``unit_data``: per metric, one row per resampling unit (a LongPPL / retrieval-gain document, a LongEval case,
+  a forgetting-curve sample index with its copy and LM accuracy at every length);
+* ``metric_value``: the metric recomputed from those rows, for any resample (vectorised over index arrays);
+* ``paired_bootstrap_difference``: percentile CI of ``metric(model a) - metric(model b)`` by
+  ``scipy.stats.bootstrap`` over unit indices, so both models always see the same resampled units;
+* ``ordering_verdict`` and ``validate``: the verdict per metric; ``format_table``: the Markdown table.
+
+Pairing: unit ``i`` of every model is the same document / case / sample (same harness ``doc_id``, checked through
+the harness's ``doc_hash``): the variants share the tokenizer, the corpus and every seed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import metrics
+
+log = logging.getLogger("lm_eval_longctx")
+
+DEFAULT_N_RESAMPLES = 2000
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_SEED = 0
+VALIDATION_JSON = "validation.json"
+VALIDATION_MD = "validation.md"
+FIGURE = "forgetting_curves.png"
+
+
+# ----------------------------------------------------------------------------------------------- what is checked
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    key: str  # id in the JSON output
+    label: str  # table row
+    task: str  # harness task whose samples hold it
+    field: str  # per-sample field written by the task's process_results
+    kind: str  # "perplexity" (nll_sum, n) pairs | "mean" of floats | "fine" / "coarse" memory length
+    higher_is_better: bool
+    expected: str  # what the issue expects: "orders" | "no clear separation" | "not stated"
+
+
+METRIC_SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec("longppl", "LongPPL", "longppl_govreport", "longppl", "perplexity", False, "orders"),
+    MetricSpec("ppl", "PPL", "longppl_govreport", "ppl", "perplexity", False, "no clear separation"),
+    MetricSpec("fine_memory_length", "fine memory length", "forgetting_curve", "fine_memory_length", "fine", True,
+               "orders"),
+    MetricSpec("coarse_memory_length", "coarse memory length", "forgetting_curve", "coarse_memory_length", "coarse",
+               True, "orders"),
+    MetricSpec("retrieval_gain", "retrieval gain", "retrieval_gain", "retrieval_gain", "mean", True, "orders"),
+    MetricSpec("answer_ppl", "LongEval answer-token PPL", "longeval_lines_ppl", "answer_ppl", "perplexity", False,
+               "orders"),
+    MetricSpec("longeval_acc", "LongEval accuracy", "longeval_lines_acc", "acc", "mean", True, "not stated"),
+)
+SPECS_BY_KEY = {s.key: s for s in METRIC_SPECS}
+
+# Settings of the validation run on top of the demo budget (``demo.DEMO_BUDGETS``), per budget. The short
+# variant copies over a few hundred tokens (untrained construction with the packaged tokenizer, forgetting-curve
+# copy / LM accuracy at l = 32, 128, 512, 1024: short 1.00/0.00, 0.90/0.08, 0.19/0.16, 0.20/0.20; long 1.00/0.00,
+# 0.91/0.08, 0.90/0.18, 0.86/0.24), so every probe spans distances on both sides of that reach; probing only
+# beyond it would, correctly, find short = none.
+# * LongPPL: K = 128, d = 64: key tokens are those whose long-context gain comes from more than 128 tokens back
+#   (with K = 256 most key tokens lie beyond the short reach, and short ~ none there, as it should be).
+# * forgetting curve: copy lengths from well inside to well beyond the short reach (ci: 32 .. 1024; full: the
+#   demo's 16 .. 4096).
+# * retrieval gain: anchors from 10% to 90% of the document, so the copy distance runs from ~0.1 T to ~0.9 T.
+# * LongEval: prompts of ~0.3k to ~1.3k tokens (ci: 5 and 40 lines; full: up to 80 lines, ~2.5k tokens).
+VALIDATION_METADATA = {
+    "ci": {
+        "num_docs": 4, "trunc_len": 128, "sliding_window": 64,
+        "lengths": [32, 128, 512, 1024], "samples_per_length": 4,
+        "doc_tokens": 1024, "n_queries": 6, "anchor_min": 0.1, "anchor_max": 0.9,
+        "num_lines": [5, 40], "num_cases": 4,
+    },
+    "full": {  # the demo's copy lengths (16 .. 4096, 8 samples each) and its 4 documents of >= 16k tokens
+        "trunc_len": 128, "sliding_window": 64,
+        "doc_tokens": 2048, "n_queries": 8, "anchor_min": 0.1, "anchor_max": 0.9,
+        "num_lines": [5, 20, 80], "num_cases": 10,
+    },
+}
+
+
+class ValidationError(ValueError):
+    """The runs cannot be compared (missing samples, units that do not pair, unknown metric)."""
+
+
+# ----------------------------------------------------------------------------------------------- reading
+
+
+@dataclass
+class RunFiles:
+    """One model's harness output: the results dict and, per task, its logged samples."""
+
+    results: dict
+    samples: dict[str, list[dict]]  # task -> rows of samples_<task>_<date>.jsonl
+    results_file: str = ""
+
+
+def samples_files(results_file) -> dict[str, Path]:
+    """``{task: path}`` of the ``samples_<task>_<date>.jsonl`` files lm-eval wrote beside ``results_<date>.json``."""
+    results_file = Path(results_file)
+    stamp = results_file.stem[len("results_"):]
+    out = {}
+    for p in sorted(results_file.parent.glob(f"samples_*_{stamp}.jsonl")):
+        task = p.name[len("samples_"): -len(f"_{stamp}.jsonl")]
+        out[task] = p
+    return out
+
+
+def read_jsonl(path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_run(results_file) -> RunFiles:
+    """The results JSON (checked by ``reporting.load_results``) and every samples file beside it."""
+    from .reporting import load_results
+
+    results = load_results(results_file)
+    samples = {task: read_jsonl(p) for task, p in samples_files(results_file).items()}
+    if not samples:
+        raise ValidationError(f"{results_file}: no samples_*.jsonl beside it (run lm_eval with --log_samples)")
+    return RunFiles(results, samples, str(results_file))
+
+
+def task_settings(results: dict, task: str) -> dict:
+    return (((results.get("configs") or {}).get(task) or {}).get("metadata") or {}).get("longctx_settings") or {}
+
+
+# ----------------------------------------------------------------------------------------------- units
+
+
+@dataclass
+class Units:
+    """One metric's data for one model: ``values[i]`` belongs to unit ``ids[i]`` (a harness doc, or for the
+    forgetting curve a sample index), ``hashes[i]`` identifies what the unit holds (for pairing)."""
+
+    ids: list
+    values: np.ndarray  # perplexity: [n, 2] (nll_sum, tokens); mean: [n]; fine/coarse: [n, lengths, 2] (copy, lm)
+    hashes: list
+    lengths: np.ndarray | None = None  # fine/coarse: the copy lengths, ascending
+    params: dict = field(default_factory=dict)  # fine/coarse: threshold / margin and rule
+
+    def take(self, ids: Sequence) -> "Units":
+        pos = {u: i for i, u in enumerate(self.ids)}
+        sel = [pos[u] for u in ids]
+        return Units(list(ids), self.values[sel], [self.hashes[i] for i in sel], self.lengths, dict(self.params))
+
+
+def unit_data(spec: MetricSpec, run: RunFiles) -> Units:
+    """Per-unit values of one metric from a run's samples (rows without the field, e.g. skipped LongEval cases,
+    are left out)."""
+    rows = run.samples.get(spec.task)
+    if rows is None:
+        raise ValidationError(f"{run.results_file}: no samples of task {spec.task}")
+    if spec.kind in ("perplexity", "mean"):
+        kept = [r for r in rows if spec.field in r]
+        ids = [int(r["doc_id"]) for r in kept]
+        hashes = [r.get("doc_hash") for r in kept]
+        if spec.kind == "perplexity":
+            values = np.asarray([[float(r[spec.field][0]), float(r[spec.field][1])] for r in kept],
+                                dtype=np.float64).reshape(-1, 2)
+        else:
+            values = np.asarray([float(r[spec.field]) for r in kept], dtype=np.float64)
+        return Units(ids, values, hashes)
+    if spec.kind in ("fine", "coarse"):
+        return _curve_units(spec, run, rows)
+    raise ValidationError(f"unknown metric kind {spec.kind!r}")
+
+
+def _curve_units(spec: MetricSpec, run: RunFiles, rows: list[dict]) -> Units:
+    """Forgetting curve: one unit per sample index k (docs are sample-major: sample k has one sample at every
+    length), holding its copy and LM accuracy at each length. Resampling k keeps every length's sample count."""
+    s = task_settings(run.results, spec.task)
+    if spec.kind == "fine":
+        params = {"threshold": float(s.get("fine_threshold", metrics.FINE_THRESHOLD)),
+                  "rule": str(s.get("fine_rule", "largest"))}
+    else:
+        params = {"margin": float(s.get("coarse_margin", metrics.COARSE_MARGIN)),
+                  "rule": str(s.get("coarse_rule", "contiguous"))}
+    by_sample: dict[int, dict[int, tuple]] = {}
+    hashes: dict[int, dict[int, str]] = {}
+    for r in rows:
+        length, copy, lm = r[spec.field]
+        k, length = int(r["doc"]["sample"]), int(length)
+        by_sample.setdefault(k, {})[length] = (float(copy), float(lm))
+        hashes.setdefault(k, {})[length] = r.get("doc_hash")
+    lengths = sorted({x for v in by_sample.values() for x in v})
+    complete = sorted(k for k, v in by_sample.items() if len(v) == len(lengths))
+    if len(complete) < len(by_sample):
+        log.warning("validation: %d forgetting-curve sample indices lack some lengths (--limit?) and are left out",
+                    len(by_sample) - len(complete))
+    values = np.asarray([[by_sample[k][x] for x in lengths] for k in complete], dtype=np.float64)
+    values = values.reshape(len(complete), len(lengths), 2)
+    return Units(complete, values, [tuple(hashes[k][x] for x in lengths) for k in complete],
+                 np.asarray(lengths, dtype=np.int64), params)
+
+
+def paired_units(spec: MetricSpec, runs: dict[str, RunFiles]) -> dict[str, Units]:
+    """Each model's units of one metric, restricted to the units every model has, in one order; raises if a
+    unit's content differs between models (they would not be paired)."""
+    data = {name: unit_data(spec, run) for name, run in runs.items()}
+    common = set.intersection(*(set(u.ids) for u in data.values()))
+    if not common:
+        raise ValidationError(f"{spec.key}: no unit common to all models")
+    ids = sorted(common)
+    out = {name: u.take(ids) for name, u in data.items()}
+    ref_name, ref = next(iter(out.items()))
+    for name, u in out.items():
+        if u.hashes != ref.hashes:
+            bad = next(i for i, (a, b) in enumerate(zip(u.hashes, ref.hashes)) if a != b)
+            raise ValidationError(f"{spec.key}: unit {ids[bad]} holds different documents for {name} and {ref_name} "
+                                  "(the models must share tokenizer, data and seeds)")
+        if spec.kind in ("fine", "coarse") and not np.array_equal(u.lengths, ref.lengths):
+            raise ValidationError(f"{spec.key}: copy lengths differ between {name} and {ref_name}")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- the statistic
+
+
+def metric_value(spec: MetricSpec, units: Units, idx: np.ndarray | None = None):
+    """The metric over the units ``idx`` (an index array; its last axis is one resample, leading axes are
+    resamples); all units when ``idx`` is None. Returns a float, or an array of the leading shape of ``idx``.
+
+    perplexity: exp(sum nll / sum tokens) (``metrics.token_weighted_perplexity``; NaN without tokens); mean: the
+    mean; fine / coarse: ``metrics.fine_memory_length`` / ``coarse_memory_length`` of the mean curve (a length
+    with a NaN accuracy counts as failed, as ``metrics.forgetting_curve_by_length`` does).
+    """
+    scalar = idx is None
+    idx = np.arange(len(units.ids)) if scalar else np.asarray(idx)
+    v = units.values[idx]  # idx.shape + value shape
+    if spec.kind == "perplexity":
+        nll, n = v[..., 0].sum(axis=-1), v[..., 1].sum(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            out = np.where(n > 0, np.exp(nll / np.where(n > 0, n, 1.0)), np.nan)
+    elif spec.kind == "mean":
+        out = v.mean(axis=-1)
+    elif spec.kind in ("fine", "coarse"):
+        curve = v.mean(axis=-3)  # [..., lengths, 2]
+        flat = curve.reshape(-1, curve.shape[-2], 2)
+        p = units.params
+        if spec.kind == "fine":
+            res = [metrics.fine_memory_length(units.lengths, c[:, 0], p["threshold"], p["rule"]) for c in flat]
+        else:
+            res = [metrics.coarse_memory_length(units.lengths, c[:, 0], c[:, 1], p["margin"], p["rule"]) for c in flat]
+        out = np.asarray(res, dtype=np.float64).reshape(curve.shape[:-2])
+    else:
+        raise ValidationError(f"unknown metric kind {spec.kind!r}")
+    return float(out) if scalar else out
+
+
+def paired_bootstrap_difference(stat_a: Callable[[np.ndarray], np.ndarray], stat_b: Callable[[np.ndarray], np.ndarray],
+                                n_units: int, n_resamples: int = DEFAULT_N_RESAMPLES,
+                                confidence_level: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED,
+                                method: str = "percentile") -> dict:
+    """CI of ``stat_a - stat_b`` by ``scipy.stats.bootstrap``, resampling unit indices: each resample draws
+    ``n_units`` indices with replacement and both statistics read the SAME units (a paired bootstrap).
+
+    ``stat_x(idx)`` maps an index array (last axis = one resample) to the statistic per resample. The percentile
+    method is the default because memory lengths are step functions of the data (BCa's jackknife is degenerate
+    there). Resamples where a statistic is undefined (NaN) make the bounds NaN.
+    """
+    from scipy import stats
+
+    if n_units < 1:
+        raise ValidationError("no units to resample")
+    idx = np.arange(n_units)
+    diff = float(stat_a(idx) - stat_b(idx))
+
+    def statistic(i, axis=-1):
+        i = np.moveaxis(np.asarray(i), axis, -1)
+        return stat_a(i) - stat_b(i)
+
+    res = stats.bootstrap((idx,), statistic, n_resamples=n_resamples, vectorized=True,
+                          confidence_level=confidence_level, method=method, rng=np.random.default_rng(seed))
+    dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
+    return {"difference": diff, "low": float(res.confidence_interval.low), "high": float(res.confidence_interval.high),
+            "level": confidence_level, "n_units": int(n_units), "n_resamples": int(n_resamples),
+            "method": method, "seed": seed, "bootstrap_se": float(np.nanstd(dist, ddof=1)) if len(dist) > 1 else 0.0}
+
+
+# ----------------------------------------------------------------------------------------------- the verdict
+
+
+def _better(diff: float, higher_is_better: bool) -> bool:
+    return diff > 0 if higher_is_better else diff < 0
+
+
+def ordering_verdict(values: Sequence[float], cis: Sequence[dict], higher_is_better: bool) -> dict:
+    """Whether ``values`` (models in the constructed order, best first) are ordered, given the CIs of the
+    neighbours' differences ``cis[j]`` = CI of values[j] - values[j + 1].
+
+    * ``ordered``: every neighbour's point difference points the constructed way (strictly);
+    * ``separated``: ordered, and every CI excludes 0 on that side (the CIs of the differences, not of the
+      values, since the models are paired on the same units);
+    * ``reversed``: some CI excludes 0 on the wrong side (a significant inversion);
+    * verdict: ``yes`` (ordered and separated), ``yes, not separated``, ``no (tie)`` (some equal neighbours, none
+      inverted), ``no`` (some neighbours inverted).
+    """
+    if len(cis) != len(values) - 1:
+        raise ValueError(f"{len(values)} values need {len(values) - 1} differences, got {len(cis)}")
+    diffs = [values[j] - values[j + 1] for j in range(len(cis))]
+    finite = all(math.isfinite(d) for d in diffs)
+    right = [finite and _better(d, higher_is_better) for d in diffs]
+    tie = [finite and d == 0 for d in diffs]
+
+    def excludes_zero(ci, good_side: bool) -> bool:
+        lo, hi = ci["low"], ci["high"]
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return False
+        positive = lo > 0
+        negative = hi < 0
+        want_positive = higher_is_better == good_side
+        return positive if want_positive else negative
+
+    separated_each = [excludes_zero(ci, True) for ci in cis]
+    reversed_each = [excludes_zero(ci, False) for ci in cis]
+    ordered = all(right)
+    separated = ordered and all(separated_each)
+    if separated:
+        verdict = "yes"
+    elif ordered:
+        verdict = "yes, not separated"
+    elif not finite:
+        verdict = "undefined"
+    elif any(not r and not t for r, t in zip(right, tie)):
+        verdict = "no"
+    else:
+        verdict = "no (tie)"
+    return {"ordered": ordered, "separated": separated, "reversed": any(reversed_each), "verdict": verdict,
+            "pair_ordered": right, "pair_separated": separated_each}
+
+
+def validate(runs: dict[str, RunFiles], order: Sequence[str], specs: Sequence[MetricSpec] = METRIC_SPECS,
+             n_resamples: int = DEFAULT_N_RESAMPLES, confidence_level: float = DEFAULT_CONFIDENCE,
+             seed: int = DEFAULT_SEED) -> list[dict]:
+    """Per metric: each model's value (recomputed from the samples, beside the harness's own), the paired bootstrap
+    CI of each difference between neighbours in ``order`` (best first), and the ordering verdict."""
+    order = list(order)
+    missing = [m for m in order if m not in runs]
+    if missing:
+        raise ValidationError(f"no run for {missing}")
+    if len(order) < 2:
+        raise ValidationError("need at least two models to order")
+    rows = []
+    for spec in specs:
+        if any(spec.task not in runs[m].samples for m in order):
+            rows.append({"metric": spec.key, "label": spec.label, "task": spec.task, "skipped": "no samples"})
+            continue
+        units = paired_units(spec, {m: runs[m] for m in order})
+        n = len(units[order[0]].ids)
+        values = {m: metric_value(spec, units[m]) for m in order}
+        harness_values = {m: _harness_value(runs[m].results, spec) for m in order}
+        pairs = []
+        for j in range(len(order) - 1):
+            a, b = order[j], order[j + 1]
+            ci = paired_bootstrap_difference(
+                lambda i, u=units[a]: metric_value(spec, u, i), lambda i, u=units[b]: metric_value(spec, u, i),
+                n, n_resamples, confidence_level, seed)
+            pairs.append({"a": a, "b": b, **ci})
+        verdict = ordering_verdict([values[m] for m in order], pairs, spec.higher_is_better)
+        rows.append({"metric": spec.key, "label": spec.label, "task": spec.task, "field": spec.field,
+                     "higher_is_better": spec.higher_is_better, "expected": spec.expected, "n_units": n,
+                     "values": values, "harness_values": harness_values, "differences": pairs, **verdict})
+    return rows
+
+
+def _harness_value(results: dict, spec: MetricSpec):
+    v = ((results.get("results") or {}).get(spec.task) or {}).get(f"{spec.field},none")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def check_against_harness(rows: list[dict], rel: float = 1e-6) -> list[str]:
+    """Metrics whose value recomputed from the samples differs from the harness's aggregate (should be none)."""
+    bad = []
+    for r in rows:
+        for m, v in (r.get("values") or {}).items():
+            h = r["harness_values"].get(m)
+            if h is None or not (math.isfinite(v) and math.isfinite(h)):
+                if not (h is None or (math.isnan(v) and math.isnan(h))):
+                    bad.append(f"{r['metric']}/{m}: recomputed {v}, harness {h}")
+                continue
+            if abs(v - h) > rel * max(1.0, abs(h)):
+                bad.append(f"{r['metric']}/{m}: recomputed {v}, harness {h}")
+    return bad
+
+
+# ----------------------------------------------------------------------------------------------- the table
+
+
+def _num(x) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—" if x is None else str(x)
+    ax = abs(x)
+    if ax != 0 and (ax >= 1e5 or ax < 1e-3):
+        return f"{x:.3g}"
+    return f"{x:.4g}"
+
+
+def format_table(rows: list[dict], order: Sequence[str], labels: dict | None = None) -> str:
+    """Markdown: one row per metric, the models' values in the constructed order, each neighbours' difference
+    with its paired bootstrap CI, and whether the metric orders the models as constructed."""
+    labels = labels or {}
+    order = list(order)
+    level = next((p["level"] for r in rows for p in r.get("differences", [])), DEFAULT_CONFIDENCE)
+    head = (["metric", "better"] + [labels.get(m, m) for m in order]
+            + [f"{a} − {b} [{level:.0%} CI]" for a, b in zip(order, order[1:])]
+            + ["orders as constructed", "expected (issue)"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        if r.get("skipped"):
+            dashes = " | ".join("—" for _ in head[2:-2])
+            lines.append(f"| {r['label']} | | {dashes} | skipped: {r['skipped']} | |")
+            continue
+        cells = [f"{r['label']} (`{r['task']}/{r['field']}`)", "higher" if r["higher_is_better"] else "lower"]
+        cells += [_num(r["values"][m]) for m in order]
+        for p in r["differences"]:
+            cells.append(f"{_num(p['difference'])} [{_num(p['low'])}, {_num(p['high'])}]")
+        cells += [r["verdict"], r["expected"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------- orchestration
+
+
+def _variant_dir_is_current(path: Path, name: str, steps, tokenizer_dir=None) -> bool:
+    """Whether ``path`` holds variant ``name`` built with this recipe (and, when given, this tokenizer), so it
+    need not be rebuilt. (A change of the construction code itself is not detected: pass ``rebuild``.)"""
+    from . import demo_model
+
+    rec = path / "recipe.json"
+    if not (rec.is_file() and (path / "config.json").is_file()):
+        return False
+    try:
+        built = json.loads(rec.read_text(encoding="utf-8")).get("recipe")
+    except (OSError, json.JSONDecodeError):
+        return False
+    overrides = {} if steps is None else {"steps": int(steps)}
+    want = json.loads(json.dumps(asdict(demo_model.variant_recipe(name, **overrides))))
+    if built != want:
+        return False
+    if tokenizer_dir is not None:
+        mine, theirs = path / "tokenizer.json", Path(tokenizer_dir) / "tokenizer.json"
+        try:
+            same = json.loads(mine.read_text(encoding="utf-8")) == json.loads(theirs.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            same = False
+        if not same:
+            return False
+    return True
+
+
+def _tokenizer_dir(out: Path, tokenizer_dir, log_fn) -> Path:
+    """The tokenizer every variant shares: the given one, else the packaged demo model's, else a stand-in
+    trained here as the packaged one is (until the packaged model exists)."""
+    from . import demo_model
+
+    if tokenizer_dir is not None:
+        return Path(tokenizer_dir)
+    packaged = Path(demo_model.packaged_model_dir())
+    if (packaged / "tokenizer.json").is_file() or (packaged / "tokenizer_config.json").is_file():
+        return packaged
+    stand_in = out / "tokenizer"
+    if not (stand_in / "tokenizer.json").is_file():
+        from .offline import train_tokenizer
+
+        log_fn(f"validation: no packaged demo tokenizer at {packaged}; training a stand-in in {stand_in}")
+        tok = train_tokenizer(demo_model.training_texts(300_000), vocab_size=demo_model.Recipe().vocab_size)
+        tok.save_pretrained(stand_in)
+    return stand_in
+
+
+def build_models(out_dir, variants: Sequence[str], steps=None, tokenizer_dir=None, rebuild: bool = False,
+                 log_fn=print) -> dict[str, Path]:
+    """``{variant: checkpoint folder}`` under ``out_dir/models``; a folder already holding the same recipe and
+    tokenizer is reused (a full-recipe variant takes minutes to train)."""
+    from . import demo_model
+
+    out = Path(out_dir)
+    tok = _tokenizer_dir(out, tokenizer_dir, log_fn)
+    dirs = {}
+    for name in variants:
+        path = out / "models" / name
+        if rebuild or not _variant_dir_is_current(path, name, steps, tok):
+            t0 = time.perf_counter()
+            demo_model.build_variant(name, path, steps=steps, tokenizer_dir=tok, log=log_fn)
+            log_fn(f"validation: built variant {name} in {time.perf_counter() - t0:.1f} s -> {path}")
+        dirs[name] = path.resolve()
+    return dirs
+
+
+def variant_labels(variants: Sequence[str]) -> dict[str, str]:
+    """Table / legend labels: the variant and its knob (``long (rope_theta 1e6)``, ``none (no copy circuit)``)."""
+    from . import demo_model
+
+    out = {}
+    for v in variants:
+        r = demo_model.variant_recipe(v)
+        out[v] = f"{v} (rope_theta {_power(r.rope_theta)})" if r.copy_circuit else f"{v} (no copy circuit)"
+    return out
+
+
+def _power(x: float) -> str:
+    """1e6 for 1000000.0 (a power of ten), else the shortest float form."""
+    e = math.log10(x) if x > 0 else float("nan")
+    return f"1e{int(round(e))}" if math.isfinite(e) and abs(e - round(e)) < 1e-12 else f"{x:g}"
+
+
+def plot_curves(runs: dict[str, RunFiles], order: Sequence[str], out_path, labels: dict | None = None):
+    """The forgetting curves of all models on one figure (``plotting.plot_forgetting_curves``); None without
+    matplotlib."""
+    from . import plotting
+
+    labels = labels or {}
+    curves = [plotting.curve_from_results(runs[m].results, "forgetting_curve", labels.get(m, m)) for m in order
+              if "forgetting_curve" in (runs[m].results.get("results") or {})]
+    if not curves:
+        return None
+    try:
+        return plotting.plot_forgetting_curves(curves, out_path, title="Forgetting curves of the known-answer models")
+    except ImportError as e:
+        log.warning("validation: no figure (%s)", e)
+        return None
+
+
+def run_validation(out_dir, budget: str = "full", steps=None, variants: Sequence[str] | None = None,
+                   tokenizer_dir=None, extra_metadata: dict | None = None, n_resamples: int = DEFAULT_N_RESAMPLES,
+                   confidence_level: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED, rebuild: bool = False,
+                   plot: bool = True, echo: bool = True, log_fn=print) -> dict:
+    """Build the known-answer variants, run the four tasks on each through the harness, and check the ordering.
+
+    * ``budget``: the demo budget (``demo.DEMO_BUDGETS``: ``ci`` or ``full``) plus ``VALIDATION_METADATA[budget]``
+      and ``extra_metadata``; LongPPL's evaluator is the first (best) variant's checkpoint for every model, so
+      the key tokens are the same for all (as the paper's fixed evaluator); its spans are cached in
+      ``out_dir/span_cache``.
+    * ``steps``: training steps of the variants (None: the full recipe, minutes each; 0: the untrained
+      construction, instantaneous). Variants already built with the same recipe under ``out_dir/models`` are
+      reused unless ``rebuild``.
+    * ``variants``: a subset of ``demo_model.VARIANTS`` (default all), ordered as ``demo_model.VARIANT_ORDER``.
+
+    Writes ``out_dir/validation.json`` (everything), ``out_dir/validation.md`` (the table) and
+    ``out_dir/forgetting_curves.png``; returns the JSON's content.
+    """
+    from . import demo, demo_model
+
+    t0 = time.perf_counter()
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    variants = list(variants or demo_model.VARIANT_ORDER)
+    unknown = [v for v in variants if v not in demo_model.VARIANTS]
+    if unknown:
+        raise ValidationError(f"unknown variants {unknown}; known: {list(demo_model.VARIANT_ORDER)}")
+    order = [v for v in demo_model.VARIANT_ORDER if v in variants]
+    if len(order) < 2:
+        raise ValidationError("need at least two variants to order")
+    if budget not in VALIDATION_METADATA:
+        raise ValidationError(f"unknown budget {budget!r}; known: {sorted(VALIDATION_METADATA)}")
+
+    dirs = build_models(out, order, steps, tokenizer_dir, rebuild, log_fn)
+    t_built = time.perf_counter()
+    metadata = {**VALIDATION_METADATA[budget], "evaluator": str(dirs[order[0]]),
+                "span_cache_dir": str(out / "span_cache"), **(extra_metadata or {})}
+    runs, summaries, seconds = {}, {}, {}
+    for name in order:
+        t1 = time.perf_counter()
+        summary = demo.run_demo(out / "runs" / name, model_dir=dirs[name], budget=budget, extra_metadata=metadata,
+                                echo=echo)
+        seconds[name] = round(time.perf_counter() - t1, 2)
+        summaries[name] = summary
+        runs[name] = read_run(summary["files"]["results_json"])
+
+    rows = validate(runs, order, n_resamples=n_resamples, confidence_level=confidence_level, seed=seed)
+    mismatches = check_against_harness(rows)
+    for m in mismatches:
+        log.warning("validation: %s", m)
+    labels = variant_labels(order)
+    table = format_table(rows, order, labels)
+    figure = plot_curves(runs, order, out / FIGURE, labels) if plot else None
+    wall = {"build_models": round(t_built - t0, 2), "harness_per_model": seconds,
+            "total": round(time.perf_counter() - t0, 2)}
+    report = {
+        "budget": budget, "steps": steps, "order": order, "labels": labels,
+        "models": {m: str(d) for m, d in dirs.items()}, "evaluator": str(dirs[order[0]]),
+        "metadata": summaries[order[0]].get("metadata", metadata),
+        "bootstrap": {"method": "percentile, paired (same resampled units for every model), scipy.stats.bootstrap",
+                      "n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed},
+        "metrics": rows, "harness_mismatches": mismatches, "table_markdown": table,
+        "results_files": {m: runs[m].results_file for m in order},
+        "figure": str(figure) if figure else None, "wall_seconds": wall,
+    }
+    (out / VALIDATION_JSON).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    (out / VALIDATION_MD).write_text(format_report(report), encoding="utf-8")
+    if echo:
+        print(format_report(report), flush=True)
+    return report
+
+
+def format_report(report: dict) -> str:
+    """The table with a header that says what was run."""
+    b = report["bootstrap"]
+    steps = report["steps"]
+    lines = [f"## Known-answer validation ({report['budget']} budget, "
+             f"{'full training recipe' if steps is None else f'{steps} training steps'})", "",
+             f"Constructed order (best first): {' > '.join(report['labels'][m] for m in report['order'])}. "
+             f"LongPPL key tokens judged by `{Path(report['evaluator']).name}` for every model. Differences are "
+             f"paired over the same documents / samples; {b['confidence_level']:.0%} percentile bootstrap CIs "
+             f"({b['n_resamples']} resamples, seed {b['seed']}).", "",
+             report["table_markdown"].rstrip(), ""]
+    n_units = ", ".join(f"{r['metric']} {r['n_units']}" for r in report["metrics"] if "n_units" in r)
+    lines.append(f"Units resampled: {n_units}.")
+    if report.get("harness_mismatches"):
+        lines.append("Recomputed values that differ from the harness's aggregates: "
+                     + "; ".join(report["harness_mismatches"]))
+    w = report["wall_seconds"]
+    lines.append(f"Wall time: {w['total']:.1f} s (models {w['build_models']:.1f} s; harness per model: "
+                 + ", ".join(f"{m} {s:.1f} s" for m, s in w["harness_per_model"].items()) + ").")
+    if report.get("figure"):
+        lines.append(f"Forgetting curves: {report['figure']}")
+    return "\n".join(lines) + "\n"
+
+
+def unmet_expectations(report: dict) -> list[str]:
+    """Metrics the issue expects to order the models (``expected == "orders"``) that did not, with CIs that
+    exclude 0 (verdict other than ``yes``)."""
+    return [f"{r['metric']}: {r['verdict']}" for r in report["metrics"]
+            if r.get("expected") == "orders" and r.get("verdict") != "yes"]
+
+
+def plot_command(report: dict, out_png: str = "forgetting_curves.png") -> str:
+    """The ``scripts/plot_forgetting_curve.py`` call that redraws the figure from the results files."""
+    import shlex
+
+    args = ["python", "scripts/plot_forgetting_curve.py"]
+    args += [report["results_files"][m] for m in report["order"]]
+    for m in report["order"]:
+        args += ["--label", report["labels"][m]]
+    return shlex.join(args + ["-o", out_png])
+
+
+# ----------------------------------------------------------------------------------------------- command line
+
+
+def add_arguments(p) -> None:
+    """The options of ``scripts/validate_metrics.py`` (and of a ``demo --validate`` mode)."""
+    from . import demo_model
+
+    p.add_argument("out", nargs="?", default="lm_eval_longctx_validation",
+                   help="output folder: models/, runs/<variant>/, validation.json, validation.md, "
+                        "forgetting_curves.png")
+    p.add_argument("--budget", choices=sorted(VALIDATION_METADATA), default="full",
+                   help="the demo budget the tasks run at, with the validation's settings (default: full)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps of each variant (default: the full recipe, minutes each on CPU; "
+                        "0: the untrained construction)")
+    p.add_argument("--variants", default=",".join(demo_model.VARIANT_ORDER),
+                   help="comma-separated subset of the variants (default: all, best first)")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer folder shared by the variants (default: the packaged demo model's)")
+    p.add_argument("--metadata", default=None, help="JSON of extra --metadata keys for every task (override)")
+    p.add_argument("--n-resamples", type=int, default=DEFAULT_N_RESAMPLES)
+    p.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE)
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the variants even if out/models holds them")
+    p.add_argument("--no-plot", action="store_true", help="no forgetting-curve figure")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when a metric the issue expects to order the models does not (CIs excluding 0)")
+    p.add_argument("--quiet", action="store_true", help="do not echo the harness's output")
+
+
+def run_from_args(args) -> int:
+    """Run ``run_validation`` from parsed ``add_arguments`` options; print the report; return the exit code."""
+    extra = json.loads(args.metadata) if args.metadata else None
+    report = run_validation(args.out, budget=args.budget, steps=args.steps,
+                            variants=[v.strip() for v in args.variants.split(",") if v.strip()],
+                            tokenizer_dir=args.tokenizer, extra_metadata=extra, n_resamples=args.n_resamples,
+                            confidence_level=args.confidence, seed=args.seed, rebuild=args.rebuild,
+                            plot=not args.no_plot, echo=not args.quiet)
+    if args.quiet:
+        print(format_report(report))
+    print(f"redraw the figure: {plot_command(report)}")
+    unmet = unmet_expectations(report)
+    if unmet:
+        print("metrics expected to order the models that did not (with CIs excluding 0): " + "; ".join(unmet))
+    return 1 if (args.check and unmet) else 0
