@@ -28,8 +28,8 @@ SOURCE = "pydoc_data.topics"
 LICENCE = "PSF-2.0 (Python Software Foundation License)"
 PARAGRAPH = "\n\n"
 # About 3.3 characters per token for the demo model's 4096-token BPE (trained on stdlib text), so
-# 64k characters give documents of at least 16k tokens: long enough for LongPPL's truncated windows
-# (K = 2048) to leave most tokens with a long context, and for retrieval_gain's 8192-token documents.
+# 64k characters give documents of at least 16k tokens: as long as the documents LongPPL selects from
+# GovReport (>= 16384 tokens), and long enough for retrieval_gain's default 8192-token documents.
 DEFAULT_CHARS_PER_DOC = 64_000
 
 
