@@ -65,6 +65,22 @@ def test_write_corpus_rows_and_provenance(tmp_path):
     assert prov["texts_sha256"] != data.texts_sha256(texts[:2])
 
 
+def test_full_budget_documents_are_long_enough_for_longppl_with_the_demo_tokenizer():
+    """Every full-budget document holds >= 16384 tokens of the demo model (LongPPL's GovReport selection
+    keeps documents of >= 16384 tokens; retrieval gain's default reads the first 8192)."""
+    from transformers import AutoTokenizer
+
+    from lm_eval_longctx.demo_model import packaged_model_dir
+
+    if not (Path(packaged_model_dir()) / "tokenizer.json").is_file():
+        pytest.skip("the packaged demo model is not built")
+    tok = AutoTokenizer.from_pretrained(str(packaged_model_dir()))
+    texts = embedded.embedded_documents(demo.DEMO_BUDGETS["full"]["chars_per_doc"])
+    counts = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+    assert len(counts) >= demo.DEMO_BUDGETS["full"]["metadata"]["num_docs"]
+    assert min(counts) >= 16384, counts
+
+
 def test_every_budget_fits_the_embedded_corpus():
     for name, cfg in demo.DEMO_BUDGETS.items():
         texts = embedded.embedded_documents(cfg["chars_per_doc"])
