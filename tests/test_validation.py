@@ -2,6 +2,7 @@
 computations, the metrics recomputed from samples against ``metrics``, the ordering verdict, reading the
 harness's files, and the whole pipeline on untrained (steps=0) variants through the harness."""
 
+import dataclasses
 import json
 import math
 import os
@@ -199,6 +200,14 @@ def test_read_run_units_and_pairing(tmp_path):
     fu = validation.paired_units(fine, runs)["a"]
     assert fu.params == {"threshold": 0.9, "rule": "largest"}
     assert validation.metric_value(fine, fu) == 8  # mean copy accuracy 0.975 > 0.9 at 8, 0.45 at 64
+    # a diagnostic threshold replaces the run's own; the harness's aggregate (at the run's) is not compared
+    diag = dataclasses.replace(fine, key="diag", threshold=0.4)
+    du = validation.paired_units(diag, runs)["a"]
+    assert du.params == {"threshold": 0.4, "rule": "largest"}
+    assert validation.metric_value(diag, du) == 64
+    row = validation.validate(runs, ["a", "b"], [diag], n_resamples=200)[0]
+    assert row["harness_values"] == {"a": None, "b": None} and not validation.check_against_harness([row])
+    assert validation.SPECS_BY_KEY["fine_memory_length@0.5"].threshold == validation.FINE_DIAGNOSTIC_THRESHOLD
 
     fc = _write_run(tmp_path, "c", [(2.0, 4), (1.0, 2)], curve, task_hash_salt="x")
     with pytest.raises(validation.ValidationError, match="different documents"):
