@@ -74,7 +74,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("ppl", "PPL", "longppl_govreport", "ppl", "perplexity", False, "no clear separation"),
     MetricSpec("fine_memory_length", "fine memory length", "forgetting_curve", "fine_memory_length", "fine", True,
                "orders"),
-    MetricSpec("fine_memory_length@0.5", f"fine memory length at copy accuracy > {FINE_DIAGNOSTIC_THRESHOLD} "
+    MetricSpec(f"fine_memory_length@{FINE_DIAGNOSTIC_THRESHOLD}",
+               f"fine memory length at copy accuracy > {FINE_DIAGNOSTIC_THRESHOLD} "
                "(diagnostic)", "forgetting_curve", "fine_memory_length", "fine", True, "not stated",
                threshold=FINE_DIAGNOSTIC_THRESHOLD),
     MetricSpec("coarse_memory_length", "coarse memory length", "forgetting_curve", "coarse_memory_length", "coarse",
