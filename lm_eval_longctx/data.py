@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import errors
 
 # The LongPPL paper's data (see README "LongPPL" and the reference spec).
 GOVREPORT_DATASET = "emozilla/govreport-test-tokenized"
@@ -49,20 +52,82 @@ def select_tokenized_rows(rows, min_tokens: int, max_tokens: int, num_docs: int)
     return picked
 
 
-def load_rows(dataset_path: str, revision: str | None, split: str, data_files: str | None):
-    """A hub dataset split, or a local json/jsonl/parquet file in its place; with where it came from."""
+DATA_WAYS_OUT = ("Ways out: a local copy through --metadata '{\"data_files\": \"docs.jsonl\"}' (json, jsonl or "
+                 "parquet), a reachable hub (unset HF_HUB_OFFLINE / HF_DATASETS_OFFLINE, log in for gated data), or "
+                 "the offline demo (lm-eval-longctx demo).")
+
+
+def load_rows(dataset_path: str, revision: str | None, split: str, data_files: str | None, expected: str = ""):
+    """A hub dataset split, or a local json/jsonl/parquet file in its place; with where it came from.
+
+    A file that cannot be read as rows (not UTF-8, not JSON) or a dataset that cannot be fetched is an
+    error naming it, what was expected and the ways out, never a raw traceback alone."""
     import datasets
 
     if data_files:
         path = Path(data_files)
-        if not path.exists():
+        if not path.is_file():
             raise FileNotFoundError(f"data_files not found: {path}")
         builder = "parquet" if path.suffix == ".parquet" else "json"
-        ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        if builder == "json":
+            _check_json_rows(path, expected)
+        try:
+            ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        except Exception as err:  # noqa: BLE001  (any unreadable file is the same message)
+            raise ValueError(f"data_files {path}: cannot be read as {builder} rows ({errors.first_line(err)}); "
+                             f"expected {expected or 'one record per row'}") from None
         return ds, {"data_files": str(path.resolve())}
-    ds = datasets.load_dataset(dataset_path, split=split, revision=revision)
+    try:
+        ds = datasets.load_dataset(dataset_path, split=split, revision=revision)
+    except Exception as err:  # noqa: BLE001  (offline, gated, missing: one message)
+        raise errors.ResourceUnavailableError(
+            f"the dataset {dataset_path!r} (split {split!r}) cannot be loaded: {errors.first_line(err)}. "
+            f"{DATA_WAYS_OUT}") from None
     return ds, {"dataset_path": dataset_path, "revision": revision or "default branch",
                 "dataset_fingerprint": getattr(ds, "_fingerprint", None)}
+
+
+def load_tokenizer(name: str, role: str, **kwargs):
+    """``AutoTokenizer.from_pretrained``, with one clear message when it cannot be had."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name, **kwargs)
+    except Exception as err:  # noqa: BLE001  (offline, gated, missing, malformed: one message)
+        raise errors.ResourceUnavailableError(
+            f"{role}, {name!r}, cannot be loaded: {errors.first_line(err)}. Ways out: a reachable hub (unset "
+            "HF_HUB_OFFLINE, log in for gated models), a local folder that holds the tokenizer, or the offline "
+            "demo (lm-eval-longctx demo).") from None
+
+
+def _check_json_rows(path: Path, expected: str) -> None:
+    """JSON lines (or one JSON list) of objects, UTF-8: checked here so the error names the file and line."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"data_files {path}: not UTF-8 text ({err.reason} at byte {err.start}); expected "
+                         f"JSON lines with {expected or 'one record per line'}") from None
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            rows = json.loads(text)
+        except ValueError as err:
+            raise ValueError(f"data_files {path}: not valid JSON ({err})") from None
+        bad = next((k for k, r in enumerate(rows) if not isinstance(r, dict)), None) if isinstance(rows, list) else 0
+        if bad is not None:
+            raise ValueError(f"data_files {path}: item {bad} is not a JSON object; expected {expected}")
+        return
+    for k, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as err:
+            raise ValueError(f"data_files {path}, line {k + 1}: not JSON ({err}); expected JSON lines with "
+                             f"{expected or 'one record per line'}") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"data_files {path}, line {k + 1}: not a JSON object; expected {expected}")
 
 
 def load_govreport(
@@ -81,17 +146,23 @@ def load_govreport(
     ``input_ids`` and ``tokenized_len`` go through the same selection and decoding; rows with a
     ``text`` field are used as they are (first ``num_docs``).
     """
-    ds, source = load_rows(dataset_path, revision, split, data_files)
+    expected = "a 'text' field, or 'input_ids' and 'tokenized_len' fields"
+    ds, source = load_rows(dataset_path, revision, split, data_files, expected)
 
     if "text" in ds.column_names and "input_ids" not in ds.column_names:
-        texts = [str(t) for t in ds["text"][:num_docs]]
+        texts = [ds[k]["text"] for k in range(min(num_docs, len(ds)))]
+        bad = next((k for k, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise ValueError(f"{data_files or dataset_path}: row {bad}'s 'text' is not a string")
+    elif {"input_ids", "tokenized_len"} <= set(ds.column_names):
+        ids = select_tokenized_rows(ds, min_tokens, max_tokens, num_docs)
+        tok = load_tokenizer(decode_tokenizer, "the decode tokenizer of the GovReport token ids")
+        texts = [tok.decode(x) for x in ids]
+    else:
+        raise ValueError(f"{data_files or dataset_path}: its rows have the columns {ds.column_names}; expected {expected}")
+    if "input_ids" not in ds.column_names:
         selection = {"num_docs": len(texts)}
     else:
-        from transformers import AutoTokenizer
-
-        ids = select_tokenized_rows(ds, min_tokens, max_tokens, num_docs)
-        tok = AutoTokenizer.from_pretrained(decode_tokenizer)
-        texts = [tok.decode(x) for x in ids]
         selection = {"min_tokens": min_tokens, "max_tokens": max_tokens, "num_docs": len(texts),
                      "decode_tokenizer": decode_tokenizer}
     if len(texts) < num_docs:

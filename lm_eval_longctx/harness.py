@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import engine, keyspans, metrics
+from . import engine, key_tokens, keyspans, metrics, settings
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -66,20 +66,51 @@ class ScoringContext:
 class RequestKind:
     serve: Callable[[ScoringContext, list], list]
     from_state: Callable[[dict], object]
+    # tokens the model read for a result (None: nothing to check), so the length check holds on
+    # --use_cache hits too
+    n_tokens: Callable[[object], int | None] = lambda result: None
 
 
 REQUEST_KINDS: dict[str, RequestKind] = {}
 
 
-def register_request_kind(name: str, serve, from_state) -> None:
+def register_request_kind(name: str, serve, from_state, n_tokens=None) -> None:
     """Add (or replace, on re-import) a request kind served by ``longctx_scores``."""
-    REQUEST_KINDS[name] = RequestKind(serve, from_state)
+    REQUEST_KINDS[name] = RequestKind(serve, from_state, n_tokens or (lambda result: None))
 
 
-def _spec_key(text: str, spec: dict) -> str:
+def _spec_key(text: str, spec: dict, model_identity: dict) -> str:
+    """The --use_cache key: the request and the model that scores it (a database shared across
+    checkpoints never replays another model's scores)."""
     from lm_eval.api.model import hash_args
 
-    return hash_args(REQUEST_TYPE, [text, json.dumps(spec, sort_keys=True)])
+    return hash_args(REQUEST_TYPE, [text, json.dumps(spec, sort_keys=True), json.dumps(model_identity, sort_keys=True)])
+
+
+def model_identity(lm) -> dict | None:
+    """What the evaluated model is, exactly enough for a cache key: its hub commit or the SHA-256 of its
+    local files, dtype and maximum length (None when it cannot be told, e.g. a model object without a
+    source: then nothing is cached)."""
+    cached = getattr(lm, "_longctx_identity", False)
+    if cached is not False:
+        return cached
+    model = getattr(lm, "model", None)
+    config = getattr(model, "config", None)
+    name = getattr(config, "_name_or_path", None) or getattr(model, "name_or_path", None)
+    identity = None
+    if name:
+        identity = {"name": str(name), "class": type(model).__name__, "dtype": str(getattr(model, "dtype", None)),
+                    "max_length": getattr(lm, "max_length", None), "peft": str(getattr(lm, "peft", None) or "")}
+        from pathlib import Path
+
+        if Path(str(name)).is_dir():
+            identity["files_sha256"] = key_tokens.folder_fingerprint(name, key_tokens.default_cache_dir().parent)
+        elif getattr(config, "_commit_hash", None):
+            identity["commit"] = config._commit_hash
+        else:
+            identity = None
+    lm._longctx_identity = identity
+    return identity
 
 
 def check_length(n_tokens: int, max_length: int | None, spec: dict) -> None:
@@ -136,6 +167,7 @@ register_request_kind(
     serve_each(lambda ctx, text, spec: score_request(ctx.model, ctx.tokenizer, text, spec, ctx.max_length,
                                                      int(spec.get("batch_size") or ctx.batch_size))),
     engine.SequenceScores.from_state,
+    n_tokens=lambda result: len(result.token_ids),
 )
 
 
@@ -174,6 +206,11 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
     from tqdm import tqdm
 
     db = getattr(getattr(self, "cache_hook", None), "dbdict", None)
+    identity = model_identity(self) if db is not None else None
+    if db is not None and identity is None:
+        log.warning("--use_cache: the evaluated model's source (hub commit or local folder) is not known, so "
+                    "%s results are neither read from nor written to the cache", REQUEST_TYPE)
+        db = None
     batch = self.batch_size if isinstance(getattr(self, "batch_size", None), int) else 8
     out: list = [None] * len(requests)
     pending: dict[str, list[int]] = {}
@@ -184,9 +221,12 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
         if kind not in REQUEST_KINDS:
             raise ValueError(f"unknown {REQUEST_TYPE} kind {kind!r}; known: {sorted(REQUEST_KINDS)}")
         if db is not None:
-            keys[i] = _spec_key(text, spec)
+            keys[i] = _spec_key(text, spec, identity)
             if keys[i] in db:
                 out[i] = REQUEST_KINDS[kind].from_state(db[keys[i]])
+                n = REQUEST_KINDS[kind].n_tokens(out[i])
+                if n is not None:  # the same length check as an uncached request
+                    check_length(n, self.max_length, spec)
                 continue
         pending.setdefault(kind, []).append(i)
     bar = tqdm(total=sum(map(len, pending.values())), disable=disable_tqdm or self.rank != 0,
@@ -314,10 +354,63 @@ def install() -> None:
         setattr(HFLM, REQUEST_TYPE, _hflm_longctx_scores)
     if not hasattr(LM, REQUEST_TYPE):
         setattr(LM, REQUEST_TYPE, _unsupported_backend)
+    _install_model_creation_hooks(LM, HFLM)
     register_metrics()
     if os.environ.get("LM_EVAL_LONGCTX_NO_STDERR_HOOK", "") not in ("1", "true", "True"):
         _install_stderr_hook()
     _install_results_saved_hook()
+
+
+# ------------------------------------------------------------------ the model being evaluated
+#
+# lm-eval builds the model before the tasks (simple_evaluate), and merges the --model_args into every
+# task's metadata. The hooks below note which backend was built and with which arguments, so a task
+# can refuse an unsupported backend when it is built (before any evaluator or scoring runs), and its
+# settings parser knows the model_args keys from its own settings.
+
+LAST_MODEL: dict = {"class": None}
+
+
+def _install_model_creation_hooks(LM, HFLM) -> None:
+    import inspect
+
+    from lm_eval.utils import simple_parse_args_string
+
+    hf_keys = [k for k, p in inspect.signature(HFLM.__init__).parameters.items()
+               if k != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    settings.add_external_keys("hf model_args", hf_keys + ["model"])
+    if getattr(LM.__init__, "_longctx_wrapped", False):
+        return
+    original_init = LM.__init__
+
+    def __init__(self, *args, **kwargs):
+        LAST_MODEL["class"] = type(self)
+        original_init(self, *args, **kwargs)
+
+    __init__._longctx_wrapped = True
+    LM.__init__ = __init__
+
+    for name in ("create_from_arg_string", "create_from_arg_obj"):
+        original = getattr(LM, name).__func__
+
+        def create(cls, args, additional_config=None, _original=original):
+            keys = simple_parse_args_string(args) if isinstance(args, str) else dict(args or {})
+            settings.add_external_keys("model_args of the evaluated model", keys)
+            return _original(cls, args, additional_config)
+
+        setattr(LM, name, classmethod(create))
+
+
+def check_backend(task_name: str) -> None:
+    """Refuse, when the task is built, a backend that cannot serve our requests (the model is built first)."""
+    from lm_eval.models.huggingface import HFLM
+
+    cls = LAST_MODEL["class"]
+    if cls is not None and not issubclass(cls, HFLM):
+        raise UnsupportedModelError(
+            f"{task_name} needs per-token scores ({REQUEST_TYPE} requests), which the {cls.__name__} backend does "
+            f"not provide. Use --model {' / '.join(SUPPORTED_MODELS)} (Hugging Face transformers models; under "
+            "`accelerate launch` for several GPUs).")
 
 
 def build_requests_without_request_cache(task, super_build, **kwargs):

@@ -5,23 +5,33 @@ under the long context and the reference truncated windows; key tokens become ch
 (``keyspans``). Spans are cached on disk keyed by everything they depend on, so evaluating a
 second model reuses them and costs only that model's one long pass.
 
-Cache entries are data: ``<key>.txt`` in the reference span format, and ``<key>.npz`` (plain
-arrays, loaded with ``allow_pickle=False``) holding the evaluator's token offsets and
-long-short differences, which LongPPL-soft needs.
+Cache entries are data: one ``<key>.spans.npz`` each (plain arrays, loaded with
+``allow_pickle=False``) holding the spans, the evaluator's token offsets and long-short differences
+(which LongPPL-soft needs) and a checksum of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
+import logging
 import os
+import re
+import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import engine, keyspans, metrics
+from . import engine, errors, keyspans, metrics
 
+log = logging.getLogger("lm_eval_longctx")
+
+# The paper's recommended evaluator (gated on the hub).
+DEFAULT_EVALUATOR = "meta-llama/Llama-3.1-8B"
 # Bump when the way spans are computed changes, so old cache entries are not reused.
 SPAN_ALGORITHM_VERSION = 1
 
@@ -61,28 +71,165 @@ def judge_from_scores(scores: engine.SequenceScores, alpha: float, beta: float) 
     return EvaluatorJudgement(spans, np.asarray(scores.offsets), lsd)
 
 
+def check_evaluator_length(n_tokens: int, max_length: int | None, identity: dict | None) -> None:
+    """An evaluator judges no text longer than its maximum length (like the evaluated model)."""
+    if max_length and n_tokens > max_length:
+        name = (identity or {}).get("name", "the evaluator")
+        raise engine.ScoringError(
+            f"the key-token evaluator {name} would judge a {n_tokens}-token text, longer than its maximum length "
+            f"{max_length}; its judgement beyond that is not what it was built for. Use an evaluator with a longer "
+            "context, shorter documents (max_tokens), or pass --metadata '{\"allow_beyond_max_length\": true}'.")
+
+
 def score_text(model, tokenizer, text: str, trunc_len: int, stride: int, chunk_size: int = engine.DEFAULT_CHUNK_SIZE,
-               batch_size: int = 4, add_special_tokens: bool = True) -> engine.SequenceScores:
-    """Long and truncated passes over ``text`` as the evaluator tokenizes it."""
+               batch_size: int = 4, add_special_tokens: bool = True, max_length: int | None = None,
+               identity: dict | None = None) -> engine.SequenceScores:
+    """Long and truncated passes over ``text`` as the evaluator tokenizes it (checked against ``max_length``)."""
     ids, offsets = keyspans.token_offsets(tokenizer, text, add_special_tokens=add_special_tokens)
+    check_evaluator_length(len(ids), max_length, identity)
     long = engine.score_long(model, ids, chunk_size=chunk_size)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     short = engine.score_truncated(model, [ids], trunc_len, stride, batch_size=batch_size, pad_token_id=pad)[0]
     return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets, long, short)
 
 
-def model_fingerprint(name_or_path: str, model=None) -> str:
-    """Identifies the evaluator's weights: hub commit hash when known, else local file stamps."""
-    commit = getattr(getattr(model, "config", None), "_commit_hash", None)
-    path = Path(name_or_path)
+# ---------------------------------------------------------------- evaluator identity and loading
+#
+# The evaluator's identity is exact: a hub model is its resolved commit (online from the hub, offline
+# from the local hub cache's refs), a local folder the SHA-256 of its files' contents. It is the
+# span cache's key and the results' record, on cache hits and misses alike, and the model is loaded
+# at exactly that commit.
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+# files of a checkpoint folder whose bytes make the fingerprint (weights, config, tokenizer)
+_FINGERPRINT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model", ".txt", ".tiktoken",
+                         ".py"}
+EVALUATOR_WAYS_OUT = (
+    "Ways out: log in with an access token that may read it (`hf auth login`; the default evaluator "
+    "meta-llama/Llama-3.1-8B is gated: accept its license on the hub first); name a local folder "
+    "(--metadata '{\"evaluator\": \"/path/to/model\"}'); use precomputed spans (--metadata "
+    "'{\"key_spans_dir\": \"DIR\"}', made by scripts/precompute_key_spans.py); let the evaluated model judge "
+    "itself (--metadata '{\"evaluator\": \"self\"}'); or run the offline demo (lm-eval-longctx demo).")
+
+
+def _unavailable(name: str, why: str, default: bool) -> errors.ResourceUnavailableError:
+    which = f"the key-token evaluator {name!r}" + (" (the default evaluator)" if default else "")
+    return errors.ResourceUnavailableError(f"{which} cannot be loaded: {why}. {EVALUATOR_WAYS_OUT}")
+
+
+def resolve_hub_commit(repo_id: str, revision: str | None) -> str:
+    """The commit a hub revision names now: from the hub when online, else from the local hub cache."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if revision and _COMMIT.fullmatch(revision):
+        return revision
+    online_error = None
+    if not constants.is_offline_mode():
+        try:
+            from huggingface_hub import HfApi
+
+            return str(HfApi().model_info(repo_id, revision=revision).sha)
+        except Exception as err:  # noqa: BLE001  (gated, missing, no network: the local cache may still know)
+            online_error = err
+    cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    if isinstance(cached, str):
+        return Path(cached).parent.name  # .../snapshots/<commit>/config.json
+    why = (errors.first_line(online_error) if online_error is not None
+           else "offline (HF_HUB_OFFLINE) and not in the local hub cache")
+    raise _unavailable(repo_id, why, repo_id == DEFAULT_EVALUATOR)
+
+
+def folder_fingerprint(path: str | Path, memo_dir: str | Path | None = None) -> str:
+    """SHA-256 over the checkpoint folder's files (relative name and content), so a changed weight file
+    is another evaluator. Per-file digests are memoised in ``memo_dir`` by (path, size, mtime, inode)."""
+    root = Path(path).resolve()
+    memo_file = Path(memo_dir) / "file_sha256.json" if memo_dir else None
+    memo = {}
+    if memo_file is not None and memo_file.is_file():
+        try:
+            memo = json.loads(memo_file.read_text(encoding="utf-8"))
+            memo = memo if isinstance(memo, dict) else {}
+        except (OSError, ValueError):
+            memo = {}
+    h = hashlib.sha256()
+    changed = False
+    for file in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in _FINGERPRINT_SUFFIXES
+                       and not any(part.startswith(".") for part in p.relative_to(root).parts)):
+        st = file.stat()
+        stamp = f"{file}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+        digest = memo.get(stamp)
+        if not (isinstance(digest, str) and len(digest) == 64):
+            fh = hashlib.sha256()
+            with open(file, "rb") as f:
+                for block in iter(lambda: f.read(1 << 24), b""):
+                    fh.update(block)
+            digest, memo[stamp], changed = fh.hexdigest(), fh.hexdigest(), True
+        h.update(file.relative_to(root).as_posix().encode() + b"\0" + digest.encode())
+    if changed and memo_file is not None:
+        try:
+            _atomic_write_bytes(memo_file, json.dumps(memo).encode())
+        except OSError:
+            pass  # only a memo: the next run hashes again
+    return h.hexdigest()
+
+
+def evaluator_identity(name: str, revision: str | None = None, memo_dir: str | Path | None = None) -> dict:
+    """``{"name", "source": "local", "path", "files_sha256"}`` or ``{"name", "source": "hub", "revision",
+    "commit"}``: what the evaluator is, exactly."""
+    path = Path(str(name)).expanduser()
     if path.is_dir():
-        stamps = sorted(
-            (p.name, p.stat().st_size, int(p.stat().st_mtime))
-            for p in path.iterdir()
-            if p.suffix in {".safetensors", ".bin", ".json"}
-        )
-        return hashlib.sha256(json.dumps([str(path.resolve()), stamps]).encode()).hexdigest()[:16]
-    return f"{name_or_path}@{commit or 'unknown'}"
+        return {"name": str(name), "source": "local", "path": str(path.resolve()),
+                "files_sha256": folder_fingerprint(path, memo_dir)}
+    return {"name": str(name), "source": "hub", "revision": revision,
+            "commit": resolve_hub_commit(str(name), revision)}
+
+
+def _load_target(identity: dict) -> tuple[str, str | None]:
+    if identity["source"] == "local":
+        return identity["path"], None
+    return identity["name"], identity["commit"]
+
+
+def evaluator_max_length(identity: dict) -> int | None:
+    """The evaluator's maximum length from its config (max_position_embeddings and the like), or None."""
+    from transformers import PretrainedConfig
+
+    target, revision = _load_target(identity)
+    try:
+        cfg, _ = PretrainedConfig.get_config_dict(target, revision=revision)
+    except Exception as err:  # noqa: BLE001  (any failure to fetch is the same message)
+        raise _unavailable(identity["name"], errors.first_line(err),
+                           identity["name"] == DEFAULT_EVALUATOR) from None
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+    for key in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
+        value = cfg.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def load_evaluator(identity: dict, *, dtype: str, device: str, max_memory: dict | None = None,
+                   trust_remote_code: bool = False):
+    """The evaluator (model, tokenizer) at exactly ``identity``. ``device="auto"`` shards it with
+    transformers' device_map="auto" over the visible GPUs (``max_memory`` as accelerate takes it; a
+    ``cpu`` entry allows CPU offload); other devices hold the whole model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target, revision = _load_target(identity)
+    kwargs = {"revision": revision, "trust_remote_code": trust_remote_code}
+    try:
+        tok = AutoTokenizer.from_pretrained(target, **kwargs)
+        if device == "auto":
+            mm = None if max_memory is None else {(int(k) if str(k).isdigit() else k): v for k, v in max_memory.items()}
+            model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype), device_map="auto",
+                                                         max_memory=mm, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype), **kwargs).to(device)
+    except (OSError, ValueError, ImportError) as err:
+        raise _unavailable(identity["name"], errors.first_line(err),
+                           identity["name"] == DEFAULT_EVALUATOR) from None
+    return model.eval(), tok
 
 
 def default_cache_dir() -> Path:
@@ -91,8 +238,36 @@ def default_cache_dir() -> Path:
     return Path(root) / "key_spans"
 
 
+def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+    """Write through a uniquely named temporary file in the same folder, then rename: readers see the
+    old file or the new one, never a part, and concurrent writers never share a temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _entry_checksum(key: str, spans: np.ndarray, offsets: np.ndarray, lsd: np.ndarray) -> str:
+    h = hashlib.sha256(key.encode())
+    for a in (spans, offsets, lsd):
+        h.update(str(a.dtype).encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
 class SpanCache:
-    """Key spans on disk, one entry per (evaluator, settings, text)."""
+    """Key spans on disk, one file per (evaluator identity, settings, text): ``<key>.spans.npz`` holding
+    the spans, the evaluator's offsets and LSD, the key and a SHA-256 of them all. An entry that cannot
+    be read, is truncated, or whose checksum or key does not match is a miss (a warning; recomputed),
+    never an error and never a wrong value. Entries are written atomically, so runs that share the
+    cache are safe."""
+
+    SUFFIX = ".spans.npz"
 
     def __init__(self, directory: str | Path | None):
         self.directory = None if directory is None else Path(directory)
@@ -103,24 +278,40 @@ class SpanCache:
                               "algorithm": SPAN_ALGORITHM_VERSION}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}{self.SUFFIX}"
+
     def get(self, key: str) -> EvaluatorJudgement | None:
         if self.directory is None:
             return None
-        txt, npz = self.directory / f"{key}.txt", self.directory / f"{key}.npz"
-        if not (txt.is_file() and npz.is_file()):
+        path = self.path(key)
+        if not path.is_file():
             return None
-        with np.load(npz, allow_pickle=False) as z:
-            return EvaluatorJudgement(keyspans.read_span_file(txt), z["offsets"], z["lsd"])
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                spans, offsets, lsd = z["spans"], z["offsets"], z["lsd"]
+                stored_key, checksum = str(z["key"]), str(z["checksum"])
+            ok = (stored_key == key and spans.ndim == 2 and spans.shape[1] == 2 and offsets.ndim == 2
+                  and checksum == _entry_checksum(key, spans, offsets, lsd))
+        except Exception as err:  # noqa: BLE001  (any unreadable entry is a miss)
+            ok, why = False, f"{type(err).__name__}: {err}"
+        else:
+            why = "its checksum or key does not match its content"
+        if not ok:
+            msg = f"key-span cache entry {path} is unusable ({why}); recomputing it"
+            log.warning(msg)
+            warnings.warn(msg, stacklevel=2)
+            return None
+        return EvaluatorJudgement([(int(a), int(b)) for a, b in spans], offsets, lsd)
 
     def put(self, key: str, judgement: EvaluatorJudgement, settings: dict) -> None:
         if self.directory is None:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f"{key}.tmp.npz"
-        np.savez(tmp, offsets=np.asarray(judgement.offsets, dtype=np.int64),
-                 lsd=np.asarray(judgement.lsd, dtype=np.float32))
-        tmp.replace(self.directory / f"{key}.npz")
-        keyspans.write_span_file(self.directory / f"{key}.txt", judgement.spans)
-        meta = self.directory / f"{key}.json"
-        if not meta.exists():
-            meta.write_text(json.dumps(settings, sort_keys=True), encoding="utf-8")
+        spans = np.asarray(judgement.spans, dtype=np.int64).reshape(-1, 2)
+        offsets = np.asarray(judgement.offsets, dtype=np.int64).reshape(-1, 2)
+        lsd = np.asarray(judgement.lsd, dtype=np.float32)
+        buf = io.BytesIO()
+        np.savez(buf, spans=spans, offsets=offsets, lsd=lsd, key=np.array(key),
+                 settings=np.array(json.dumps(settings, sort_keys=True)),
+                 checksum=np.array(_entry_checksum(key, spans, offsets, lsd)))
+        _atomic_write_bytes(self.path(key), buf.getvalue())

@@ -10,15 +10,19 @@ Follows the LongPPL reference exactly (see README "LongPPL"):
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 Span = tuple[int, int]
+log = logging.getLogger("lm_eval_longctx")
 
 _PAIR = re.compile(r"\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]\s*")
 
@@ -88,36 +92,79 @@ def key_target_indices(offsets: np.ndarray, spans: Sequence[Span]) -> np.ndarray
 def token_offsets(tokenizer, text: str, add_special_tokens: bool) -> tuple[list[int], np.ndarray]:
     """Token ids and [n, 2] character offsets of ``text``.
 
-    Tokenizers without an offset mapping (slow / tiktoken-style) get offsets rebuilt by decoding
-    each token in the context of the previous one, as the reference does; a warning is issued
-    when the decoded text does not reproduce the input (the offsets may then be shifted).
+    Tokenizers with an offset mapping (the fast, Rust-backed ones) give it directly. Others (python
+    tokenizers, which in transformers 5 ignore ``return_offsets_mapping`` instead of raising; tiktoken
+    style) get offsets rebuilt exactly by decoding (``offsets_by_decoding``), or a clear error.
     """
+    enc = None
     try:
         enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
-        return list(enc["input_ids"]), np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
     except (NotImplementedError, ValueError, TypeError):
-        pass
-    ids = list(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+        enc = None
+    if enc is not None and enc.get("offset_mapping") is not None:
+        return list(enc["input_ids"]), np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    ids = list(enc["input_ids"]) if enc is not None else list(
+        tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
     return ids, offsets_by_decoding(tokenizer, ids, text)
 
 
-def offsets_by_decoding(tokenizer, ids: Sequence[int], text: str | None = None) -> np.ndarray:
-    """Offsets rebuilt from decoded lengths (reference fix for tokenizers without offsets)."""
+class OffsetsError(ValueError):
+    """Character offsets that cannot be rebuilt exactly for a tokenizer without an offset mapping."""
+
+
+def offsets_by_decoding(tokenizer, ids: Sequence[int], text: str) -> np.ndarray:
+    """Exact character offsets for a tokenizer without an offset mapping, rebuilt by decoding.
+
+    Each token's text is what decoding it after the previous complete token adds (so SentencePiece's
+    leading-space rule and multi-token characters are handled). A token that ends inside a character
+    (a byte-level piece of an emoji or a CJK character) covers that whole character, and so does the
+    token that completes it: the convention of the fast tokenizers' offset mappings. Special tokens
+    have zero width. Every token's text must be exactly the next characters of ``text`` and all of
+    ``text`` must be covered; otherwise (a tokenizer that normalizes or drops characters) this raises
+    ``OffsetsError`` rather than return shifted offsets.
+    """
+    ids = [int(x) for x in ids]
+    special = {int(x) for x in (getattr(tokenizer, "all_special_ids", None) or [])}
+
+    def decode(seq):
+        return tokenizer.decode(seq, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
     offsets = np.zeros((len(ids), 2), dtype=np.int64)
-    pos = 0
-    for i in range(len(ids)):
-        if i == 0:
-            length = len(tokenizer.decode(ids[:1]))
-        else:
-            length = len(tokenizer.decode(ids[i - 1 : i + 1])) - len(tokenizer.decode(ids[i - 1 : i]))
-        offsets[i] = (pos, pos + length)
-        pos += length
-    if text is not None and tokenizer.decode(ids, skip_special_tokens=True) != text:
-        warnings.warn(
-            "offsets rebuilt by decoding: the decoded tokens do not reproduce the text exactly, so "
-            "key-token mapping may be shifted for this document",
-            stacklevel=2,
-        )
+    anchor: int | None = None  # the last token that ended on a character boundary
+    group: list[int] = []  # tokens after it, the last of which ends inside a character
+    base = 0  # characters covered before the group
+    prev_end_complete = 0
+    for i, tid in enumerate(ids):
+        if tid in special:
+            if group:
+                raise OffsetsError(f"token {i} is a special token inside a split character")
+            offsets[i] = (base, base)
+            continue
+        group.append(i)
+        head = decode([ids[anchor]]) if anchor is not None else ""
+        decoded = decode(([ids[anchor]] if anchor is not None else []) + [ids[j] for j in group])
+        if not decoded.startswith(head):
+            raise OffsetsError(f"decoding token {i} after token {anchor} changes the earlier token's text")
+        piece = decoded[len(head):]
+        complete, partial = piece, False
+        while complete.endswith("\ufffd") and not text.startswith(complete, base):
+            complete, partial = complete[:-1], True  # a character the next tokens complete
+        if not text.startswith(complete, base):
+            raise OffsetsError(
+                f"token {i} decodes to {piece[:40]!r} but the text at character {base} reads "
+                f"{text[base:base + 40]!r}: this tokenizer does not reproduce the text (it normalizes or drops "
+                "characters), so its character offsets cannot be rebuilt exactly")
+        end = base + len(complete)
+        start = base if len(group) == 1 else prev_end_complete
+        offsets[i] = (start, end + (1 if partial else 0))
+        prev_end_complete = end
+        if not partial:
+            anchor, group, base = i, [], end
+    if group:
+        raise OffsetsError("the last tokens end inside a character: the token ids do not decode to the text")
+    if base != len(text):
+        raise OffsetsError(f"the tokens decode to the first {base} of {len(text)} characters only: this "
+                           "tokenizer does not reproduce the text, so its offsets cannot be rebuilt exactly")
     return offsets
 
 
@@ -146,11 +193,31 @@ def format_span_text(spans: Sequence[Span]) -> str:
     return ";".join(f"[{int(s)}, {int(e)}]" for s, e in spans)
 
 
-def read_span_file(path: str | Path) -> list[Span]:
+def read_span_file(path: str | Path, text_length: int | None = None) -> list[Span]:
+    """Spans of one file, parsed as data and checked: UTF-8, well formed, sorted by start, and (with
+    ``text_length``) inside [0, text_length]. Any violation is an error naming the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"key-span file not found: {path}")
-    return parse_span_text(path.read_text(encoding="utf-8"), source=str(path))
+    try:
+        content = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise KeySpanFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected "
+                                 "'[start, end]' pairs joined by ';'") from None
+    spans = parse_span_text(content, source=str(path))
+    check_spans(spans, text_length, str(path))
+    return spans
+
+
+def check_spans(spans: Sequence[Span], text_length: int | None, source: str) -> None:
+    for k, (s, e) in enumerate(spans):
+        if k and s < spans[k - 1][0]:
+            raise KeySpanFormatError(f"{source}: item {k} [{s}, {e}] starts before item {k - 1} "
+                                     f"{list(spans[k - 1])}; spans must be sorted by start")
+        if text_length is not None and e > text_length:
+            raise KeySpanFormatError(
+                f"{source}: item {k} [{s}, {e}] ends beyond the document's {text_length} characters: these spans "
+                "were computed for another text (another data selection or decode tokenizer?)")
 
 
 def write_span_file(path: str | Path, spans: Sequence[Span]) -> None:
@@ -165,13 +232,46 @@ MANIFEST = "key_spans.json"
 MANIFEST_FORMAT = "lm_eval_longctx/key-spans/1"
 
 
-def read_span_dir(directory: str | Path, n_docs: int) -> tuple[list[list[Span]], dict]:
-    """Spans for documents 0..n_docs-1 from ``slice_{i}.txt`` files, plus the manifest if any.
+@dataclass
+class SpanFolder:
+    """Spans read from a folder: per document, the manifest (None when there is none) and whether the
+    folder was verified (manifest with per-file checksums, all matching, for these very texts)."""
 
-    The project's own format is the reference layout plus ``key_spans.json``, a manifest that
-    records how the spans were made (evaluator, K, d, alpha, beta, data hash).
+    spans: list[list[Span]]
+    manifest: dict | None
+    verified: bool
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def read_manifest(directory: Path) -> dict | None:
+    path = directory / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise KeySpanFormatError(f"{path}: not a JSON manifest ({err}); expected the key_spans.json that "
+                                 "scripts/precompute_key_spans.py writes") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise KeySpanFormatError(f"{path}: not a key-span manifest of format {MANIFEST_FORMAT!r}")
+    return manifest
+
+
+def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str | None = None) -> SpanFolder:
+    """Spans for ``texts`` (documents 0..n-1) from ``slice_{i}.txt``, checked against the texts.
+
+    Every file must parse, be sorted and lie inside its text. With a manifest (the project's own
+    format: the reference layout plus ``key_spans.json``), the folder must have been computed for these
+    texts (per-document hashes ``doc_sha256``, else the hash of all texts) and every file must have the
+    checksum the manifest records for it: a file changed or copied in from another folder is an error.
+    Without a manifest (the reference's published files) the spans are used, bounds-checked, with a
+    loud warning, and ``verified`` is False.
     """
     directory = Path(directory)
+    n_docs = len(texts)
     if not directory.is_dir():
         raise FileNotFoundError(f"key_spans_dir is not a directory: {directory}")
     missing = [i for i in range(n_docs) if not (directory / f"slice_{i}.txt").is_file()]
@@ -180,7 +280,37 @@ def read_span_dir(directory: str | Path, n_docs: int) -> tuple[list[list[Span]],
             f"{directory} lacks key-span files for documents {missing[:10]}"
             f"{'...' if len(missing) > 10 else ''} (expected slice_0.txt .. slice_{n_docs - 1}.txt)"
         )
-    manifest = {}
-    if (directory / MANIFEST).is_file():
-        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-    return [read_span_file(directory / f"slice_{i}.txt") for i in range(n_docs)], manifest
+    manifest = read_manifest(directory)
+    spans = [read_span_file(directory / f"slice_{i}.txt", len(t)) for i, t in enumerate(texts)]
+    if manifest is None:
+        msg = (f"{directory} has no {MANIFEST}: nothing says which evaluator, K, d, alpha and beta made these "
+               "spans or for which texts, and a changed file cannot be detected. They are used as they are "
+               "(recorded as key_spans_verified: false); scripts/precompute_key_spans.py writes verified folders.")
+        log.warning(msg)
+        warnings.warn(msg, stacklevel=2)
+        return SpanFolder(spans, None, False)
+
+    doc_hashes = manifest.get("doc_sha256")
+    if isinstance(doc_hashes, list) and len(doc_hashes) >= n_docs:
+        for i, t in enumerate(texts):
+            if doc_hashes[i] != hashlib.sha256(t.encode("utf-8")).hexdigest():
+                raise KeySpanFormatError(f"{directory}: slice_{i}.txt was computed for another text than document "
+                                         f"{i} (doc_sha256 in {MANIFEST}); its spans do not index this text")
+    elif manifest.get("texts_sha256") and texts_sha256 and manifest["texts_sha256"] != texts_sha256:
+        raise KeySpanFormatError(
+            f"{directory} was computed for other documents (texts_sha256 {manifest['texts_sha256'][:12]}... vs "
+            f"{texts_sha256[:12]}...): its character spans do not index these texts")
+    sums = manifest.get("slice_sha256")
+    if not isinstance(sums, dict):
+        msg = (f"{directory}/{MANIFEST} records no per-file checksums (written by an older version): a changed "
+               "slice file cannot be detected; recorded as key_spans_verified: false. Precompute the folder again.")
+        log.warning(msg)
+        warnings.warn(msg, stacklevel=2)
+        return SpanFolder(spans, manifest, False)
+    for i in range(n_docs):
+        name = f"slice_{i}.txt"
+        if sums.get(name) != file_sha256(directory / name):
+            raise KeySpanFormatError(
+                f"{directory / name} does not match the checksum in {MANIFEST}: it was changed or copied in from "
+                "another folder after the spans were computed. Precompute the folder again, or restore the file.")
+    return SpanFolder(spans, manifest, True)

@@ -271,6 +271,14 @@ def _is_url(location: str) -> bool:
 
 def read_text(location: str) -> str:
     """A local file, or a URL the user gave (http(s) with urllib, other schemes through fsspec)."""
+    try:
+        return _read_text(location)
+    except UnicodeDecodeError as err:
+        raise TestCaseFormatError(f"{location}: not UTF-8 text ({err.reason} at byte {err.start}); expected "
+                                  "LongChat's {N}_lines.jsonl, one JSON record per line") from None
+
+
+def _read_text(location: str) -> str:
     if not _is_url(location):
         return Path(location).expanduser().read_text(encoding="utf-8")
     if location.startswith(("http://", "https://")):

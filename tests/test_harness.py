@@ -92,7 +92,7 @@ def test_each_rank_builds_only_its_shard(model_dirs, docs, tmp_path):
     task.build_all_requests(rank=1, world_size=2)
     assert [i.doc_id for i in task.instances] == [1]
     assert list(task._judgements) == [1]
-    assert len(list((tmp_path / "spans").glob("*.txt"))) == 1
+    assert len(list((tmp_path / "spans").glob("*.spans.npz"))) == 1
 
 
 def test_bootstrap_stderr_skips_undefined_resamples():

@@ -150,7 +150,7 @@ def test_settings_and_provenance_are_in_the_results(evaluator_run, model_dirs):
 
 def test_spans_are_cached_and_reusable_as_a_spans_dir(evaluator_run, brute, model_dirs, docs, tmp_path):
     res, cache, _ = evaluator_run
-    entries = sorted(cache.glob("*.txt"))
+    entries = sorted(cache.glob("*.spans.npz"))
     assert len(entries) == len(docs[0])
     # a second run with the same settings reads the cache: the evaluator is never loaded
     from lm_eval_longctx.tasks.longppl import LongPPLTask

@@ -27,6 +27,8 @@ class LongContextTask(ConfigurableTask):
     def __init__(self, config: dict | None = None):
         cfg = dict(config or {})
         cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
+        # every task of this package sends longctx_scores requests (the accuracy task too: prompt lengths)
+        harness.check_backend(str(cfg.get("task", type(self).__name__)))
         self.settings = self.resolve_settings(cfg.get("metadata"))
         super().__init__(config=cfg)
         if self.SCORES_PER_TOKEN:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import data, engine, harness, metrics, plotting
+from .. import data, engine, harness, metrics, plotting, task_settings
+from ..settings import BOOLEAN, SettingsError, integer
 from .base import LongContextTask
 
 harness.install()
@@ -36,89 +37,32 @@ KIND = "forgetting_curve"
 HFLM_DEFAULT_MAX_LENGTH = 2048
 TOKENIZER_UNSET_MAX_LENGTH = 1000000000000000019884624838656  # transformers' "no limit" marker
 
-DEFAULTS = {
-    "max_len": None,  # largest copy length l; default: the largest whose sample fits the model, (max_length - 3) // 2
-    "min_len": data.FORGETTING_CURVE_MIN_LEN,
-    "num_lengths": 32,
-    "spacing": "linear",  # or "geometric" ("log")
-    "lengths": None,  # explicit copy lengths; replace max_len / min_len / num_lengths / spacing
-    "samples_per_length": 10,
-    "seed": 0,
-    "fine_threshold": metrics.FINE_THRESHOLD,
-    "coarse_margin": metrics.COARSE_MARGIN,
-    # How a memory length reads the curve (metrics.memory_length). Fine: "largest", because short
-    # lengths score few tokens (l = 8: 4 per sample, one miss in 40 is 97.5%) while > 99% exact
-    # copying of a long S does not happen by chance. Coarse: "contiguous", because in the amnesia
-    # region both accuracies are low and differ by noise of about a point (the reference's l = 9293:
-    # 6.9% vs 5.0%), which "largest" would count, while short lengths show a wide copy-LM gap.
-    "fine_rule": "largest",
-    "coarse_rule": "contiguous",
-    "allow_beyond_max_length": False,
-    "chunk_size": engine.DEFAULT_CHUNK_SIZE,
-    "batch_size": None,  # samples per forward; default: the harness --batch_size (8 if auto)
-    "bos_token_id": None,  # default: the tokenizer's BOS, else its EOS (as lm-eval's prefix token)
-    "eos_token_id": None,  # default: the tokenizer's EOS, else the BOS id above
-    "tokenizer": None,  # default: metadata `pretrained` (the model_args)
-    "claimed_length": None,  # marked on the plot; default: the model's maximum length
-    "dataset_path": data.PG19_DATASET,
-    "dataset_revision": None,
-    "dataset_split": data.PG19_SPLIT,
-    "data_files": None,
-    "corpus_add_special_tokens": True,  # the reference tokenizes every piece with the default special tokens
-}
-_INT = {"min_len", "num_lengths", "samples_per_length", "seed", "chunk_size"}
-_OPTIONAL_INT = {"max_len", "batch_size", "bos_token_id", "eos_token_id", "claimed_length"}
-_BOOL = {"allow_beyond_max_length", "corpus_add_special_tokens"}
+SETTINGS = task_settings.FORGETTING_CURVE
+DEFAULTS = SETTINGS.defaults()
 
 # token streams by fingerprint, for the serve function (requests carry only the fingerprint and
 # the sample's start, so cache keys and --log_samples stay small); the task holds the array
 _STREAMS: "weakref.WeakValueDictionary[str, np.ndarray]" = weakref.WeakValueDictionary()
 
 
-def _as_bool(v) -> bool:
-    return str(v).strip().lower() in ("1", "true", "yes")
-
-
 def resolve_settings(metadata: dict | None) -> dict:
     md = dict(metadata or {})
-    s = {k: md.get(k, v) for k, v in DEFAULTS.items()}
-    for k in _INT:
-        s[k] = int(s[k])
-    for k in _OPTIONAL_INT:
-        s[k] = None if s[k] in (None, "", "none", "None") else int(s[k])
-    for k in _BOOL:
-        s[k] = _as_bool(s[k])
-    s["fine_threshold"], s["coarse_margin"] = float(s["fine_threshold"]), float(s["coarse_margin"])
-    for k in ("fine_rule", "coarse_rule"):
-        if s[k] not in metrics.MEMORY_LENGTH_RULES:
-            raise ValueError(f"{k} must be one of {metrics.MEMORY_LENGTH_RULES}, got {s[k]!r}")
-    if s["spacing"] == "log":
-        s["spacing"] = "geometric"
-    if s["spacing"] not in ("linear", "geometric"):
-        raise ValueError(f"spacing must be 'linear' or 'geometric', got {s['spacing']!r}")
-    if s["lengths"] is not None:
-        raw = s["lengths"].split(",") if isinstance(s["lengths"], str) else s["lengths"]
-        s["lengths"] = sorted({int(x) for x in raw})
-        if not s["lengths"] or s["lengths"][0] < 1:
-            raise ValueError(f"lengths must be positive integers, got {metadata.get('lengths')!r}")
-    if s["samples_per_length"] < 1:
-        raise ValueError("samples_per_length must be >= 1")
+    s = SETTINGS.parse(md)
     # the model's own settings, from the model_args the harness merges into the metadata
     s["pretrained"] = md.get("pretrained")
     s["revision"] = md.get("revision")
-    s["trust_remote_code"] = _as_bool(md.get("trust_remote_code", False))
-    s["max_length"] = None if md.get("max_length") in (None, "", "None") else int(md["max_length"])
+    s["trust_remote_code"] = BOOLEAN.convert(md.get("trust_remote_code", False))
+    s["max_length"] = None if md.get("max_length") in (None, "", "None") else integer(1).convert(md["max_length"])
     return s
 
 
 def load_tokenizer(s: dict):
-    from transformers import AutoTokenizer
-
     name = s["tokenizer"] or s["pretrained"]
     if not isinstance(name, str) or not name:
         raise ValueError("forgetting_curve builds its samples with the model's tokenizer: give "
                          "--model_args pretrained=... or --metadata '{\"tokenizer\": \"NAME_OR_PATH\"}'")
-    return AutoTokenizer.from_pretrained(name, revision=s["revision"], trust_remote_code=s["trust_remote_code"])
+    return data.load_tokenizer(name, "the tokenizer that builds the forgetting-curve samples", revision=s["revision"],
+                               trust_remote_code=s["trust_remote_code"])
 
 
 def special_token_ids(tokenizer, bos_override: int | None = None, eos_override: int | None = None) -> tuple[int, int]:
@@ -135,7 +79,13 @@ def special_token_ids(tokenizer, bos_override: int | None = None, eos_override: 
         raise ValueError("the tokenizer has neither a BOS nor an EOS token: pass --metadata "
                          "'{\"bos_token_id\": ID, \"eos_token_id\": ID}'")
     eos = eos_override if eos_override is not None else getattr(tokenizer, "eos_token_id", None)
-    return int(bos), int(bos if eos is None else eos)
+    bos, eos = int(bos), int(bos if eos is None else eos)
+    vocab = len(tokenizer)
+    for name, value in (("bos_token_id", bos), ("eos_token_id", eos)):
+        if not 0 <= value < vocab:
+            raise SettingsError(f"forgetting_curve: setting {name!r} = {value} is outside the tokenizer's vocabulary "
+                                f"(ids 0..{vocab - 1})")
+    return bos, eos
 
 
 def resolve_model_max_length(s: dict, tokenizer) -> int:
@@ -290,7 +240,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list:
     return out
 
 
-harness.register_request_kind(KIND, serve, CurveSampleScore.from_state)
+harness.register_request_kind(KIND, serve, CurveSampleScore.from_state, n_tokens=lambda r: sample_tokens(r.length))
 harness.on_results_saved(KIND, plotting.save_beside_results)
 
 
@@ -335,9 +285,7 @@ class ForgettingCurveTask(LongContextTask):
     def _record_settings(self) -> None:
         """Everything that changes the numbers, and what the plot needs, goes into the results JSON."""
         s = self.settings
-        rec = {k: s[k] for k in ("samples_per_length", "seed", "spacing", "min_len", "max_len", "num_lengths",
-                                 "fine_threshold", "coarse_margin", "fine_rule", "coarse_rule", "chunk_size",
-                                 "allow_beyond_max_length", "corpus_add_special_tokens")}
+        rec = SETTINGS.record(s)
         rec.update(
             task_kind=KIND,
             lengths=self.lengths,

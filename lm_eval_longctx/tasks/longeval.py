@@ -40,57 +40,20 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import engine, harness, keyspans, longeval_data, longeval_words, metrics
+from .. import engine, harness, keyspans, longeval_data, longeval_words, metrics, task_settings
 from .base import LongContextTask
 
 log = logging.getLogger("lm_eval_longctx")
 
 ANSWER_KIND = "longeval_lines_answer"
 LENGTH_KIND = "longeval_lines_prompt_length"
-OVER_LENGTH = ("error", "skip")
 
-DEFAULTS = {
-    "num_lines": list(longeval_data.DEFAULT_NUM_LINES),
-    "num_cases": longeval_data.DEFAULT_NUM_CASES,
-    "seed": 0,
-    "trailing_space": "reference",
-    "testcases": None,  # LongChat's files: a folder or URL prefix with {N}_lines.jsonl, a .jsonl, or a list
-    "over_length": "error",
-    "allow_beyond_max_length": False,  # ppl only: score prompts beyond the model's maximum anyway
-    "chunk_size": engine.DEFAULT_CHUNK_SIZE,
-}
-
-
-def _as_bool(value) -> bool:
-    return str(value).lower() in ("1", "true", "yes")
-
-
-def _num_lines(value) -> list[int]:
-    if isinstance(value, str):
-        value = [v for v in value.replace(";", ",").split(",") if v.strip()]
-    elif isinstance(value, (int, np.integer)):
-        value = [value]
-    out = sorted({int(v) for v in value})
-    if not out or out[0] < 1:
-        raise ValueError(f"num_lines must be positive line counts, got {value!r}")
-    return out
+SETTINGS = task_settings.LONGEVAL_LINES
+DEFAULTS = SETTINGS.defaults()
 
 
 def resolve_settings(metadata: dict | None) -> dict:
-    md = dict(metadata or {})
-    s = {k: md.get(k, v) for k, v in DEFAULTS.items()}
-    s["num_lines"] = _num_lines(s["num_lines"])
-    s["num_cases"], s["seed"], s["chunk_size"] = int(s["num_cases"]), int(s["seed"]), int(s["chunk_size"])
-    if s["num_cases"] < 1 or s["chunk_size"] < 1:
-        raise ValueError("num_cases and chunk_size must be >= 1")
-    if not 0 <= s["seed"] < 2**32:
-        raise ValueError(f"seed must be in [0, 2**32), got {s['seed']}")
-    longeval_data.uses_trailing_space(1, s["trailing_space"])  # validates the value
-    s["over_length"] = str(s["over_length"]).lower()
-    if s["over_length"] not in OVER_LENGTH:
-        raise ValueError(f"over_length must be one of {OVER_LENGTH}, got {s['over_length']!r}")
-    s["allow_beyond_max_length"] = _as_bool(s["allow_beyond_max_length"])
-    return s
+    return SETTINGS.parse(metadata)
 
 
 @functools.lru_cache(maxsize=4)
@@ -215,7 +178,8 @@ serve_answers = harness.serve_each(
     lambda ctx, text, spec: score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length))
 serve_prompt_lengths = harness.serve_each(
     lambda ctx, text, spec: prompt_length(ctx.tokenizer, text, spec, ctx.max_length))
-harness.register_request_kind(ANSWER_KIND, serve_answers, AnswerScores.from_state)
+harness.register_request_kind(ANSWER_KIND, serve_answers, AnswerScores.from_state,
+                              n_tokens=lambda r: None if r.skipped else r.n_tokens)
 harness.register_request_kind(LENGTH_KIND, serve_prompt_lengths, PromptLength.from_state)
 harness.install()
 
@@ -257,8 +221,11 @@ class _LinesTask(LongContextTask):
     def _record_settings(self) -> None:
         """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""
         s = self.settings
-        rec = {"num_lines": self.configurations, "over_length": s["over_length"]}
+        rec = SETTINGS.record(s)
+        rec["num_lines"] = self.configurations
         if s["testcases"]:
+            for unused in ("seed", "trailing_space"):  # the files hold the cases
+                rec.pop(unused)
             rec["source"] = {"testcases": s["testcases"], "max_cases_per_file": s["num_cases"]}
         else:
             rec["source"] = {"generated": True, "num_cases": s["num_cases"], "seed": s["seed"],

@@ -11,57 +11,41 @@ With spans available, the task costs one long pass of the evaluated model per do
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from pathlib import Path
 
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import data, harness, key_tokens, keyspans, metrics
+from .. import harness, key_tokens, keyspans, metrics, task_settings
+from ..settings import SettingsError
 from .base import LongContextTask, govreport_documents
 
 harness.install()
 log = logging.getLogger("lm_eval_longctx")
 
-DEFAULTS = {
-    "trunc_len": 4096,  # K
-    "sliding_window": 1024,  # d
-    "alpha": 2.0,
-    "beta": -2.0,
-    "evaluator": "meta-llama/Llama-3.1-8B",
-    "evaluator_revision": None,
-    "evaluator_device": None,  # default: this rank's CUDA device, else CPU
-    "evaluator_dtype": None,  # default: bfloat16 on CUDA, float32 on CPU
-    "evaluator_trust_remote_code": False,
-    "key_spans_dir": None,
-    "span_cache_dir": None,  # default: ~/.cache/lm_eval_longctx/key_spans; "none" disables
-    "soft_gamma": None,  # e.g. 5 adds longppl_soft
-    "chunk_size": 1024,
-    "short_batch_size": None,  # windows per forward; default: the harness --batch_size (or 8)
-    "allow_beyond_max_length": False,
-    **data.GOVREPORT_SETTINGS,
-}
-_INT = {"trunc_len", "sliding_window", "chunk_size", "num_docs", "min_tokens", "max_tokens"}
-_FLOAT = {"alpha", "beta"}
+SETTINGS = task_settings.LONGPPL
+DEFAULTS = SETTINGS.defaults()
+# With key_spans_dir these come from the span folder's manifest (what the spans were computed with).
+MANIFEST_KEYS = ("trunc_len", "sliding_window", "alpha", "beta", "evaluator")
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
 def resolve_settings(metadata: dict | None) -> dict:
-    md = dict(metadata or {})
-    s = {k: md.get(k, v) for k, v in DEFAULTS.items()}
-    for k in _INT:
-        s[k] = int(s[k])
-    for k in _FLOAT:
-        s[k] = float(s[k])
-    if s["soft_gamma"] is not None:
-        s["soft_gamma"] = float(s["soft_gamma"])
-    if s["short_batch_size"] is not None:
-        s["short_batch_size"] = int(s["short_batch_size"])
-    for k in ("evaluator_trust_remote_code", "allow_beyond_max_length"):
-        s[k] = str(s[k]).lower() in ("1", "true", "yes")
-    if s["trunc_len"] < 1 or s["sliding_window"] < 1:
-        raise ValueError("trunc_len (K) and sliding_window (d) must be >= 1")
+    s = SETTINGS.parse(metadata)
+    if s["evaluator_device"] is not None and not _DEVICE.fullmatch(s["evaluator_device"]):
+        raise SettingsError(f"longppl_govreport: setting 'evaluator_device' = {s['evaluator_device']!r} is not "
+                            "allowed; it must be auto, cpu, mps, cuda or cuda:N (or null)")
+    if s["evaluator_max_memory"] is not None and s["evaluator_device"] != "auto":
+        raise SettingsError("longppl_govreport: evaluator_max_memory needs evaluator_device: auto (it is the "
+                            "max_memory of transformers' device_map='auto')")
     if s["key_spans_dir"]:
         s["key_source"] = "spans_dir"
+        given = [k for k in ("evaluator_revision", "evaluator_dtype") if k in s.explicit]
+        if given:
+            raise SettingsError(f"longppl_govreport: {given[0]} has no effect with key_spans_dir (the spans "
+                                "are already computed); remove it")
     elif str(s["evaluator"]).lower() == "self":
         s["key_source"] = "self"
     else:
@@ -82,32 +66,57 @@ class LongPPLTask(LongContextTask):
     def download(self, dataset_kwargs=None, **kwargs) -> None:
         s = self.settings
         self.dataset, self.provenance = govreport_documents(s)
+        self.span_folder = None
+        self.evaluator_identity = None
+        self.evaluator_max_length = None
         if s["key_source"] == "spans_dir":
-            n_docs = len(self.dataset["test"])
-            self._spans_from_dir, manifest = keyspans.read_span_dir(s["key_spans_dir"], n_docs)
-            self._check_manifest(manifest)
+            self.span_folder = keyspans.read_span_dir(s["key_spans_dir"], list(self.dataset["test"]["text"]),
+                                                      self.provenance["texts_sha256"])
+            self._settings_from_manifest(self.span_folder.manifest)
+        elif s["key_source"] == "evaluator":
+            # identity and maximum length before any model runs: the cache key, the record and the
+            # length check hold on cache hits and misses alike
+            self.evaluator_identity = key_tokens.evaluator_identity(
+                s["evaluator"], s["evaluator_revision"], memo_dir=self._span_cache().directory)
+            self.evaluator_max_length = key_tokens.evaluator_max_length(self.evaluator_identity)
 
-    def _check_manifest(self, manifest: dict) -> None:
-        sha = manifest.get("texts_sha256")
-        if sha and sha != self.provenance["texts_sha256"]:
-            raise ValueError(
-                f"{self.settings['key_spans_dir']} was computed for other documents (texts_sha256 {sha[:12]}... "
-                f"vs {self.provenance['texts_sha256'][:12]}...): its character spans do not index these texts"
-            )
-        self.span_manifest = manifest
+    def _settings_from_manifest(self, manifest: dict | None) -> None:
+        """K, d, alpha, beta and the evaluator are what the spans were computed with; a metadata value that
+        says otherwise is an error, not a silent override."""
+        s = self.settings
+        if not manifest:
+            return
+        for key in MANIFEST_KEYS:
+            if key not in manifest:
+                continue
+            if key in s.explicit and s[key] != manifest[key]:
+                raise SettingsError(
+                    f"longppl_govreport: --metadata {key} = {s[key]!r}, but {self.settings['key_spans_dir']} holds "
+                    f"spans computed with {key} = {manifest[key]!r} (its {keyspans.MANIFEST}); remove {key} from "
+                    "the metadata or precompute spans with that value")
+            s[key] = manifest[key]
 
     def _record_settings(self) -> None:
-        """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""
+        """Everything that changes the numbers goes into the results JSON (configs -> metadata), as used."""
         s = self.settings
-        rec = {k: s[k] for k in ("trunc_len", "sliding_window", "alpha", "beta", "soft_gamma", "key_source")}
+        rec = SETTINGS.record(s)
+        rec["key_source"] = s["key_source"]
         if s["key_source"] == "evaluator":
-            rec.update(evaluator=s["evaluator"], evaluator_revision=s["evaluator_revision"],
-                       evaluator_dtype=s["evaluator_dtype"] or "auto")
+            rec.update(evaluator_identity=self.evaluator_identity, evaluator_dtype=self._evaluator_dtype_name(),
+                       evaluator_max_length=self.evaluator_max_length)
         elif s["key_source"] == "spans_dir":
-            rec.update(key_spans_dir=str(Path(s["key_spans_dir"]).resolve()),
-                       key_spans_manifest=getattr(self, "span_manifest", {}) or None)
+            folder = self.span_folder
+            rec.update(key_spans_dir=str(Path(s["key_spans_dir"]).resolve()), key_spans_manifest=folder.manifest,
+                       key_spans_verified=folder.verified)
+            if folder.manifest is None:  # what the spans were computed with is not known
+                for key in MANIFEST_KEYS:
+                    rec[key] = None
+            for key in ("evaluator_revision", "evaluator_dtype", "evaluator_device", "evaluator_max_memory",
+                        "evaluator_trust_remote_code"):
+                rec.pop(key, None)
+                rec["runtime"].pop(key, None)
         else:
-            rec.update(evaluator="self")
+            rec["evaluator"] = "self"
         rec["data"] = self.provenance
         rec["span_algorithm_version"] = key_tokens.SPAN_ALGORITHM_VERSION
         self._store_settings(rec)
@@ -142,9 +151,10 @@ class LongPPLTask(LongContextTask):
     # ---------------------------------------------------------------- evaluator
 
     def _evaluator_settings(self) -> dict:
+        """What the key spans depend on: the cache key."""
         s = self.settings
-        return {k: s[k] for k in ("evaluator", "evaluator_revision", "trunc_len", "sliding_window", "alpha", "beta")} | {
-            "evaluator_dtype": self._evaluator_dtype_name()}
+        return {k: s[k] for k in ("trunc_len", "sliding_window", "alpha", "beta")} | {
+            "evaluator": self.evaluator_identity, "evaluator_dtype": self._evaluator_dtype_name()}
 
     def _evaluator_device(self) -> str:
         import os
@@ -160,22 +170,19 @@ class LongPPLTask(LongContextTask):
     def _evaluator_dtype_name(self) -> str:
         if self.settings["evaluator_dtype"]:
             return str(self.settings["evaluator_dtype"])
-        return "bfloat16" if self._evaluator_device().startswith("cuda") else "float32"
+        import torch
+
+        device = self._evaluator_device()
+        on_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+        return "bfloat16" if on_gpu else "float32"
 
     def _load_evaluator(self):
         if self._evaluator is None:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
             s = self.settings
-            name, rev, trust = s["evaluator"], s["evaluator_revision"], s["evaluator_trust_remote_code"]
-            log.info("loading the key-token evaluator %s on %s", name, self._evaluator_device())
-            tok = AutoTokenizer.from_pretrained(name, revision=rev, trust_remote_code=trust)
-            model = AutoModelForCausalLM.from_pretrained(
-                name, revision=rev, trust_remote_code=trust, dtype=getattr(torch, self._evaluator_dtype_name()))
-            model.to(self._evaluator_device()).eval()
-            self._evaluator = (model, tok)
-            self.config.metadata["longctx_settings"]["evaluator_fingerprint"] = key_tokens.model_fingerprint(name, model)
+            log.info("loading the key-token evaluator %s on %s", s["evaluator"], self._evaluator_device())
+            self._evaluator = key_tokens.load_evaluator(
+                self.evaluator_identity, dtype=self._evaluator_dtype_name(), device=self._evaluator_device(),
+                max_memory=s["evaluator_max_memory"], trust_remote_code=s["evaluator_trust_remote_code"])
         return self._evaluator
 
     def _release_evaluator(self) -> None:
@@ -190,27 +197,31 @@ class LongPPLTask(LongContextTask):
                 torch.cuda.empty_cache()
 
     def _span_cache(self) -> key_tokens.SpanCache:
-        d = self.settings["span_cache_dir"]
-        if d is not None and str(d).lower() == "none":
+        d = str(self.settings["span_cache_dir"])
+        if d.lower() in ("off", "none"):
             return key_tokens.SpanCache(None)
-        return key_tokens.SpanCache(d or key_tokens.default_cache_dir())
+        return key_tokens.SpanCache(key_tokens.default_cache_dir() if d == "default" else d)
 
     def _judge_with_evaluator(self, text: str) -> key_tokens.EvaluatorJudgement:
+        s = self.settings
         cache = self._span_cache()
         settings = self._evaluator_settings()
-        if Path(str(settings["evaluator"])).is_dir():
-            settings["evaluator_fingerprint"] = key_tokens.model_fingerprint(settings["evaluator"])
         key = cache.key(text, settings)
-        hit = cache.get(key)
-        if hit is not None:
-            return hit
-        model, tok = self._load_evaluator()
-        s = self.settings
-        scores = key_tokens.score_text(model, tok, text, s["trunc_len"], s["sliding_window"],
-                                       chunk_size=s["chunk_size"], batch_size=s["short_batch_size"] or 4)
-        judgement = key_tokens.judge_from_scores(scores, s["alpha"], s["beta"])
-        cache.put(key, judgement, settings)
+        judgement = cache.get(key)
+        if judgement is None:
+            model, tok = self._load_evaluator()
+            scores = key_tokens.score_text(model, tok, text, s["trunc_len"], s["sliding_window"],
+                                           chunk_size=s["chunk_size"], batch_size=s["short_batch_size"] or 4,
+                                           max_length=self._evaluator_length_limit())
+            judgement = key_tokens.judge_from_scores(scores, s["alpha"], s["beta"])
+            cache.put(key, judgement, settings)
+        else:  # the same check as on a miss: the evaluator judged this many tokens
+            key_tokens.check_evaluator_length(len(judgement.offsets), self._evaluator_length_limit(),
+                                              self.evaluator_identity)
         return judgement
+
+    def _evaluator_length_limit(self) -> int | None:
+        return None if self.settings["allow_beyond_max_length"] else self.evaluator_max_length
 
     # ---------------------------------------------------------------- results
 
@@ -219,7 +230,7 @@ class LongPPLTask(LongContextTask):
         if src == "self":
             return key_tokens.judge_from_scores(results[1], self.settings["alpha"], self.settings["beta"])
         if src == "spans_dir":
-            return key_tokens.EvaluatorJudgement(self._spans_from_dir[doc["doc_id"]])
+            return key_tokens.EvaluatorJudgement(self.span_folder.spans[doc["doc_id"]])
         return self._judgements[doc["doc_id"]]
 
     def process_results(self, doc, results):

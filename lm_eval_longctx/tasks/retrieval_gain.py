@@ -29,7 +29,8 @@ from fractions import Fraction
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import data, engine, harness, metrics
+from .. import engine, harness, metrics, task_settings
+from ..settings import SettingsError
 from .base import LongContextTask, govreport_documents
 
 log = logging.getLogger("lm_eval_longctx")
@@ -37,67 +38,19 @@ log = logging.getLogger("lm_eval_longctx")
 KIND = "retrieval_gain"
 METRICS = {"retrieval_gain": ("mean", True), "nll_with": ("mean", False), "nll_without": ("mean", False)}
 ANCHOR_SPACINGS = ("endpoints", "centered")
-WITH_CONTEXTS = ("document", "before_anchor")
-BOS_MODES = ("auto", "always", "never")
 
-DEFAULTS = {
-    "doc_tokens": 8192,
-    "query_tokens": 24,  # q
-    "answer_tokens": 24,  # r
-    "n_queries": 2,  # anchors per document
-    "anchor_min": 0.1,  # anchors lie in [anchor_min * U, anchor_max * U], U = T - q - r
-    "anchor_max": 0.6,
-    "anchor_spacing": "endpoints",
-    "with_context": "document",
-    "separator": "",
-    "bos": "auto",
-    "chunk_size": 1024,
-    "without_batch_size": None,  # default: the harness --batch_size (8 if auto)
-    "allow_beyond_max_length": False,
-    **data.GOVREPORT_SETTINGS,
-}
-_INT = {"doc_tokens", "query_tokens", "answer_tokens", "n_queries", "chunk_size", "num_docs", "min_tokens",
-        "max_tokens"}
+SETTINGS = task_settings.RETRIEVAL_GAIN
+DEFAULTS = SETTINGS.defaults()
 # settings that change the numbers: they travel in every request's spec (so the --use_cache key
 # holds them) and are recorded in the results
 SCORING_KEYS = ("doc_tokens", "query_tokens", "answer_tokens", "n_queries", "anchor_min", "anchor_max",
                 "anchor_spacing", "with_context", "separator", "bos")
 
 
-def _as_bool(value) -> bool:
-    return str(value).lower() in ("1", "true", "yes")
-
-
-def _bos_mode(value) -> str:
-    v = str(value).lower()
-    if v in ("auto",):
-        return "auto"
-    if v in ("1", "true", "yes", "always"):
-        return "always"
-    if v in ("0", "false", "no", "never", "none"):
-        return "never"
-    raise ValueError(f"bos must be auto, true or false, got {value!r}")
-
-
 def resolve_settings(metadata: dict | None) -> dict:
-    md = dict(metadata or {})
-    s = {k: md.get(k, v) for k, v in DEFAULTS.items()}
-    for k in _INT:
-        s[k] = int(s[k])
-    s["anchor_min"], s["anchor_max"] = float(s["anchor_min"]), float(s["anchor_max"])
-    s["separator"] = str(s["separator"] or "")
-    s["bos"] = _bos_mode(s["bos"])
-    s["allow_beyond_max_length"] = _as_bool(s["allow_beyond_max_length"])
-    if s["without_batch_size"] is not None:
-        s["without_batch_size"] = int(s["without_batch_size"])
-    if min(s["query_tokens"], s["answer_tokens"], s["n_queries"], s["chunk_size"], s["doc_tokens"]) < 1:
-        raise ValueError("doc_tokens, query_tokens, answer_tokens, n_queries and chunk_size must be >= 1")
-    if not 0.0 <= s["anchor_min"] <= s["anchor_max"] <= 1.0:
-        raise ValueError(f"need 0 <= anchor_min <= anchor_max <= 1, got {s['anchor_min']}, {s['anchor_max']}")
-    if s["anchor_spacing"] not in ANCHOR_SPACINGS:
-        raise ValueError(f"anchor_spacing must be one of {ANCHOR_SPACINGS}, got {s['anchor_spacing']!r}")
-    if s["with_context"] not in WITH_CONTEXTS:
-        raise ValueError(f"with_context must be one of {WITH_CONTEXTS}, got {s['with_context']!r}")
+    s = SETTINGS.parse(metadata)
+    if not s["anchor_min"] <= s["anchor_max"]:
+        raise SettingsError(f"retrieval_gain: need anchor_min <= anchor_max, got {s['anchor_min']}, {s['anchor_max']}")
     return s
 
 
@@ -268,7 +221,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
     return out
 
 
-harness.register_request_kind(KIND, serve, RetrievalScores.from_state)
+harness.register_request_kind(KIND, serve, RetrievalScores.from_state, n_tokens=lambda r: r.n_with_tokens)
 harness.install()
 harness.register_metrics(METRICS)
 
@@ -284,7 +237,7 @@ class RetrievalGainTask(LongContextTask):
 
     def _record_settings(self) -> None:
         """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""
-        rec = {k: self.settings[k] for k in SCORING_KEYS}
+        rec = SETTINGS.record(self.settings)
         rec["data"] = self.provenance
         self._store_settings(rec)
 

@@ -1,0 +1,330 @@
+"""Declared settings: one declaration per task (or tool) says each setting's name, type, allowed values,
+default and meaning; parsing, validation, the record in the results and the settings tables of the docs
+all come from it (no lm-eval import).
+
+Parsing is strict, because a typo or a wrong type must never give a different number with exit 0:
+
+* an unknown key is an error that names it and suggests the closest known one. ``--metadata`` reaches
+  every task of a run, so "known" means a setting of some task of this package, a key lm-eval itself puts
+  into the metadata (the YAML's ``version``, the ``--model_args`` keys, registered by the harness glue),
+  or a key the user names in ``other_tasks_keys`` (settings meant for another suite's task in the same run);
+* a value of the wrong type, out of range, NaN or infinite is an error naming the key, the value and
+  what is allowed; counts must be whole numbers (``2.5`` and ``True`` are not counts).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+# Keys lm-eval writes into every task's metadata besides the model_args: the YAML's version and
+# (lm-eval 0.4.13, tasks/_factory.py) where the config came from; and our own record of the settings.
+LM_EVAL_METADATA_KEYS = frozenset({"version", "config_source", "config", "_metadata", "longctx_settings"})
+# The escape hatch for keys meant for tasks of other suites in the same run (e.g. RULER's
+# max_seq_lengths): listed here, they are accepted and ignored.
+OTHER_TASKS_KEYS = "other_tasks_keys"
+_NONE_WORDS = ("", "none", "null")
+
+
+class SettingsError(ValueError):
+    """A setting that is unknown, of the wrong type or out of range."""
+
+
+# ------------------------------------------------------------------ value kinds
+# A kind turns a raw value (from JSON, YAML or lm-eval's k=v parsing) into the value used, or raises
+# ValueError with what is allowed. ``describe`` is the "allowed" column of the docs table.
+
+
+@dataclass(frozen=True)
+class Kind:
+    describe: str
+    convert: Callable[[Any], Any]
+
+
+def _is_integral(x: float) -> bool:
+    return math.isfinite(x) and float(x).is_integer()
+
+
+def _to_int(value) -> int:
+    if isinstance(value, bool):
+        raise ValueError("a whole number, not true/false")
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not _is_integral(value):
+            raise ValueError("a whole number")
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            as_float = float(text)
+        except ValueError:
+            raise ValueError("a whole number") from None
+        if not _is_integral(as_float):
+            raise ValueError("a whole number")
+        return int(as_float)
+    raise ValueError("a whole number")
+
+
+def _to_float(value) -> float:
+    if isinstance(value, bool):
+        raise ValueError("a number, not true/false")
+    try:
+        x = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise ValueError("a number") from None
+    if not math.isfinite(x):
+        raise ValueError("a finite number (not NaN or infinity)")
+    return x
+
+
+def _bounds_text(lo, hi, lo_open: bool) -> str:
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '>='} {lo}")
+    if hi is not None:
+        parts.append(f"<= {hi}")
+    return " and ".join(parts)
+
+
+def integer(lo: int | None = None, hi: int | None = None) -> Kind:
+    bounds = _bounds_text(lo, hi, False)
+
+    def convert(value):
+        x = _to_int(value)
+        if (lo is not None and x < lo) or (hi is not None and x > hi):
+            raise ValueError(f"a whole number {bounds}")
+        return x
+
+    return Kind(f"whole number {bounds}".strip(), convert)
+
+
+def number(lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> Kind:
+    bounds = _bounds_text(lo, hi, lo_open)
+
+    def convert(value):
+        x = _to_float(value)
+        if lo is not None and (x <= lo if lo_open else x < lo):
+            raise ValueError(f"a finite number {bounds}")
+        if hi is not None and x > hi:
+            raise ValueError(f"a finite number {bounds}")
+        return x
+
+    return Kind(f"finite number {bounds}".strip(), convert)
+
+
+_TRUE = ("1", "true", "yes")
+_FALSE = ("0", "false", "no")
+
+
+def _to_bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError("true or false")
+
+
+BOOLEAN = Kind("true / false", _to_bool)
+
+
+def _to_text(value) -> str:
+    if isinstance(value, (bool, int, float)) or not isinstance(value, str):
+        raise ValueError("a string")
+    return value
+
+
+TEXT = Kind("string", _to_text)
+
+
+def choice(*values: str, aliases: Mapping[str, str] | None = None) -> Kind:
+    """One of ``values``; ``aliases`` map other spellings (lower-cased; true/false as such) to a value."""
+    aliases = {str(k).lower(): v for k, v in (aliases or {}).items()}
+
+    def convert(value):
+        key = str(value).lower() if isinstance(value, bool) else value
+        if isinstance(key, str):
+            if key in values:
+                return key
+            if key.strip().lower() in aliases:
+                return aliases[key.strip().lower()]
+        raise ValueError(f"one of {', '.join(values)}")
+
+    described = " / ".join(values) + (f" (also {', '.join(sorted(aliases))})" if aliases else "")
+    return Kind(described, convert)
+
+
+def integer_list(lo: int | None = None) -> Kind:
+    """A list of whole numbers (JSON list, or comma-separated), returned sorted without duplicates."""
+    element = integer(lo)
+
+    def convert(value):
+        if isinstance(value, str):
+            items = [v for v in value.replace(";", ",").split(",") if v.strip()]
+        elif isinstance(value, (list, tuple)):
+            items = list(value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            items = [value]
+        else:
+            raise ValueError(f"a list of whole numbers {_bounds_text(lo, None, False)}")
+        if not items:
+            raise ValueError("a non-empty list of whole numbers")
+        try:
+            return sorted({element.convert(v) for v in items})
+        except ValueError:
+            raise ValueError(f"a list of whole numbers {_bounds_text(lo, None, False)}") from None
+
+    return Kind(f"list of whole numbers {_bounds_text(lo, None, False)}".strip(), convert)
+
+
+def _to_text_or_list(value):
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) and v for v in value):
+        return list(value)
+    raise ValueError("a string or a list of strings")
+
+
+TEXT_OR_LIST = Kind("string or list of strings", _to_text_or_list)
+
+
+def _to_mapping(value) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError("a JSON object such as {\"0\": \"70GiB\", \"cpu\": \"100GiB\"}") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError("a JSON object such as {\"0\": \"70GiB\", \"cpu\": \"100GiB\"}")
+    return dict(value)
+
+
+MAPPING = Kind("JSON object", _to_mapping)
+
+
+# ------------------------------------------------------------------ declarations
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting. ``optional``: None (or "none") is allowed and means "use the default behaviour"
+    described in ``doc``. ``affects_numbers=False`` marks settings that only change speed, memory or
+    where files go (recorded under ``runtime``, not compared between runs)."""
+
+    name: str
+    kind: Kind
+    default: Any
+    doc: str
+    optional: bool = False
+    affects_numbers: bool = True
+
+    def parse(self, value, owner: str):
+        if self.optional and (value is None or (isinstance(value, str) and value.strip().lower() in _NONE_WORDS)):
+            return None
+        if value is None:
+            raise SettingsError(f"{owner}: setting {self.name!r} cannot be null; allowed: {self.kind.describe}")
+        try:
+            return self.kind.convert(value)
+        except ValueError as err:
+            allowed = str(err) + (" (or null)" if self.optional else "")
+            raise SettingsError(f"{owner}: setting {self.name!r} = {value!r} is not allowed; it must be {allowed}") from None
+
+
+class Settings(dict):
+    """Parsed settings (a dict), plus which keys the user gave explicitly."""
+
+    explicit: frozenset = frozenset()
+
+
+# Every declaration registers here, so the unknown-key check knows the settings of all our tasks.
+DECLARATIONS: dict[str, "Declaration"] = {}
+# Keys that lm-eval puts into the metadata (model_args etc.), by source; filled by the harness glue.
+EXTERNAL_KEYS: dict[str, frozenset] = {"lm-eval": LM_EVAL_METADATA_KEYS}
+
+
+def add_external_keys(source: str, keys: Iterable[str]) -> None:
+    """Accept ``keys`` as known metadata keys (e.g. the model_args of the model being evaluated)."""
+    EXTERNAL_KEYS[source] = frozenset(str(k) for k in keys)
+
+
+def known_setting_names() -> set[str]:
+    return {name for d in DECLARATIONS.values() if d.metadata_keys for name in d.names()}
+
+
+@dataclass
+class Declaration:
+    """The settings of one task (``metadata_keys=True``: read from the harness metadata) or tool."""
+
+    owner: str
+    settings: list[Setting]
+    metadata_keys: bool = True
+    by_name: dict[str, Setting] = field(init=False)
+
+    def __post_init__(self):
+        self.by_name = {}
+        for s in self.settings:
+            if s.name in self.by_name:
+                raise ValueError(f"{self.owner}: setting {s.name!r} declared twice")
+            self.by_name[s.name] = s
+        DECLARATIONS[self.owner] = self
+
+    def names(self) -> list[str]:
+        return list(self.by_name)
+
+    def defaults(self) -> dict:
+        return {s.name: s.default for s in self.settings}
+
+    def parse(self, metadata: Mapping | None, check_unknown: bool = True) -> Settings:
+        md = dict(metadata or {})
+        if check_unknown:
+            self.check_unknown_keys(md)
+        out = Settings()
+        for s in self.settings:
+            out[s.name] = s.parse(md[s.name], self.owner) if s.name in md else s.default
+        out.explicit = frozenset(k for k in md if k in self.by_name)
+        return out
+
+    def check_unknown_keys(self, md: Mapping) -> None:
+        other = md.get(OTHER_TASKS_KEYS) or []
+        if isinstance(other, str):
+            other = [k for k in other.split(",") if k.strip()]
+        if not isinstance(other, (list, tuple)) or not all(isinstance(k, str) for k in other):
+            raise SettingsError(f"{OTHER_TASKS_KEYS} must be a list of metadata keys, got {other!r}")
+        declared = known_setting_names() | set(self.by_name)
+        known = declared | {OTHER_TASKS_KEYS} | {k.strip() for k in other}
+        for keys in EXTERNAL_KEYS.values():
+            known |= keys
+        unknown = [k for k in md if k not in known]
+        if unknown:
+            key = unknown[0]
+            close = difflib.get_close_matches(str(key), sorted(declared), n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise SettingsError(
+                f"{self.owner}: unknown setting {key!r} in the task metadata (--metadata, the YAML or "
+                f"--model_args).{hint} Known settings of this task: {', '.join(self.names())}. A key meant "
+                f"for a task of another suite in the same run can be listed in --metadata "
+                f"'{{\"{OTHER_TASKS_KEYS}\": [\"{key}\"]}}'.")
+
+    def record(self, values: Mapping) -> dict:
+        """The settings as used: those that change numbers at the top level, the others under ``runtime``."""
+        rec = {s.name: values[s.name] for s in self.settings if s.affects_numbers and s.name in values}
+        rec["runtime"] = {s.name: values[s.name] for s in self.settings if not s.affects_numbers and s.name in values}
+        return rec
+
+    def markdown_table(self) -> str:
+        rows = ["| setting | allowed | default | meaning |", "| --- | --- | --- | --- |"]
+        for s in self.settings:
+            allowed = s.kind.describe + (", or null" if s.optional else "")
+            default = "null" if s.default is None else json.dumps(s.default)
+            meaning = s.doc + ("" if s.affects_numbers else " (does not change the numbers)")
+            rows.append(f"| `{s.name}` | {allowed} | `{default}` | {meaning.replace('|', '/')} |")
+        return "\n".join(rows)
