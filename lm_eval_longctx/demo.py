@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import embedded
+from . import embedded, output_dirs
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -348,8 +348,7 @@ def run_demo(out_dir=DEFAULT_OUT, model_dir=None, budget: str = "full", extra_me
         raise DemoError(f"unknown budget {budget!r}; known: {sorted(DEMO_BUDGETS)}")
     cfg = DEMO_BUDGETS[budget]
     model = resolve_model_dir(model_dir)
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dirs.claim(Path(out_dir).resolve(), "the demo")
 
     texts = embedded.embedded_documents(chars_per_doc=cfg["chars_per_doc"])
     metadata = budget_metadata(budget, out / CORPUS_FILE, extra_metadata)

@@ -37,11 +37,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from lm_eval_longctx.engine import score_truncated
+from lm_eval_longctx.settings import BOOLEAN, Declaration, Setting, integer, number
 
 IGNORE_INDEX = -100
-DEFAULT_TRUNC_LEN = 4096  # K, the paper's and the reference's
-DEFAULT_STRIDE = 1024  # d
-DEFAULT_GAMMA = 5.0
+# LongCE's settings, declared once: LongCELoss and scripts/finetune_longce.py parse and check them here.
+SETTINGS = Declaration("longce", [
+    Setting("trunc_len", integer(1), 4096, "K: tokens of short context (the paper's and the reference's)"),
+    Setting("stride", integer(1), 1024, "d: stride of the truncated windows"),
+    Setting("gamma", number(0.0, lo_open=True), 5.0, "weights are min(exp(loss_short - loss_full), gamma)"),
+    Setting("short_batch_size", integer(1), 8, "short windows per no-grad forward", affects_numbers=False),
+    Setting("mask_ignored", BOOLEAN, True, "mask padding and -100 labels (false: the reference's unmasked mean)"),
+    Setting("short_eval_mode", BOOLEAN, True, "run the short pass in eval mode (no dropout)"),
+], metadata_keys=False)
+DEFAULT_TRUNC_LEN = SETTINGS.by_name["trunc_len"].default
+DEFAULT_STRIDE = SETTINGS.by_name["stride"].default
+DEFAULT_GAMMA = SETTINGS.by_name["gamma"].default
 
 
 @dataclass
@@ -141,8 +151,7 @@ def longce_loss(
         raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
     if logits.shape[:2] != input_ids.shape:
         raise ValueError(f"logits shape {tuple(logits.shape)} does not match input_ids {tuple(input_ids.shape)}")
-    if gamma <= 0:
-        raise ValueError(f"gamma must be > 0, got {gamma}")
+    SETTINGS.parse({"trunc_len": trunc_len, "stride": stride, "gamma": gamma, "short_batch_size": short_batch_size})
     if labels is None:
         labels = input_ids
     if labels.shape != input_ids.shape:
@@ -199,8 +208,10 @@ class LongCELoss(nn.Module):
     def __init__(self, trunc_len: int = DEFAULT_TRUNC_LEN, stride: int = DEFAULT_STRIDE, gamma: float = DEFAULT_GAMMA,
                  short_batch_size: int = 8, mask_ignored: bool = True, short_eval_mode: bool = True):
         super().__init__()
-        if trunc_len < 1 or stride < 1:
-            raise ValueError(f"trunc_len and stride must be >= 1, got {trunc_len}, {stride}")
+        s = SETTINGS.parse({"trunc_len": trunc_len, "stride": stride, "gamma": gamma,
+                            "short_batch_size": short_batch_size, "mask_ignored": mask_ignored,
+                            "short_eval_mode": short_eval_mode})
+        trunc_len, stride, gamma, short_batch_size = s["trunc_len"], s["stride"], s["gamma"], s["short_batch_size"]
         self.trunc_len, self.stride, self.gamma = trunc_len, stride, gamma
         self.short_batch_size, self.mask_ignored, self.short_eval_mode = short_batch_size, mask_ignored, short_eval_mode
         self.last_output: LongCEOutput | None = None

@@ -325,6 +325,30 @@ class Declaration:
         for s in self.settings:
             allowed = s.kind.describe + (", or null" if s.optional else "")
             default = "null" if s.default is None else json.dumps(s.default)
-            meaning = s.doc + ("" if s.affects_numbers else " (does not change the numbers)")
+            meaning = s.doc + ("" if s.affects_numbers else " (speed, memory or files only)")
             rows.append(f"| `{s.name}` | {allowed} | `{default}` | {meaning.replace('|', '/')} |")
         return "\n".join(rows)
+
+
+def add_arguments(parser, declaration: Declaration, names: Iterable[str], defaults: Mapping | None = None) -> None:
+    """Command-line options ``--trunc-len`` etc. for the named settings, parsed and checked by the declaration
+    (the scripts take their settings from the same place as the tasks)."""
+    import argparse
+
+    defaults = dict(defaults or {})
+    for name in names:
+        setting = declaration.by_name[name]
+
+        def convert(value, _s=setting):
+            try:
+                return _s.parse(value, declaration.owner)
+            except SettingsError as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+
+        default = defaults.get(name, setting.default)
+        flag = "--" + name.replace("_", "-")
+        if setting.kind is BOOLEAN and not default:
+            parser.add_argument(flag, dest=name, action="store_true", help=setting.doc)
+        else:
+            parser.add_argument(flag, dest=name, type=convert, default=default,
+                                help=f"{setting.doc} ({setting.kind.describe}; default: {default})")

@@ -82,7 +82,8 @@ RETRIEVAL_GAIN = Declaration("retrieval_gain", [
     Setting("bos", choice("auto", "always", "never", aliases={"true": "always", "1": "always", "yes": "always",
                                                               "false": "never", "0": "never", "no": "never",
                                                               "none": "never"}),
-            "auto", "BOS at the start of both conditions: `auto` when the tokenizer adds one"),
+            "auto", "BOS at the start of both conditions: `auto` when the tokenizer itself adds one (Llama, Mistral; "
+            "not GPT-2, Qwen2); `always` (an error if it has none); `never`"),
     _chunk_size(),
     Setting("without_batch_size", integer(1), None, "without-document sequences per forward (default: the "
             "harness --batch_size, or 8)", optional=True, affects_numbers=False),
@@ -96,7 +97,8 @@ FORGETTING_CURVE = Declaration("forgetting_curve", [
     Setting("min_len", integer(1), data.FORGETTING_CURVE_MIN_LEN, "smallest copy length"),
     Setting("num_lengths", integer(1), 32, "number of copy lengths"),
     Setting("spacing", choice("linear", "geometric", aliases={"log": "geometric"}), "linear",
-            "spacing of the copy lengths"),
+            "copy lengths `numpy.linspace(min_len, max_len, num_lengths, dtype=int)` or `numpy.geomspace(...)`, "
+            "duplicates dropped"),
     Setting("lengths", integer_list(1), None, "explicit copy lengths; replace max_len, min_len, num_lengths "
             "and spacing", optional=True),
     Setting("samples_per_length", integer(1), 10, "samples per copy length"),
@@ -145,3 +147,32 @@ LONGEVAL_LINES = Declaration("longeval_lines", [
 ])
 
 TASK_DECLARATIONS = {d.owner: d for d in (LONGPPL, RETRIEVAL_GAIN, FORGETTING_CURVE, LONGEVAL_LINES)}
+
+
+# ------------------------------------------------------------------ the docs' settings tables
+# Markdown between "<!-- settings: OWNER -->" and "<!-- /settings -->" is generated from the declaration
+# (scripts/settings_tables.py writes it; a test fails when it differs).
+
+TABLE_START = "<!-- settings: {owner} -->"
+TABLE_END = "<!-- /settings -->"
+
+
+def all_declarations() -> dict:
+    from . import longce  # torch: imported only for the docs
+
+    return {**TASK_DECLARATIONS, longce.SETTINGS.owner: longce.SETTINGS}
+
+
+def render_settings_tables(markdown: str) -> str:
+    """``markdown`` with every settings block replaced by the table generated from its declaration."""
+    import re
+
+    declarations = all_declarations()
+
+    def table(match):
+        owner = match.group(1)
+        if owner not in declarations:
+            raise KeyError(f"settings block for unknown owner {owner!r}; known: {sorted(declarations)}")
+        return f"{TABLE_START.format(owner=owner)}\n{declarations[owner].markdown_table()}\n{TABLE_END}"
+
+    return re.sub(r"<!-- settings: ([\w.-]+) -->\n.*?<!-- /settings -->", table, markdown, flags=re.S)

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import metrics
+from . import metrics, output_dirs
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -585,7 +585,7 @@ def run_validation(out_dir, budget: str = "full", steps=None, variants: Sequence
 
     t0 = time.perf_counter()
     out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dirs.claim(out, "the known-answer validation")
     variants = list(variants or demo_model.VARIANT_ORDER)
     unknown = [v for v in variants if v not in demo_model.VARIANTS]
     if unknown:

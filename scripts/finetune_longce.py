@@ -42,7 +42,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lm_eval_longctx.longce import DEFAULT_GAMMA, DEFAULT_STRIDE, DEFAULT_TRUNC_LEN, LongCELoss  # noqa: E402
+from lm_eval_longctx.longce import DEFAULT_STRIDE, DEFAULT_TRUNC_LEN, LongCELoss  # noqa: E402
+from lm_eval_longctx.longce import SETTINGS as LONGCE_SETTINGS  # noqa: E402
+from lm_eval_longctx.settings import add_arguments  # noqa: E402
 
 
 def make_trainer_class():
@@ -108,10 +110,10 @@ def main(argv=None) -> dict:
     p.add_argument("--tiny-demo", action="store_true", help="build a tiny random model and text locally")
     p.add_argument("--output-dir", default=None)
     p.add_argument("--seq-len", type=int, default=None, help="tokens per block (default 32768; 64 with --tiny-demo)")
-    p.add_argument("--trunc-len", type=int, default=None, help=f"K (default {DEFAULT_TRUNC_LEN}; 24 with --tiny-demo)")
-    p.add_argument("--stride", type=int, default=None, help=f"d (default {DEFAULT_STRIDE}; 8 with --tiny-demo)")
-    p.add_argument("--gamma", type=float, default=DEFAULT_GAMMA)
-    p.add_argument("--short-batch-size", type=int, default=8, help="short windows per no-grad forward")
+    # K, d, gamma and the short batch come from LongCE's settings declaration (K and d default to 24 and 8
+    # with --tiny-demo)
+    add_arguments(p, LONGCE_SETTINGS, ["trunc_len", "stride", "gamma", "short_batch_size"],
+                  defaults={"trunc_len": None, "stride": None})
     p.add_argument("--reference-mask", action="store_true",
                    help="reference behaviour: no masking of padding / -100 labels, mean over all positions")
     p.add_argument("--batch-size", type=int, default=1)

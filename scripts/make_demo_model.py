@@ -23,6 +23,15 @@ import torch
 from lm_eval_longctx import demo_model
 
 
+def is_demo_model_folder(path: Path) -> bool:
+    """A folder this script (or demo_model.make_model) wrote: a config and our recipe record."""
+    try:
+        record = json.loads((path / "recipe.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and "recipe" in record and (path / "config.json").is_file()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", nargs="?", default=str(demo_model.packaged_model_dir()),
@@ -32,6 +41,11 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
+    out = Path(args.out)
+    if out.is_dir() and any(out.iterdir()) and not is_demo_model_folder(out):
+        print(f"error: {out} is not empty and holds no demo model (recipe.json + config.json): it will not be "
+              "replaced (nothing there was changed). Choose a new or empty folder.", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.variant:
@@ -39,13 +53,14 @@ def main(argv=None) -> int:
     else:
         overrides = {} if args.steps is None else {"steps": args.steps}
         recipe = demo_model.Recipe(**{**demo_model.DEMO_RECIPE, **overrides})
-        # build beside, then replace: a failed run leaves the shipped model intact
-        with tempfile.TemporaryDirectory() as tmp:
-            record = demo_model.make_model(tmp, recipe)
-            out = Path(args.out)
+        # build beside, then swap: a failed run leaves the old model intact; only a demo-model folder
+        # (checked above) is replaced
+        with tempfile.TemporaryDirectory(dir=out.parent if out.parent.is_dir() else None) as tmp:
+            record = demo_model.make_model(Path(tmp) / "model", recipe)
             if out.exists():
-                shutil.rmtree(out)
-            shutil.copytree(tmp, out)
+                old = Path(tmp) / "previous"
+                out.rename(old)
+            shutil.move(str(Path(tmp) / "model"), str(out))
     print(json.dumps({k: v for k, v in record.items() if k != "recipe"}, indent=2))
     return 0
 
