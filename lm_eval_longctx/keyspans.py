@@ -260,6 +260,21 @@ def read_manifest(directory: Path) -> dict | None:
     return manifest
 
 
+def _check_manifest_texts(directory: Path, manifest: dict, texts: Sequence[str], texts_sha256: str | None) -> None:
+    """The folder was computed for these texts: per-document hashes when recorded, else all texts' hash."""
+    doc_hashes = manifest.get("doc_sha256")
+    if isinstance(doc_hashes, list) and len(doc_hashes) >= len(texts):
+        for i, t in enumerate(texts):
+            if doc_hashes[i] != hashlib.sha256(t.encode("utf-8")).hexdigest():
+                raise KeySpanFormatError(f"{directory} was computed for other documents: slice_{i}.txt belongs to "
+                                         f"another text than document {i} (doc_sha256 in {MANIFEST}); its "
+                                         "character spans do not index this text")
+    elif manifest.get("texts_sha256") and texts_sha256 and manifest["texts_sha256"] != texts_sha256:
+        raise KeySpanFormatError(
+            f"{directory} was computed for other documents (texts_sha256 {manifest['texts_sha256'][:12]}... vs "
+            f"{texts_sha256[:12]}...): its character spans do not index these texts")
+
+
 def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str | None = None) -> SpanFolder:
     """Spans for ``texts`` (documents 0..n-1) from ``slice_{i}.txt``, checked against the texts.
 
@@ -281,6 +296,8 @@ def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str
             f"{'...' if len(missing) > 10 else ''} (expected slice_0.txt .. slice_{n_docs - 1}.txt)"
         )
     manifest = read_manifest(directory)
+    if manifest is not None:
+        _check_manifest_texts(directory, manifest, texts, texts_sha256)
     spans = [read_span_file(directory / f"slice_{i}.txt", len(t)) for i, t in enumerate(texts)]
     if manifest is None:
         msg = (f"{directory} has no {MANIFEST}: nothing says which evaluator, K, d, alpha and beta made these "
@@ -289,17 +306,6 @@ def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str
         log.warning(msg)
         warnings.warn(msg, stacklevel=2)
         return SpanFolder(spans, None, False)
-
-    doc_hashes = manifest.get("doc_sha256")
-    if isinstance(doc_hashes, list) and len(doc_hashes) >= n_docs:
-        for i, t in enumerate(texts):
-            if doc_hashes[i] != hashlib.sha256(t.encode("utf-8")).hexdigest():
-                raise KeySpanFormatError(f"{directory}: slice_{i}.txt was computed for another text than document "
-                                         f"{i} (doc_sha256 in {MANIFEST}); its spans do not index this text")
-    elif manifest.get("texts_sha256") and texts_sha256 and manifest["texts_sha256"] != texts_sha256:
-        raise KeySpanFormatError(
-            f"{directory} was computed for other documents (texts_sha256 {manifest['texts_sha256'][:12]}... vs "
-            f"{texts_sha256[:12]}...): its character spans do not index these texts")
     sums = manifest.get("slice_sha256")
     if not isinstance(sums, dict):
         msg = (f"{directory}/{MANIFEST} records no per-file checksums (written by an older version): a changed "
@@ -314,3 +320,23 @@ def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str
                 f"{directory / name} does not match the checksum in {MANIFEST}: it was changed or copied in from "
                 "another folder after the spans were computed. Precompute the folder again, or restore the file.")
     return SpanFolder(spans, manifest, True)
+
+
+def write_span_dir(directory: str | Path, spans: Sequence[Sequence[Span]], texts: Sequence[str],
+                   manifest: dict) -> None:
+    """Write a verified span folder: ``slice_{i}.txt`` per document and ``key_spans.json`` with ``manifest``
+    (how the spans were made) plus the format, the number of documents, each text's SHA-256 and each
+    file's SHA-256, so that ``read_span_dir`` can tell a changed or foreign file. The caller makes the
+    folder appear atomically (write into a fresh folder, then rename it into place)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if len(spans) != len(texts):
+        raise ValueError(f"{len(spans)} span lists for {len(texts)} texts")
+    sums = {}
+    for i, (doc_spans, text) in enumerate(zip(spans, texts)):
+        check_spans(list(doc_spans), len(text), f"document {i}")
+        write_span_file(directory / f"slice_{i}.txt", doc_spans)
+        sums[f"slice_{i}.txt"] = file_sha256(directory / f"slice_{i}.txt")
+    full = {**manifest, "format": MANIFEST_FORMAT, "n_docs": len(texts),
+            "doc_sha256": [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts], "slice_sha256": sums}
+    (directory / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True), encoding="utf-8")
