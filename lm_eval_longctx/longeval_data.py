@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import longeval_words
+from . import errors, longeval_words
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -276,6 +276,11 @@ def read_text(location: str) -> str:
     except UnicodeDecodeError as err:
         raise TestCaseFormatError(f"{location}: not UTF-8 text ({err.reason} at byte {err.start}); expected "
                                   "LongChat's {N}_lines.jsonl, one JSON record per line") from None
+    except OSError as err:  # includes urllib's URLError: no network, 404, a missing file
+        raise errors.ResourceUnavailableError(
+            f"LongEval test cases {location} cannot be read: {errors.first_line(err)}. Ways out: a local copy of "
+            "LongChat's files (--metadata '{\"testcases\": \"DIR\"}'), or generated cases (leave testcases "
+            "unset)") from None
 
 
 def _read_text(location: str) -> str:
