@@ -171,15 +171,22 @@ def test_samples_are_built_token_by_token(model_dirs):
 
 
 def test_special_ids_come_from_the_tokenizer_with_a_documented_fallback():
+    from lm_eval_longctx.settings import SettingsError
     from lm_eval_longctx.tasks.forgetting_curve import special_token_ids
 
-    assert special_token_ids(SimpleNamespace(bos_token_id=7, eos_token_id=9)) == (7, 9)
+    class Tok(SimpleNamespace):
+        def __len__(self):
+            return 100
+
+    assert special_token_ids(Tok(bos_token_id=7, eos_token_id=9)) == (7, 9)
     # no BOS (e.g. Qwen2): the EOS stands in, as lm-eval's prefix token
-    assert special_token_ids(SimpleNamespace(bos_token_id=None, eos_token_id=9)) == (9, 9)
-    assert special_token_ids(SimpleNamespace(bos_token_id=7, eos_token_id=None)) == (7, 7)
-    assert special_token_ids(SimpleNamespace(bos_token_id=7, eos_token_id=9), 3, 4) == (3, 4)
+    assert special_token_ids(Tok(bos_token_id=None, eos_token_id=9)) == (9, 9)
+    assert special_token_ids(Tok(bos_token_id=7, eos_token_id=None)) == (7, 7)
+    assert special_token_ids(Tok(bos_token_id=7, eos_token_id=9), 3, 4) == (3, 4)
     with pytest.raises(ValueError, match="bos_token_id"):
-        special_token_ids(SimpleNamespace(bos_token_id=None, eos_token_id=None))
+        special_token_ids(Tok(bos_token_id=None, eos_token_id=None))
+    with pytest.raises(SettingsError, match="'eos_token_id' = 100 is outside the tokenizer's vocabulary"):
+        special_token_ids(Tok(bos_token_id=7, eos_token_id=9), 3, 100)
 
 
 def test_corpus_pieces_and_token_stream(corpus, model_dirs):
@@ -377,8 +384,8 @@ def test_default_lengths_fit_the_model_and_beyond_needs_a_request(trained_dir, c
     assert rec["model_max_length"] == 64 and rec["lengths"] == [8, 15, 22, 30]  # 2 * 30 + 3 <= 64
     with pytest.raises(ValueError, match="allow_beyond_max_length"):
         run_task(TASK, trained_dir, {**md, "max_len": 40}, model_args={"max_length": 64})
-    # (memory-length settings reach the aggregation: any accuracy beats a threshold of -1)
-    res = run_task(TASK, trained_dir, {**md, "max_len": 40, "allow_beyond_max_length": True, "fine_threshold": -1,
+    # (memory-length settings reach the aggregation: any copying beats a threshold of 0)
+    res = run_task(TASK, trained_dir, {**md, "max_len": 40, "allow_beyond_max_length": True, "fine_threshold": 0,
                                        "coarse_rule": "largest"}, model_args={"max_length": 64})
     r = res["results"][TASK]
     assert r["n_failed_lengths,none"] == 0 and np.isfinite(r["copy_acc@00040,none"])
