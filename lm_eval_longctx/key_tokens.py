@@ -33,6 +33,11 @@ class EvaluatorJudgement:
     spans: list[tuple[int, int]]
     offsets: np.ndarray | None = None  # evaluator token offsets [n, 2]
     lsd: np.ndarray | None = None  # long-short difference per target [n - 1], NaN before K
+    # The evaluator's own per-target log-probs [n - 1] (long: LCL; short: NaN before K) and token ids [n],
+    # kept for the per-token export; None for spans read from files or from older cache entries.
+    long_logprob: np.ndarray | None = None
+    short_logprob: np.ndarray | None = None
+    token_ids: np.ndarray | None = None
 
     def soft_weights_for(self, eval_offsets: np.ndarray, gamma: float) -> np.ndarray:
         """LongPPL-soft weight of each evaluated-model target (token i -> index i - 1).
@@ -58,7 +63,8 @@ def judge_from_scores(scores: engine.SequenceScores, alpha: float, beta: float) 
     mask = metrics.key_token_mask(scores.long.logprob, scores.short.logprob, alpha, beta)
     spans = keyspans.key_spans_from_tokens(mask, scores.offsets)
     lsd = metrics.long_short_difference(scores.long.logprob, scores.short.logprob).astype(np.float32)
-    return EvaluatorJudgement(spans, np.asarray(scores.offsets), lsd)
+    return EvaluatorJudgement(spans, np.asarray(scores.offsets), lsd, np.asarray(scores.long.logprob),
+                              np.asarray(scores.short.logprob), np.asarray(scores.token_ids))
 
 
 def score_text(model, tokenizer, text: str, trunc_len: int, stride: int, chunk_size: int = engine.DEFAULT_CHUNK_SIZE,
@@ -91,6 +97,10 @@ def default_cache_dir() -> Path:
     return Path(root) / "key_spans"
 
 
+# Arrays a cache entry may hold beyond offsets and LSD (entries written before them lack them).
+_OPTIONAL_ARRAYS = ("long_logprob", "short_logprob", "token_ids")
+
+
 class SpanCache:
     """Key spans on disk, one entry per (evaluator, settings, text)."""
 
@@ -110,15 +120,17 @@ class SpanCache:
         if not (txt.is_file() and npz.is_file()):
             return None
         with np.load(npz, allow_pickle=False) as z:
-            return EvaluatorJudgement(keyspans.read_span_file(txt), z["offsets"], z["lsd"])
+            extra = {k: z[k] for k in _OPTIONAL_ARRAYS if k in z.files}
+            return EvaluatorJudgement(keyspans.read_span_file(txt), z["offsets"], z["lsd"], **extra)
 
     def put(self, key: str, judgement: EvaluatorJudgement, settings: dict) -> None:
         if self.directory is None:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f"{key}.tmp.npz"
+        extra = {k: np.asarray(getattr(judgement, k)) for k in _OPTIONAL_ARRAYS if getattr(judgement, k) is not None}
         np.savez(tmp, offsets=np.asarray(judgement.offsets, dtype=np.int64),
-                 lsd=np.asarray(judgement.lsd, dtype=np.float32))
+                 lsd=np.asarray(judgement.lsd, dtype=np.float32), **extra)
         tmp.replace(self.directory / f"{key}.npz")
         keyspans.write_span_file(self.directory / f"{key}.txt", judgement.spans)
         meta = self.directory / f"{key}.json"

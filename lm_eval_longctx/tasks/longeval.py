@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import engine, harness, keyspans, longeval_data, longeval_words, metrics
+from .. import engine, harness, keyspans, longeval_data, longeval_words, metrics, token_export
 from .base import LongContextTask
 
 log = logging.getLogger("lm_eval_longctx")
@@ -58,6 +58,7 @@ DEFAULTS = {
     "over_length": "error",
     "allow_beyond_max_length": False,  # ppl only: score prompts beyond the model's maximum anyway
     "chunk_size": engine.DEFAULT_CHUNK_SIZE,
+    "export_tokens": None,  # longeval_lines_ppl: folder for the per-token export (token_export.py)
 }
 
 
@@ -324,6 +325,7 @@ class LongEvalLinesPPLTask(_LinesTask):
     def process_results(self, doc, results):
         scores: AnswerScores = results[0]
         key = self.config_key(doc["num_lines"])
+        token_export.write_document(self, doc, results)
         if scores.skipped:
             return self._skipped(key, True)
         answer, other = metrics.answer_nll_split(scores.logprob, scores.offsets, (doc["answer_start"], doc["answer_end"]))

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import data, harness, key_tokens, keyspans, metrics
+from .. import data, harness, key_tokens, keyspans, metrics, token_export
 from .base import LongContextTask, govreport_documents
 
 harness.install()
@@ -39,6 +39,7 @@ DEFAULTS = {
     "chunk_size": 1024,
     "short_batch_size": None,  # windows per forward; default: the harness --batch_size (or 8)
     "allow_beyond_max_length": False,
+    "export_tokens": None,  # folder for the per-token export (token_export.py)
     **data.GOVREPORT_SETTINGS,
 }
 _INT = {"trunc_len", "sliding_window", "chunk_size", "num_docs", "min_tokens", "max_tokens"}
@@ -247,6 +248,7 @@ class LongPPLTask(LongContextTask):
         if gamma is not None:
             w = judgement.soft_weights_for(scored.offsets, gamma)
             out["longppl_soft"] = (float(np.sum(w * -lp)), float(np.sum(w)))
+        token_export.write_document(self, doc, results, judgement, key_idx)
         return out
 
     def _metric_names(self):

@@ -29,7 +29,7 @@ from fractions import Fraction
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import data, engine, harness, metrics
+from .. import data, engine, harness, metrics, token_export
 from .base import LongContextTask, govreport_documents
 
 log = logging.getLogger("lm_eval_longctx")
@@ -54,6 +54,7 @@ DEFAULTS = {
     "chunk_size": 1024,
     "without_batch_size": None,  # default: the harness --batch_size (8 if auto)
     "allow_beyond_max_length": False,
+    "export_tokens": None,  # folder for the per-token export (token_export.py)
     **data.GOVREPORT_SETTINGS,
 }
 _INT = {"doc_tokens", "query_tokens", "answer_tokens", "n_queries", "chunk_size", "num_docs", "min_tokens",
@@ -303,6 +304,7 @@ class RetrievalGainTask(LongContextTask):
     def process_results(self, doc, results):
         scores = results[0]
         gain, nll_with, nll_without = metrics.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
+        token_export.write_document(self, doc, results)
         # every document has n_queries anchors, so the mean over documents of these per-document
         # means is the mean over (document, anchor) pairs
         return {"retrieval_gain": float(gain.mean()), "nll_with": float(nll_with.mean()),
