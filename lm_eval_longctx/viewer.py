@@ -216,9 +216,9 @@ _HEAD = """<!DOCTYPE html>
 <div id="app">
 <nav id="side"><h1>%TITLE%</h1><div id="corpus"></div><div id="doclist"></div></nav>
 <main id="main">
-<header id="dochead"></header>
+<div id="top"><header id="dochead"></header>
 <div id="controls"></div>
-<div id="legend"></div>
+<div id="legend"></div></div>
 <div id="text" class="doc"></div>
 </main></div>
 <div id="tip" hidden></div>
@@ -229,8 +229,8 @@ _CSS = """
 :root{--fg:#1d1d1f;--muted:#5f6368;--line:#d0d4d9}
 *{box-sizing:border-box}
 body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;color:var(--fg);background:#fafafa}
-#app{display:flex;min-height:100vh}
-#side{width:270px;flex:none;border-right:1px solid var(--line);padding:12px;background:#fff;position:sticky;top:0;height:100vh;overflow:auto}
+#app{display:flex;height:100vh}
+#side{width:270px;flex:none;border-right:1px solid var(--line);padding:12px;background:#fff;height:100vh;overflow:auto}
 #side h1{font-size:16px;margin:0 0 8px}
 #corpus{font-size:12px;color:var(--muted);margin-bottom:10px}
 #doclist button{display:block;width:100%;text-align:left;border:1px solid transparent;background:none;padding:5px 6px;border-radius:4px;cursor:pointer;font:inherit;font-size:12px;color:inherit}
@@ -238,22 +238,24 @@ body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetic
 #doclist button.on{background:#e6eefb;border-color:#9bb7e6}
 #doclist .dt{display:block;font-weight:600;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 #doclist .ds{color:var(--muted)}
-#main{flex:1;min-width:0;padding:14px 22px}
+#main{flex:1;min-width:0;padding:0 22px 14px;height:100vh;overflow:auto}
+#top{position:sticky;top:0;z-index:5;background:#fafafa;padding-top:12px;border-bottom:1px solid var(--line);margin-bottom:10px}
 #dochead h2{font-size:18px;margin:0 0 6px}
 #dochead table{border-collapse:collapse;font-size:13px;margin-bottom:8px}
 #dochead td,#dochead th{padding:2px 12px 2px 0;text-align:left}
 #dochead th{color:var(--muted);font-weight:500}
-#controls{font-size:13px;margin:6px 0;display:flex;gap:16px;flex-wrap:wrap}
+#controls{font-size:13px;margin:6px 0;display:flex;gap:16px;flex-wrap:wrap;align-items:center}
+#controls button{font:inherit;font-size:12px;padding:1px 8px}
 #legend{font-size:12px;color:var(--muted);margin:6px 0 10px;display:flex;align-items:center;gap:10px;flex-wrap:wrap}
 .bar{display:inline-flex;border:1px solid var(--line)}
 .bar span{width:14px;height:14px;display:inline-block}
 .ticks{display:flex;justify-content:space-between;width:296px;font-size:11px}
 .doc{white-space:pre-wrap;word-wrap:break-word;font:13px/1.7 ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace;background:#fff;border:1px solid var(--line);padding:12px 14px;border-radius:4px}
 .t{border-radius:2px}
-.t.k{outline:1.5px solid #111;outline-offset:-1px}
-.t.kb{outline:1.5px dashed #111;outline-offset:-1px}
+.t.k{outline:2px solid #000;outline-offset:-1px;font-weight:700}
+.t.kb{outline:2px dashed #000;outline-offset:-1px}
 .doc.ug .t.g{text-decoration:underline dotted #444}
-.keybox{display:inline-block;width:14px;height:14px;outline:1.5px solid #111;outline-offset:-1px;vertical-align:middle}
+.keybox{display:inline-block;width:14px;height:14px;outline:2px solid #000;outline-offset:-1px;vertical-align:middle}
 .keybox.kb{outline-style:dashed}
 #tip{position:fixed;z-index:10;background:#222;color:#fff;font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;padding:6px 8px;border-radius:4px;pointer-events:none;white-space:pre;max-width:420px}
 """
@@ -347,7 +349,10 @@ function controls() {
   if (opts.length > 1) h += "<span>colour: " + opts.map(([v, l]) => '<label><input type="radio" name="mode" value="' + v + '"' +
     (v === mode ? " checked" : "") + "> " + l + "</label>").join(" ") + "</span>";
   h += '<label><input type="checkbox" id="ug"> underline greedy hits (argmax = token)</label>';
+  h += '<span><button id="prevkey">\u25c2 previous key token</button> <button id="nextkey">next key token \u25b8</button></span>';
   $("controls").innerHTML = h;
+  $("nextkey").addEventListener("click", () => jumpKey(1));
+  $("prevkey").addEventListener("click", () => jumpKey(-1));
   for (const r of document.querySelectorAll('input[name="mode"]')) r.addEventListener("change", () => { mode = r.value; legend(); show(current, true); });
   $("ug").addEventListener("change", (ev) => $("text").classList.toggle("ug", ev.target.checked));
 }
@@ -380,6 +385,17 @@ async function show(k, force) {
   document.body.dataset.tokens = d.n;
   document.body.dataset.keys = keys;
   document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
+  keyAt = -1;
+  if (/[#&]key/.test(location.hash)) jumpKey(1);  // #doc=K&key opens document K at its first key token
+}
+
+let keyAt = -1;
+function jumpKey(step) {
+  const keys = $("text").querySelectorAll(DIFF ? ".t.k,.t.kb" : ".t.k");
+  if (!keys.length) return;
+  keyAt = (keyAt + step + keys.length) % keys.length;
+  keys[keyAt].scrollIntoView({block: "center"});
+  keys[keyAt].animate([{boxShadow: "0 0 0 4px #f5c400"}, {boxShadow: "0 0 0 0 #f5c400"}], 1200);
 }
 
 function tip(ev) {
