@@ -385,6 +385,7 @@ async function show(k, force) {
   document.body.dataset.tokens = d.n;
   document.body.dataset.keys = keys;
   document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
+  if (!document.body.dataset.firstShownMs) document.body.dataset.firstShownMs = performance.now().toFixed(1);  // since navigation
   keyAt = -1;
   if (/[#&]key/.test(location.hash)) jumpKey(1);  // #doc=K&key opens document K at its first key token
 }
