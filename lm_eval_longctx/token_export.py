@@ -103,9 +103,14 @@ def parse_setting(value) -> str | None:
 
 def _launch_id() -> str | None:
     """What the ranks of one data-parallel launch share (None outside data parallelism)."""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+    world = os.environ.get("WORLD_SIZE", "1") or "1"
+    if int(world) <= 1:
         return None
-    return "|".join(os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE"))
+    parts = [os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")]
+    if os.environ.get("LOCAL_WORLD_SIZE", world) == world:
+        # one node: the ranks are children of one launcher process, which a later launch is not
+        parts.append(str(os.getppid()))
+    return "|".join(parts)
 
 
 def check_folder(folder: Path) -> None:
