@@ -8,7 +8,8 @@ fonts) built from a per-token export of ``longppl_govreport`` (``token_export.py
   token shows its numbers; a header with the document's LongPPL, PPL and key-token count; a document
   list to jump between documents (``#doc=K`` in the address opens document K);
 * with a second export of the same documents (another checkpoint, same tokenizer), a diff view: tokens
-  coloured by the change in NLL (B - A), over all tokens or key tokens only.
+  coloured by the change in NLL (B - A), over all tokens or key tokens only (``&mode=dnll``, ``dnllkey`` or
+  ``lsd`` in the address picks the colouring).
 
 Size: each document's arrays are embedded as base64 (raw little-endian typed arrays, gzip-compressed
 when the page would otherwise be large: the browser inflates them with its built-in
@@ -266,6 +267,10 @@ const META = JSON.parse(document.getElementById("meta").textContent);
 const DIFF = META.diff, BINS = META.bins, MID = (BINS - 1) / 2;
 const cache = new Map();
 let current = -1, mode = DIFF ? "dnll" : "lsd";
+{  // #doc=K&mode=dnllkey: the colour scale (dnll, dnllkey, lsd) from the address
+  const m = /mode=(\w+)/.exec(location.hash);
+  if (m && (m[1] === "lsd" || (DIFF && (m[1] === "dnll" || m[1] === "dnllkey")))) mode = m[1];
+}
 const $ = (id) => document.getElementById(id);
 const fmt = (x, d = 3) => (x === null || x === undefined || Number.isNaN(x)) ? "\u2014" : Number(x).toFixed(d);
 const fmtp = (x) => (x === null || x === undefined) ? "\u2014" : (x >= 100 ? x.toFixed(1) : x.toFixed(3));
@@ -427,7 +432,7 @@ function init() {
     l += '<button data-k="' + k + '"><span class="dt">' + e.doc_id + ". " + esc(e.title || "(untitled)") + '</span><span class="ds">' + s + "</span></button>";
   });
   $("doclist").innerHTML = l;
-  $("doclist").addEventListener("click", (ev) => { const b = ev.target.closest("button"); if (b) location.hash = "doc=" + b.dataset.k; });
+  $("doclist").addEventListener("click", (ev) => { const b = ev.target.closest("button"); if (b) location.hash = "doc=" + b.dataset.k + "&mode=" + mode; });
   $("text").addEventListener("mouseover", tip);
   $("text").addEventListener("mouseleave", () => { $("tip").hidden = true; });
   controls();

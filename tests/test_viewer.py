@@ -232,6 +232,7 @@ class _Tokens(HTMLParser):
     def __init__(self):
         super().__init__()
         self.tokens = self.keys = self.keys_b = 0
+        self.coloured = {"c": 0, "d": 0}  # tokens with an LSD colour class (c*) / a change-in-NLL class (d*)
         self.body = {}
 
     def handle_starttag(self, tag, attrs):
@@ -243,10 +244,13 @@ class _Tokens(HTMLParser):
             self.tokens += 1
             self.keys += "k" in cls
             self.keys_b += "kb" in cls
+            for c in cls:
+                if c[:1] in self.coloured and c[1:].isdigit():
+                    self.coloured[c[0]] += 1
 
 
-def rendered(page, k, tmp_path):
-    proc = run_chromium(f"{Path(page).resolve().as_uri()}#doc={k}", "--dump-dom")
+def rendered(page, k, tmp_path, mode=None):
+    proc = run_chromium(f"{Path(page).resolve().as_uri()}#doc={k}" + (f"&mode={mode}" if mode else ""), "--dump-dom")
     assert proc.returncode == 0, proc.stderr[-2000:]
     p = _Tokens()
     p.feed(proc.stdout)
@@ -263,6 +267,7 @@ def test_browser_renders_every_document_of_the_demo(demo_run, tmp_path):
         assert dom.body["data-doc"] == str(k)
         assert dom.tokens == len(e["token_id"]) == int(dom.body["data-tokens"])
         assert dom.keys == int(e["key"].sum()) == int(dom.body["data-keys"]) > 0
+        assert dom.coloured == {"c": int((~np.isnan(e["lsd"])).sum()), "d": 0}  # shaded: every token with an LSD
     shot = tmp_path / "shot.png"
     proc = run_chromium(f"{page.resolve().as_uri()}#doc=0&key", "--hide-scrollbars", "--window-size=1280,800",
                         f"--screenshot={shot}")
@@ -279,6 +284,12 @@ def test_browser_renders_the_diff_of_two_variants(variant_runs, tmp_path):
         dom = rendered(page, k, tmp_path)
         assert dom.tokens == len(ea["token_id"])
         assert dom.keys == int(ea["key"].sum()) and dom.keys_b == int((eb["key"] & ~ea["key"]).sum())
+        has_delta = ~np.isnan(eb["nll"] - ea["nll"])
+        assert dom.coloured == {"c": 0, "d": int(has_delta.sum())}
+        only_key = rendered(page, k, tmp_path, mode="dnllkey")
+        assert only_key.coloured == {"c": 0, "d": int((has_delta & (ea["key"] | eb["key"])).sum())} != dom.coloured
+        by_lsd = rendered(page, k, tmp_path, mode="lsd")
+        assert by_lsd.coloured == {"c": int((~np.isnan(ea["lsd"])).sum()), "d": 0}
     shot = tmp_path / "diff.png"
     proc = run_chromium(f"{page.resolve().as_uri()}#doc=0&key", "--hide-scrollbars", "--window-size=1280,800",
                         f"--screenshot={shot}")
