@@ -193,3 +193,25 @@ def test_setting_parsing():
     assert token_export.parse_setting("x/y").endswith("x/y")
     with pytest.raises(ValueError, match="export_tokens must be a folder path"):
         token_export.parse_setting(3)
+
+
+def test_validation_gives_each_variant_its_own_export(tmp_path, monkeypatch):
+    from lm_eval_longctx import demo, validation
+
+    seen = []
+
+    class Enough(Exception):
+        pass
+
+    def fake_run_demo(out, model_dir, budget, extra_metadata, echo):
+        seen.append(extra_metadata["export_tokens"])
+        if len(seen) == 2:
+            raise Enough
+        return {"files": {"results_json": None}}
+
+    monkeypatch.setattr(demo, "run_demo", fake_run_demo)
+    monkeypatch.setattr(validation, "read_run", lambda path: None)
+    with pytest.raises(Enough):
+        validation.run_validation(tmp_path / "val", budget="ci", steps=0, variants=["long", "none"], echo=False,
+                                  extra_metadata={"export_tokens": str(tmp_path / "tokens")}, log_fn=lambda *a: None)
+    assert seen == [str(tmp_path / "tokens" / "long"), str(tmp_path / "tokens" / "none")]
