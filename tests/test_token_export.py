@@ -215,3 +215,44 @@ def test_validation_gives_each_variant_its_own_export(tmp_path, monkeypatch):
         validation.run_validation(tmp_path / "val", budget="ci", steps=0, variants=["long", "none"], echo=False,
                                   extra_metadata={"export_tokens": str(tmp_path / "tokens")}, log_fn=lambda *a: None)
     assert seen == [str(tmp_path / "tokens" / "long"), str(tmp_path / "tokens" / "none")]
+
+
+def _scored(text, rng):
+    from lm_eval_longctx import engine
+
+    words = text.split(" ")
+    starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]])
+    offsets = np.stack([starts, starts + np.array([len(w) for w in words])], 1)
+    n = len(words)
+    lp = -rng.random(n - 1).astype(np.float32) * 5
+    return engine.SequenceScores(np.arange(n), offsets, engine.TokenLogprobs(lp, rng.random(n - 1) < 0.3))
+
+
+def test_judgements_without_per_token_numbers(tmp_path):
+    """Key spans from files carry no evaluator numbers; older cache entries carry LSD but no LCL: the export
+    keeps what there is, and the key flags still come from the spans."""
+    from lm_eval_longctx import key_tokens, keyspans, viewer
+
+    rng = np.random.default_rng(0)
+    text = " ".join(f"w{i}" for i in range(40))
+    scored = _scored(text, rng)
+    spans = [(int(scored.offsets[5, 0]), int(scored.offsets[7, 1])), (int(scored.offsets[20, 0]), int(scored.offsets[20, 1]))]
+    key_idx = keyspans.key_target_indices(scored.offsets, spans)
+    doc = {"doc_id": 0, "text": text}
+    from_files = token_export.longppl_arrays(doc, scored, key_tokens.EvaluatorJudgement(spans), key_idx, 2.0, -2.0)
+    assert not any(k.startswith("evaluator_") for k in from_files)
+    assert np.isnan(from_files["lsd"]).all() and np.isnan(from_files["lcl"]).all()
+    assert np.flatnonzero(from_files["key"]).tolist() == [5, 6, 7, 20]
+    # an older cache entry: the evaluator's offsets (here: one BOS, then the same words) and LSD, no LCL
+    ev_offsets = np.concatenate([[[0, 0]], scored.offsets])
+    lsd = np.where(np.arange(len(ev_offsets) - 1) < 10, np.nan, rng.normal(0, 2, len(ev_offsets) - 1)).astype(np.float32)
+    cached = key_tokens.EvaluatorJudgement(spans, ev_offsets, lsd)
+    arrays = token_export.longppl_arrays(doc, scored, cached, key_idx, 2.0, -2.0)
+    assert "evaluator_logprob_long" not in arrays and np.isnan(arrays["lcl"]).all()
+    np.testing.assert_array_equal(arrays["lsd"], np.concatenate([[np.nan], lsd])[1:])  # token i is evaluator token i+1
+    assert np.flatnonzero(arrays["evaluator_key"]).tolist() == [6, 7, 8, 21]
+    # the viewer draws such an export: flags from the spans, no shading where there is no LSD
+    ex = token_export.TokenExport(tmp_path, TASK)
+    ex.write(0, from_files, {"alpha": 2.0, "beta": -2.0})
+    info = viewer.build_page([tmp_path], tmp_path / "p.html")
+    assert info["n_key"] == [4] and info["n_tokens"] == [40]
