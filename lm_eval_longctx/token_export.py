@@ -187,7 +187,7 @@ def for_task(task) -> TokenExport | None:
 
 def enabled(task) -> bool:
     """Whether the task has a per-token export and its settings name a folder for it."""
-    return bool(task.settings.get(SETTING)) and task.config.task in WRITERS
+    return bool(task.settings.get(SETTING)) and task.config.task in EXPORTING_TASKS
 
 
 def _text_fields(text: str) -> dict:
@@ -290,7 +290,8 @@ def longeval_arrays(doc: dict, scores) -> dict:
             "answer": np.asarray(answer, dtype=bool)}
 
 
-WRITERS = {"longppl_govreport": "longppl", "retrieval_gain": "retrieval_gain", "longeval_lines_ppl": "longeval"}
+# the tasks with a per-token export (write_document knows their arrays)
+EXPORTING_TASKS = ("longppl_govreport", "retrieval_gain", "longeval_lines_ppl")
 
 
 def write_document(task, doc: dict, results, judgement=None, key_idx=None) -> None:
