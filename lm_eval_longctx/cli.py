@@ -16,7 +16,10 @@ def main(argv=None) -> int:
     add_correlate_parser(sub)
     add_demo_parser(sub)
     add_validate_parser(sub)
+    add_view_parser(sub)
     args = p.parse_args(argv)
+    if args.command == "view":
+        return run_view(args)
     if args.command == "demo":
         return run_validate_mode(args) if args.validate else run_demo(args)
     if args.command == "validate":
@@ -227,6 +230,45 @@ def run_demo(args) -> int:
         if failed:
             print(f"demo check failed: {', '.join(failed)}", file=sys.stderr)
             return 1
+    return 0
+
+
+# --------------------------------------------------------------------------- key-token viewer
+# The logic lives in lm_eval_longctx/viewer.py (the export in token_export.py).
+
+VIEW_HELP = """Write one self-contained HTML page (no network) showing the key tokens of a longppl_govreport per-token
+export (--metadata '{"export_tokens": "DIR"}'): every token shaded by the evaluator's LSD, key tokens outlined, the
+numbers on hover, a document list. With a second export of the same documents, a diff view coloured by the change
+in NLL. EXPORT is the export folder (DIR) or its longppl_govreport subfolder."""
+
+
+def add_view_parser(sub) -> None:
+    g = sub.add_parser("view", help="key-token viewer: an HTML page from a per-token export (two: a diff)",
+                       description=VIEW_HELP)
+    g.add_argument("exports", nargs="+", metavar="EXPORT_DIR", help="one export, or two (A then B) for a diff")
+    g.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    g.add_argument("--title", default=None, help="page title")
+    comp = g.add_mutually_exclusive_group()
+    comp.add_argument("--compress", dest="compress", action="store_const", const=True, default=None,
+                      help="gzip the embedded arrays (default: only when the page would be large)")
+    comp.add_argument("--no-compress", dest="compress", action="store_const", const=False,
+                      help="never gzip (for browsers without DecompressionStream)")
+
+
+def run_view(args) -> int:
+    from .viewer import ViewerError, build_page
+
+    if len(args.exports) > 2:
+        print("error: give one export, or two for a diff", file=sys.stderr)
+        return 2
+    try:
+        info = build_page(args.exports, args.output, compress=args.compress, title=args.title)
+    except (ViewerError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {info['path']}: {info['n_docs']} documents, {sum(info['n_tokens'])} tokens, "
+          f"{sum(info['n_key'])} key tokens, {info['bytes'] / 2**20:.2f} MiB"
+          + (" (arrays gzip-compressed)" if info["compressed"] else ""))
     return 0
 
 

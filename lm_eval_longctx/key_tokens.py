@@ -43,6 +43,11 @@ class EvaluatorJudgement:
     spans: list[tuple[int, int]]
     offsets: np.ndarray | None = None  # evaluator token offsets [n, 2]
     lsd: np.ndarray | None = None  # long-short difference per target [n - 1], NaN before K
+    # The evaluator's own per-target log-probs [n - 1] (long: LCL; short: NaN before K) and token ids [n],
+    # kept for the per-token export; None for spans read from files or from older cache entries.
+    long_logprob: np.ndarray | None = None
+    short_logprob: np.ndarray | None = None
+    token_ids: np.ndarray | None = None
 
     def soft_weights_for(self, eval_offsets: np.ndarray, gamma: float) -> np.ndarray:
         """LongPPL-soft weight of each evaluated-model target (token i -> index i - 1).
@@ -68,7 +73,8 @@ def judge_from_scores(scores: engine.SequenceScores, alpha: float, beta: float) 
     mask = metrics.key_token_mask(scores.long.logprob, scores.short.logprob, alpha, beta)
     spans = keyspans.key_spans_from_tokens(mask, scores.offsets)
     lsd = metrics.long_short_difference(scores.long.logprob, scores.short.logprob).astype(np.float32)
-    return EvaluatorJudgement(spans, np.asarray(scores.offsets), lsd)
+    return EvaluatorJudgement(spans, np.asarray(scores.offsets), lsd, np.asarray(scores.long.logprob),
+                              np.asarray(scores.short.logprob), np.asarray(scores.token_ids))
 
 
 def check_evaluator_length(n_tokens: int, max_length: int | None, identity: dict | None) -> None:
@@ -253,10 +259,16 @@ def _atomic_write_bytes(path: Path, payload: bytes) -> None:
         raise
 
 
-def _entry_checksum(key: str, spans: np.ndarray, offsets: np.ndarray, lsd: np.ndarray) -> str:
+# Arrays a cache entry holds beyond spans, offsets and LSD when the judgement has them (the per-token
+# export reads them; judgements from span files lack them).
+_OPTIONAL_ARRAYS = ("long_logprob", "short_logprob", "token_ids")
+
+
+def _entry_checksum(key: str, arrays: dict[str, np.ndarray]) -> str:
     h = hashlib.sha256(key.encode())
-    for a in (spans, offsets, lsd):
-        h.update(str(a.dtype).encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
+    for name in sorted(arrays):
+        a = arrays[name]
+        h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
 
 
@@ -289,10 +301,11 @@ class SpanCache:
             return None
         try:
             with np.load(path, allow_pickle=False) as z:
-                spans, offsets, lsd = z["spans"], z["offsets"], z["lsd"]
+                arrays = {k: z[k] for k in ("spans", "offsets", "lsd", *_OPTIONAL_ARRAYS) if k in z.files}
                 stored_key, checksum = str(z["key"]), str(z["checksum"])
+            spans, offsets = arrays["spans"], arrays["offsets"]
             ok = (stored_key == key and spans.ndim == 2 and spans.shape[1] == 2 and offsets.ndim == 2
-                  and checksum == _entry_checksum(key, spans, offsets, lsd))
+                  and "lsd" in arrays and checksum == _entry_checksum(key, arrays))
         except Exception as err:  # noqa: BLE001  (any unreadable entry is a miss)
             ok, why = False, f"{type(err).__name__}: {err}"
         else:
@@ -302,16 +315,18 @@ class SpanCache:
             log.warning(msg)
             warnings.warn(msg, stacklevel=2)
             return None
-        return EvaluatorJudgement([(int(a), int(b)) for a, b in spans], offsets, lsd)
+        extra = {k: arrays[k] for k in _OPTIONAL_ARRAYS if k in arrays}
+        return EvaluatorJudgement([(int(a), int(b)) for a, b in spans], offsets, arrays["lsd"], **extra)
 
     def put(self, key: str, judgement: EvaluatorJudgement, settings: dict) -> None:
         if self.directory is None:
             return
-        spans = np.asarray(judgement.spans, dtype=np.int64).reshape(-1, 2)
-        offsets = np.asarray(judgement.offsets, dtype=np.int64).reshape(-1, 2)
-        lsd = np.asarray(judgement.lsd, dtype=np.float32)
+        arrays = {"spans": np.asarray(judgement.spans, dtype=np.int64).reshape(-1, 2),
+                  "offsets": np.asarray(judgement.offsets, dtype=np.int64).reshape(-1, 2),
+                  "lsd": np.asarray(judgement.lsd, dtype=np.float32)}
+        arrays.update({k: np.asarray(getattr(judgement, k)) for k in _OPTIONAL_ARRAYS
+                       if getattr(judgement, k) is not None})
         buf = io.BytesIO()
-        np.savez(buf, spans=spans, offsets=offsets, lsd=lsd, key=np.array(key),
-                 settings=np.array(json.dumps(settings, sort_keys=True)),
-                 checksum=np.array(_entry_checksum(key, spans, offsets, lsd)))
+        np.savez(buf, **arrays, key=np.array(key), settings=np.array(json.dumps(settings, sort_keys=True)),
+                 checksum=np.array(_entry_checksum(key, arrays)))
         _atomic_write_bytes(self.path(key), buf.getvalue())

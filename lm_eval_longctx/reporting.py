@@ -260,9 +260,16 @@ def flatten(d, prefix: str = "") -> dict:
     return out
 
 
+# settings recorded for the record that change no number: where a per-token export went, and the
+# `runtime` group of every task's record (speed, memory, files: settings.Setting.affects_numbers)
+NOT_NUMERIC_SETTINGS = ("export_tokens", "runtime")
+
+
 def settings_differences(run: Run, base: Run, tasks, ignore=()) -> dict[str, list[str]]:
     """Per task, the keys that differ between the run and the baseline: longctx_settings (dotted), the task
     version, and the number of documents scored (``--limit``). ``ignore``: dotted keys (or prefixes) to skip."""
+
+    ignore = (*ignore, *NOT_NUMERIC_SETTINGS)
 
     def ignored(key):
         return any(key == i or key.startswith(i + ".") for i in ignore)

@@ -21,6 +21,12 @@ def _allow_beyond() -> Setting:
     return Setting("allow_beyond_max_length", BOOLEAN, False, ALLOW_BEYOND_DOC)
 
 
+def _export_tokens(tasks: str = "") -> Setting:
+    return Setting("export_tokens", TEXT, None, f"{tasks}folder for the per-token export (one .npz per document, "
+                   "docs/token-export-and-viewer.md); a non-empty folder it did not write is refused", optional=True,
+                   affects_numbers=False)
+
+
 def _govreport() -> list[Setting]:
     """The documents of every task that reads the LongPPL paper's GovReport selection."""
     return [
@@ -64,6 +70,7 @@ LONGPPL = Declaration("longppl_govreport", [
     Setting("short_batch_size", integer(1), None, "truncated windows per forward (default: the harness "
             "--batch_size, or 8)", optional=True, affects_numbers=False),
     _allow_beyond(),
+    _export_tokens(),
     *_govreport(),
 ])
 
@@ -88,6 +95,7 @@ RETRIEVAL_GAIN = Declaration("retrieval_gain", [
     Setting("without_batch_size", integer(1), None, "without-document sequences per forward (default: the "
             "harness --batch_size, or 8)", optional=True, affects_numbers=False),
     _allow_beyond(),
+    _export_tokens(),
     *_govreport(),
 ])
 
@@ -144,6 +152,7 @@ LONGEVAL_LINES = Declaration("longeval_lines", [
             "a prompt longer than the model allows: stop with an error, or record the case as skipped"),
     Setting("allow_beyond_max_length", BOOLEAN, False, "answer-token PPL only: " + ALLOW_BEYOND_DOC),
     _chunk_size(),
+    _export_tokens("answer-token PPL only: "),
 ])
 
 TASK_DECLARATIONS = {d.owner: d for d in (LONGPPL, RETRIEVAL_GAIN, FORGETTING_CURVE, LONGEVAL_LINES)}

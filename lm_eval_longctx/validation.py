@@ -603,8 +603,11 @@ def run_validation(out_dir, budget: str = "full", steps=None, variants: Sequence
     runs, summaries, seconds = {}, {}, {}
     for name in order:
         t1 = time.perf_counter()
-        summary = demo.run_demo(out / "runs" / name, model_dir=dirs[name], budget=budget, extra_metadata=metadata,
-                                echo=echo)
+        run_metadata = dict(metadata)
+        if metadata.get("export_tokens"):  # one per-token export per variant, side by side: DIR/<variant>
+            run_metadata["export_tokens"] = str(Path(metadata["export_tokens"]) / name)
+        summary = demo.run_demo(out / "runs" / name, model_dir=dirs[name], budget=budget,
+                                extra_metadata=run_metadata, echo=echo)
         seconds[name] = round(time.perf_counter() - t1, 2)
         summaries[name] = summary
         runs[name] = read_run(summary["files"]["results_json"])

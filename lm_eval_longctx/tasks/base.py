@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lm_eval.api.task import ConfigurableTask
 
-from .. import data, harness
+from .. import data, harness, token_export
 
 
 class LongContextTask(ConfigurableTask):
@@ -30,11 +30,14 @@ class LongContextTask(ConfigurableTask):
         # every task of this package sends longctx_scores requests (the accuracy task too: prompt lengths)
         harness.check_backend(str(cfg.get("task", type(self).__name__)))
         self.settings = self.resolve_settings(cfg.get("metadata"))
+        if token_export.SETTING in self.settings:
+            self.settings[token_export.SETTING] = token_export.parse_setting(self.settings[token_export.SETTING])
         super().__init__(config=cfg)
         if self.SCORES_PER_TOKEN:
             # Set after validation, which only accepts built-in types (also what DP padding counts).
             self.OUTPUT_TYPE = harness.REQUEST_TYPE
         self._record_settings()
+        self._token_export = token_export.for_task(self)  # checks the folder before any model runs
 
     def _record_settings(self) -> None:
         raise NotImplementedError
@@ -43,6 +46,8 @@ class LongContextTask(ConfigurableTask):
         """Put what changes the numbers where the results JSON keeps it: configs.<task>.metadata."""
         if self.config.metadata is None:
             self.config.metadata = {}
+        if token_export.enabled(self):  # a path only: the export changes no number
+            record[token_export.SETTING] = self.settings[token_export.SETTING]
         self.config.metadata["longctx_settings"] = record
 
     def build_all_requests(self, **kwargs) -> None:

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import engine, harness, keyspans, longeval_data, longeval_words, metrics, task_settings
+from .. import (engine, harness, keyspans, longeval_data, longeval_words, metrics, task_settings,
+               token_export)
 from .base import LongContextTask
 
 log = logging.getLogger("lm_eval_longctx")
@@ -291,6 +292,7 @@ class LongEvalLinesPPLTask(_LinesTask):
     def process_results(self, doc, results):
         scores: AnswerScores = results[0]
         key = self.config_key(doc["num_lines"])
+        token_export.write_document(self, doc, results)
         if scores.skipped:
             return self._skipped(key, True)
         answer, other = metrics.answer_nll_split(scores.logprob, scores.offsets, (doc["answer_start"], doc["answer_end"]))

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import harness, key_tokens, keyspans, metrics, task_settings
+from .. import harness, key_tokens, keyspans, metrics, task_settings, token_export
 from ..settings import SettingsError
 from .base import LongContextTask, govreport_documents
 
@@ -258,6 +258,7 @@ class LongPPLTask(LongContextTask):
         if gamma is not None:
             w = judgement.soft_weights_for(scored.offsets, gamma)
             out["longppl_soft"] = (float(np.sum(w * -lp)), float(np.sum(w)))
+        token_export.write_document(self, doc, results, judgement, key_idx)
         return out
 
     def _metric_names(self):

@@ -29,7 +29,7 @@ from fractions import Fraction
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import engine, harness, metrics, task_settings
+from .. import engine, harness, metrics, task_settings, token_export
 from ..settings import SettingsError
 from .base import LongContextTask, govreport_documents
 
@@ -256,6 +256,7 @@ class RetrievalGainTask(LongContextTask):
     def process_results(self, doc, results):
         scores = results[0]
         gain, nll_with, nll_without = metrics.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
+        token_export.write_document(self, doc, results)
         # every document has n_queries anchors, so the mean over documents of these per-document
         # means is the mean over (document, anchor) pairs
         return {"retrieval_gain": float(gain.mean()), "nll_with": float(nll_with.mean()),
