@@ -175,8 +175,44 @@ def _on_manager_loaded(module) -> None:
     _remove_finders()  # one shot: nothing left on the import path once lm-eval is patched
     try:
         _patch_task_manager(module)
+        watch_model_creation()
     except Exception as err:
         _log().warning("lm_eval_longctx: could not patch lm_eval TaskManager (%s)", err)
+
+
+# lm-eval builds the model before it loads the tasks; these attributes of its LM class say which
+# backend was built last and with which --model_args keys, so that our tasks can refuse an
+# unsupported backend when they are built (harness.note_evaluated_model). Kept on lm-eval's class,
+# not here, so every copy of this module sees the same record.
+LAST_MODEL_ATTR = "_lm_eval_longctx_last_model"
+MODEL_ARGS_ATTR = "_lm_eval_longctx_model_args"
+
+
+def watch_model_creation() -> None:
+    """Wrap ``LM.__init__`` and ``LM.create_from_arg_string/obj`` to note the backend and its argument keys
+    (idempotent; lm_eval.api.model imports no torch)."""
+    from lm_eval.api.model import LM
+    from lm_eval.utils import simple_parse_args_string
+
+    if getattr(LM.__init__, _MARK, False):
+        return
+    original_init = LM.__init__
+
+    def __init__(self, *args, **kwargs):
+        setattr(LM, LAST_MODEL_ATTR, type(self))
+        original_init(self, *args, **kwargs)
+
+    setattr(__init__, _MARK, True)
+    LM.__init__ = __init__
+    for name in ("create_from_arg_string", "create_from_arg_obj"):
+        original = getattr(LM, name).__func__
+
+        def create(cls, arg, additional_config=None, _original=original):
+            keys = simple_parse_args_string(arg) if isinstance(arg, str) else dict(arg or {})
+            setattr(LM, MODEL_ARGS_ATTR, frozenset(keys))
+            return _original(cls, arg, additional_config)
+
+        setattr(LM, name, classmethod(create))
 
 
 class _PatchingLoader:

@@ -354,7 +354,7 @@ def install() -> None:
         setattr(HFLM, REQUEST_TYPE, _hflm_longctx_scores)
     if not hasattr(LM, REQUEST_TYPE):
         setattr(LM, REQUEST_TYPE, _unsupported_backend)
-    _install_model_creation_hooks(LM, HFLM)
+    _install_model_creation_hooks(HFLM)
     register_metrics()
     if os.environ.get("LM_EVAL_LONGCTX_NO_STDERR_HOOK", "") not in ("1", "true", "True"):
         _install_stderr_hook()
@@ -366,46 +366,31 @@ def install() -> None:
 # lm-eval builds the model before the tasks (simple_evaluate), and merges the --model_args into every
 # task's metadata. The hooks below note which backend was built and with which arguments, so a task
 # can refuse an unsupported backend when it is built (before any evaluator or scoring runs), and its
-# settings parser knows the model_args keys from its own settings.
+# settings parser knows the model_args keys from its own settings. The watch itself lives in the
+# discovery hook (_discovery.watch_model_creation), which lm-eval's CLI loads before it builds the model.
 
-LAST_MODEL: dict = {"class": None}
 
-
-def _install_model_creation_hooks(LM, HFLM) -> None:
+def _install_model_creation_hooks(HFLM) -> None:
     import inspect
 
-    from lm_eval.utils import simple_parse_args_string
+    from ._discovery import watch_model_creation
 
     hf_keys = [k for k, p in inspect.signature(HFLM.__init__).parameters.items()
                if k != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
     settings.add_external_keys("hf model_args", hf_keys + ["model"])
-    if getattr(LM.__init__, "_longctx_wrapped", False):
-        return
-    original_init = LM.__init__
-
-    def __init__(self, *args, **kwargs):
-        LAST_MODEL["class"] = type(self)
-        original_init(self, *args, **kwargs)
-
-    __init__._longctx_wrapped = True
-    LM.__init__ = __init__
-
-    for name in ("create_from_arg_string", "create_from_arg_obj"):
-        original = getattr(LM, name).__func__
-
-        def create(cls, args, additional_config=None, _original=original):
-            keys = simple_parse_args_string(args) if isinstance(args, str) else dict(args or {})
-            settings.add_external_keys("model_args of the evaluated model", keys)
-            return _original(cls, args, additional_config)
-
-        setattr(LM, name, classmethod(create))
+    watch_model_creation()
 
 
-def check_backend(task_name: str) -> None:
-    """Refuse, when the task is built, a backend that cannot serve our requests (the model is built first)."""
+def note_evaluated_model(task_name: str) -> None:
+    """When a task is built: refuse a backend that cannot serve our requests, and accept the model_args
+    keys that lm-eval merged into the metadata (the model is built before the tasks)."""
+    from lm_eval.api.model import LM
     from lm_eval.models.huggingface import HFLM
 
-    cls = LAST_MODEL["class"]
+    from ._discovery import LAST_MODEL_ATTR, MODEL_ARGS_ATTR
+
+    settings.add_external_keys("model_args of the evaluated model", getattr(LM, MODEL_ARGS_ATTR, ()))
+    cls = getattr(LM, LAST_MODEL_ATTR, None)
     if cls is not None and not issubclass(cls, HFLM):
         raise UnsupportedModelError(
             f"{task_name} needs per-token scores ({REQUEST_TYPE} requests), which the {cls.__name__} backend does "

@@ -447,3 +447,15 @@ def test_commands_refuse_a_non_empty_folder_they_did_not_create(tmp_path):
         assert proc.returncode != 0 and "not empty" in proc.stderr, (argv, proc.stderr[-2000:])
     assert sorted(p.name for p in foreign.iterdir()) == ["thesis.tex"]
     assert (foreign / "thesis.tex").read_text() == "precious"
+
+
+def test_the_real_command_line_refuses_an_unsupported_backend_before_any_evaluator(docs, tmp_path):
+    """lm-eval's CLI builds the model before it loads the tasks: the refusal still comes at task build,
+    before the (here unavailable) evaluator is looked up."""
+    md = json.dumps({"data_files": docs[1], "evaluator": "no-org/no-model"})
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "lm_eval", "--tasks", LONGPPL, "--model", "dummy", "--metadata", md,
+                           "--limit", "1"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode != 0
+    assert "longppl_govreport needs per-token scores" in proc.stderr and "DummyLM" in proc.stderr, proc.stderr[-3000:]
+    assert "no-org/no-model" not in proc.stderr

@@ -28,7 +28,7 @@ class LongContextTask(ConfigurableTask):
         cfg = dict(config or {})
         cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
         # every task of this package sends longctx_scores requests (the accuracy task too: prompt lengths)
-        harness.check_backend(str(cfg.get("task", type(self).__name__)))
+        harness.note_evaluated_model(str(cfg.get("task", type(self).__name__)))
         self.settings = self.resolve_settings(cfg.get("metadata"))
         if token_export.SETTING in self.settings:
             self.settings[token_export.SETTING] = token_export.parse_setting(self.settings[token_export.SETTING])
