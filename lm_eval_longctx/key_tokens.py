@@ -71,6 +71,128 @@ def score_text(model, tokenizer, text: str, trunc_len: int, stride: int, chunk_s
     return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets, long, short)
 
 
+# ---------------------------------------------------------------- loading the evaluator
+
+
+def default_evaluator_device() -> str:
+    """This rank's CUDA device (LOCAL_RANK under ``accelerate launch`` / torchrun), else the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    return "cpu"
+
+
+def evaluator_dtype_name(device: str | None, dtype: str | None = None) -> str:
+    """The dtype the evaluator runs in: ``dtype`` when given, else bfloat16 on GPUs, float32 on the CPU.
+
+    ``device`` "auto" counts as GPUs when CUDA is available (that is where device_map="auto" puts it)."""
+    if dtype:
+        return str(dtype)
+    import torch
+
+    device = str(device or default_evaluator_device())
+    on_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return "bfloat16" if on_gpu else "float32"
+
+
+def parse_max_memory(value) -> dict | None:
+    """An accelerate ``max_memory`` map from a dict or its JSON text: {"0": "70GiB", "cpu": "200GiB"}.
+
+    Keys: a GPU index (0, "0" or "cuda:0") or "cpu" (CPU offload, used only when named here).
+    Values: bytes (int) or a size string accelerate reads ("70GiB", "500MB"). None stays None."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"evaluator_max_memory must be a JSON object such as '{{\"0\": \"70GiB\", "
+                             f"\"1\": \"70GiB\"}}', got {value!r} ({e})") from None
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"evaluator_max_memory must be a non-empty map of device -> size, got {value!r}")
+    from accelerate.utils import convert_file_size_to_int
+
+    out: dict = {}
+    for key, size in value.items():
+        k = str(key).strip().lower()
+        if k.startswith("cuda:"):
+            k = k[len("cuda:"):]
+        if k.isdigit():
+            device = int(k)
+        elif k == "cpu":
+            device = "cpu"
+        else:
+            raise ValueError(f"evaluator_max_memory: unknown device {key!r} (use GPU indices such as \"0\" "
+                             "and, for CPU offload, \"cpu\")")
+        try:
+            nbytes = int(size) if isinstance(size, int) else convert_file_size_to_int(str(size))
+        except (ValueError, TypeError):
+            raise ValueError(f"evaluator_max_memory[{key!r}]: {size!r} is not a size (bytes, or e.g. \"70GiB\")") from None
+        if isinstance(size, bool) or nbytes <= 0:
+            raise ValueError(f"evaluator_max_memory[{key!r}]: {size!r} is not a positive size")
+        out[device] = nbytes
+    return out
+
+
+def _auto_max_memory() -> dict:
+    """What device_map="auto" may fill when the user gives no map: the visible GPUs only (no CPU
+    offload unless asked), this rank's share of them when several processes run on one machine
+    (GPU i goes to local rank i % local world size, as lm-eval's parallelize does); on a machine
+    without GPUs, the CPU (which is then the device, not an offload)."""
+    from accelerate.utils import get_max_memory
+
+    available = get_max_memory()
+    gpus = {k: v for k, v in available.items() if isinstance(k, int)}
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if local_world > 1:
+        gpus = {k: v for k, v in gpus.items() if k % local_world == local_rank % local_world}
+    return gpus or {"cpu": available["cpu"]}
+
+
+def load_evaluator(name: str, *, revision: str | None = None, dtype: str | None = None, device: str | None = None,
+                   max_memory=None, trust_remote_code: bool = False):
+    """The key-token evaluator as (model, tokenizer), in eval mode.
+
+    ``device``: None (this rank's GPU, else CPU), an explicit device ("cuda:1", "cpu"), or "auto":
+    transformers' ``device_map="auto"`` splits the layers over the visible GPUs (for evaluators larger
+    than one GPU, such as a 72B model), within ``max_memory`` when given (a map for
+    :func:`parse_max_memory`; CPU offload only when it names "cpu"). ``dtype``: a torch dtype name,
+    default :func:`evaluator_dtype_name`. The engine scores the result wherever its layers sit.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = str(device or default_evaluator_device())
+    max_memory = parse_max_memory(max_memory)
+    if max_memory is not None and device != "auto":
+        raise ValueError(f"evaluator_max_memory applies to evaluator_device 'auto' only (got device {device!r})")
+    dtype_name = evaluator_dtype_name(device, dtype)
+    torch_dtype = getattr(torch, dtype_name, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"unknown evaluator dtype {dtype_name!r} (use bfloat16, float16 or float32)")
+    tokenizer = AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
+    if device == "auto":
+        budget = max_memory if max_memory is not None else _auto_max_memory()
+        missing = sorted(k for k in budget if isinstance(k, int) and k >= torch.cuda.device_count())
+        if missing:
+            raise ValueError(f"evaluator_max_memory names GPU(s) {missing}, but {torch.cuda.device_count()} "
+                             "GPU(s) are visible")
+        model = AutoModelForCausalLM.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code,
+                                                     dtype=torch_dtype, device_map="auto", max_memory=budget)
+        placed = set(getattr(model, "hf_device_map", {}).values())
+        if "disk" in placed or ("cpu" in placed and "cpu" not in budget):
+            raise ValueError(
+                f"the evaluator {name} does not fit in {budget} (layers were sent to {sorted(map(str, placed))}); "
+                "use more GPUs, larger evaluator_max_memory entries, or name \"cpu\" in evaluator_max_memory "
+                "to offload layers to CPU memory")
+    else:
+        model = AutoModelForCausalLM.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code,
+                                                     dtype=torch_dtype).to(device)
+    return model.eval(), tokenizer
+
+
 def model_fingerprint(name_or_path: str, model=None) -> str:
     """Identifies the evaluator's weights: hub commit hash when known, else local file stamps."""
     commit = getattr(getattr(model, "config", None), "_commit_hash", None)

@@ -30,7 +30,8 @@ DEFAULTS = {
     "beta": -2.0,
     "evaluator": "meta-llama/Llama-3.1-8B",
     "evaluator_revision": None,
-    "evaluator_device": None,  # default: this rank's CUDA device, else CPU
+    "evaluator_device": None,  # default: this rank's CUDA device, else CPU; "auto": split over the GPUs
+    "evaluator_max_memory": None,  # with "auto": {"0": "70GiB", ...}, "cpu" only to offload (dict or JSON)
     "evaluator_dtype": None,  # default: bfloat16 on CUDA, float32 on CPU
     "evaluator_trust_remote_code": False,
     "key_spans_dir": None,
@@ -56,6 +57,9 @@ def resolve_settings(metadata: dict | None) -> dict:
         s["soft_gamma"] = float(s["soft_gamma"])
     if s["short_batch_size"] is not None:
         s["short_batch_size"] = int(s["short_batch_size"])
+    s["evaluator_max_memory"] = key_tokens.parse_max_memory(s["evaluator_max_memory"])
+    if s["evaluator_max_memory"] is not None and s["evaluator_device"] != "auto":
+        raise ValueError("evaluator_max_memory applies to evaluator_device 'auto' only; add \"evaluator_device\": \"auto\"")
     for k in ("evaluator_trust_remote_code", "allow_beyond_max_length"):
         s[k] = str(s[k]).lower() in ("1", "true", "yes")
     if s["trunc_len"] < 1 or s["sliding_window"] < 1:
@@ -147,33 +151,20 @@ class LongPPLTask(LongContextTask):
             "evaluator_dtype": self._evaluator_dtype_name()}
 
     def _evaluator_device(self) -> str:
-        import os
-
-        import torch
-
-        if self.settings["evaluator_device"]:
-            return self.settings["evaluator_device"]
-        if torch.cuda.is_available():
-            return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-        return "cpu"
+        return self.settings["evaluator_device"] or key_tokens.default_evaluator_device()
 
     def _evaluator_dtype_name(self) -> str:
-        if self.settings["evaluator_dtype"]:
-            return str(self.settings["evaluator_dtype"])
-        return "bfloat16" if self._evaluator_device().startswith("cuda") else "float32"
+        return key_tokens.evaluator_dtype_name(self._evaluator_device(), self.settings["evaluator_dtype"])
 
     def _load_evaluator(self):
         if self._evaluator is None:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
             s = self.settings
-            name, rev, trust = s["evaluator"], s["evaluator_revision"], s["evaluator_trust_remote_code"]
+            name = s["evaluator"]
             log.info("loading the key-token evaluator %s on %s", name, self._evaluator_device())
-            tok = AutoTokenizer.from_pretrained(name, revision=rev, trust_remote_code=trust)
-            model = AutoModelForCausalLM.from_pretrained(
-                name, revision=rev, trust_remote_code=trust, dtype=getattr(torch, self._evaluator_dtype_name()))
-            model.to(self._evaluator_device()).eval()
+            model, tok = key_tokens.load_evaluator(
+                name, revision=s["evaluator_revision"], dtype=self._evaluator_dtype_name(),
+                device=self._evaluator_device(), max_memory=s["evaluator_max_memory"],
+                trust_remote_code=s["evaluator_trust_remote_code"])
             self._evaluator = (model, tok)
             self.config.metadata["longctx_settings"]["evaluator_fingerprint"] = key_tokens.model_fingerprint(name, model)
         return self._evaluator
