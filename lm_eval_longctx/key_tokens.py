@@ -135,13 +135,23 @@ def parse_max_memory(value) -> dict | None:
     return out
 
 
-def _auto_max_memory() -> dict:
-    """What device_map="auto" may fill when the user gives no map: the visible GPUs only (no CPU
-    offload unless asked), this rank's share of them when several processes run on one machine
-    (GPU i goes to local rank i % local world size, as lm-eval's parallelize does); on a machine
-    without GPUs, the CPU (which is then the device, not an offload)."""
+def auto_device_budget(max_memory: dict | None) -> dict:
+    """The ``max_memory`` that device_map="auto" may fill.
+
+    Given (parsed by :func:`parse_max_memory`): that map, once its GPU indices are checked against the
+    visible GPUs. Not given: the visible GPUs only (no CPU offload unless asked), this rank's share of
+    them when several processes run on one machine (GPU i goes to local rank i % local world size, as
+    lm-eval's parallelize does); on a machine without GPUs, the CPU (which is then the device, not an
+    offload)."""
+    import torch
     from accelerate.utils import get_max_memory
 
+    if max_memory is not None:
+        missing = sorted(k for k in max_memory if isinstance(k, int) and k >= torch.cuda.device_count())
+        if missing:
+            raise ValueError(f"evaluator_max_memory names GPU(s) {missing}, but {torch.cuda.device_count()} "
+                             "GPU(s) are visible")
+        return max_memory
     available = get_max_memory()
     gpus = {k: v for k, v in available.items() if isinstance(k, int)}
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
@@ -149,6 +159,17 @@ def _auto_max_memory() -> dict:
     if local_world > 1:
         gpus = {k: v for k, v in gpus.items() if k % local_world == local_rank % local_world}
     return gpus or {"cpu": available["cpu"]}
+
+
+def check_placement(name: str, model, budget: dict) -> None:
+    """A model that did not fit is an error, never a silent offload to disk (or to the CPU when the
+    budget does not name it)."""
+    placed = set(getattr(model, "hf_device_map", {}).values())
+    if "disk" in placed or ("cpu" in placed and "cpu" not in budget):
+        raise ValueError(
+            f"the evaluator {name} does not fit in {budget} (layers were sent to {sorted(map(str, placed))}); "
+            "use more GPUs, larger evaluator_max_memory entries, or name \"cpu\" in evaluator_max_memory "
+            "to offload layers to CPU memory")
 
 
 def load_evaluator(name: str, *, revision: str | None = None, dtype: str | None = None, device: str | None = None,
@@ -174,19 +195,10 @@ def load_evaluator(name: str, *, revision: str | None = None, dtype: str | None 
         raise ValueError(f"unknown evaluator dtype {dtype_name!r} (use bfloat16, float16 or float32)")
     tokenizer = AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
     if device == "auto":
-        budget = max_memory if max_memory is not None else _auto_max_memory()
-        missing = sorted(k for k in budget if isinstance(k, int) and k >= torch.cuda.device_count())
-        if missing:
-            raise ValueError(f"evaluator_max_memory names GPU(s) {missing}, but {torch.cuda.device_count()} "
-                             "GPU(s) are visible")
+        budget = auto_device_budget(max_memory)
         model = AutoModelForCausalLM.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code,
                                                      dtype=torch_dtype, device_map="auto", max_memory=budget)
-        placed = set(getattr(model, "hf_device_map", {}).values())
-        if "disk" in placed or ("cpu" in placed and "cpu" not in budget):
-            raise ValueError(
-                f"the evaluator {name} does not fit in {budget} (layers were sent to {sorted(map(str, placed))}); "
-                "use more GPUs, larger evaluator_max_memory entries, or name \"cpu\" in evaluator_max_memory "
-                "to offload layers to CPU memory")
+        check_placement(name, model, budget)
     else:
         model = AutoModelForCausalLM.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code,
                                                      dtype=torch_dtype).to(device)
