@@ -29,7 +29,7 @@ i % 2):
     accelerate launch --num_processes 2 scripts/precompute_key_spans.py \\
         --evaluator Qwen/Qwen2-72B-Instruct --device auto --out spans/qwen2-72b
 
-``--max-memory '{"0": "70GiB", "1": "70GiB", "cpu": "200GiB"}'`` caps each device (one process);
+``--evaluator-max-memory '{"0": "70GiB", "1": "70GiB", "cpu": "200GiB"}'`` caps each device (one process);
 naming "cpu" allows CPU offload (slow), which is never used otherwise. See docs/scaling.md.
 """
 
@@ -73,9 +73,10 @@ def main(argv=None) -> int:
     p.add_argument("--beta", type=float, default=DEFAULTS["beta"])
     p.add_argument("--device", default=None,
                    help="cuda:N, cpu, or auto (layers split over this rank's GPUs); default: this rank's GPU, else CPU")
-    p.add_argument("--max-memory", default=None,
+    p.add_argument("--evaluator-max-memory", "--max-memory", dest="max_memory", default=None,
                    help='with --device auto: JSON map of device -> size, e.g. \'{"0": "70GiB", "cpu": "200GiB"}\'')
-    p.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
+    p.add_argument("--evaluator-dtype", "--dtype", dest="dtype", default=None,
+                   help="default: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--chunk-size", type=int, default=DEFAULTS["chunk_size"])
     p.add_argument("--batch-size", type=int, default=4, help="truncated windows per forward")
     p.add_argument("--trust-remote-code", action="store_true")
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
     span_folder.check_output_folder(out, args.overwrite)
     max_memory = key_tokens.parse_max_memory(args.max_memory)
     if max_memory is not None and args.device != "auto":
-        p.error("--max-memory applies to --device auto only")
+        p.error("--evaluator-max-memory applies to --device auto only")
     for name in ("trunc_len", "sliding_window", "chunk_size", "batch_size", "num_docs"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
