@@ -35,6 +35,10 @@ DEFAULT_CHUNK_SIZE = 1024
 # glibc's mmap threshold are reused instead of page-faulted in afresh, which made 256-row blocks
 # of a 128k vocabulary slower than one full log_softmax.
 LOGPROB_BLOCK_BYTES = 16 * 2**20
+# On a GPU the cost of a block is its kernel launches, not page faults (measured on an H100: 16 MiB
+# blocks of a 128k vocabulary made the engine's log-probs 6x slower than one full log_softmax for a
+# small model), so blocks there are larger.
+LOGPROB_BLOCK_BYTES_ACCELERATOR = 256 * 2**20
 
 
 class ScoringError(ValueError):
@@ -116,11 +120,58 @@ def _as_ids(ids: Sequence[int] | np.ndarray | torch.Tensor) -> torch.Tensor:
     return t.to(torch.long)
 
 
-def _model_device(model) -> torch.device:
-    device = getattr(model, "device", None)
+def _hook_execution_device(module) -> torch.device | None:
+    """The device accelerate runs ``module`` on, when a dispatch hook says so (None otherwise)."""
+    hook = getattr(module, "_hf_hook", None)
+    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
+        device = getattr(h, "execution_device", None)
+        if device is not None:
+            return torch.device(device)
+    return None
+
+
+def _module_device(module) -> torch.device | None:
+    """Where ``module`` computes: its dispatch hook's execution device, else its first real tensor's device.
+
+    Offloaded weights sit on the "meta" device between forwards, so a parameter's device alone
+    would send the inputs nowhere."""
+    device = _hook_execution_device(module)
+    if device is not None:
+        return device
+    for t in list(module.parameters(recurse=True)) + list(module.buffers(recurse=True)):
+        if t.device.type != "meta":
+            return t.device
+    return None
+
+
+def _io_same_device(model) -> bool:
+    hook = getattr(model, "_hf_hook", None)
+    return any(getattr(h, "io_same_device", False) for h in getattr(hook, "hooks", None) or [hook])
+
+
+def input_device(model) -> torch.device:
+    """The device the engine puts token ids and masks on for ``model``.
+
+    * A plain model (one device): its input embedding's device.
+    * A model dispatched by accelerate (transformers' ``device_map``, lm-eval's ``parallelize=True``):
+      the top-level hook moves every input to the model's main device itself and sends every output
+      back to the device the inputs came on. The ids go on the device of the output head, so the
+      logits stay where the head computed them: only the (small) integer ids cross devices, never a
+      chunk's [rows, vocab] logits.
+    """
+    if getattr(model, "_hf_hook", None) is not None and _io_same_device(model):
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        device = (_module_device(head) if head is not None else None) or _hook_execution_device(model)
+        if device is not None:
+            return device
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    device = _module_device(embeddings) if embeddings is not None else None
     if device is None:
-        device = next(model.parameters()).device
-    return torch.device(device)
+        device = _module_device(model)
+    if device is None:
+        raise ScoringError(f"cannot tell which device {type(model).__name__} runs on (every weight is on 'meta' "
+                           "and no accelerate hook names an execution device)")
+    return device
 
 
 def _supports_logits_to_keep(model) -> bool:
@@ -149,19 +200,22 @@ def _logprob_and_greedy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[to
     logits: [m, vocab] (any float dtype); targets: [m]. Returns float32 [m] and bool [m] on CPU.
     """
     lps, hits = [], []
-    rows = max(1, LOGPROB_BLOCK_BYTES // (4 * logits.shape[-1]))
+    block_bytes = LOGPROB_BLOCK_BYTES if logits.device.type == "cpu" else LOGPROB_BLOCK_BYTES_ACCELERATOR
+    rows = max(1, block_bytes // (4 * logits.shape[-1]))
+    targets = targets.to(logits.device)  # the logits stay where the head made them; the targets go there
     for a in range(0, logits.shape[0], rows):
         block = logits[a : a + rows].float()
-        tgt = targets[a : a + rows].to(block.device)
+        tgt = targets[a : a + rows]
         # one max gives both the argmax and the shift of a numerically stable log-sum-exp
         top, argmax = block.max(dim=-1)
         lse = top + (block - top[:, None]).exp_().sum(dim=-1).log()
-        lps.append((block.gather(1, tgt[:, None]).squeeze(1) - lse).cpu())
-        hits.append((argmax == tgt).cpu())
+        lps.append(block.gather(1, tgt[:, None]).squeeze(1) - lse)
+        hits.append(argmax == tgt)
         del block
     if not lps:
         return torch.empty(0), torch.empty(0, dtype=torch.bool)
-    return torch.cat(lps), torch.cat(hits)
+    # one copy to the host per call (not per block: each copy waits for the device)
+    return torch.cat(lps).cpu(), torch.cat(hits).cpu()
 
 
 def score_long(
@@ -267,7 +321,7 @@ def score_continuations(
     if not conts:
         return []
 
-    device = _model_device(model)
+    device = input_device(model)
     held = int(prefix.numel()) - 1  # tokens kept in the cache between continuations
     past = None
     if held > 0:
@@ -325,7 +379,7 @@ def score_sequence_ends(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     counts = _scored_counts(seqs, n_scored, 1)
     results: list[TokenLogprobs | None] = [None] * len(seqs)
-    device = _model_device(model)
+    device = input_device(model)
     order = sorted(range(len(seqs)), key=lambda i: -int(seqs[i].numel()))
     for a in range(0, len(order), batch_size):
         batch = order[a : a + batch_size]
@@ -378,7 +432,7 @@ def score_long_batch(
     if n < 2 or score_from >= n:
         return results
 
-    device = _model_device(model)
+    device = input_device(model)
     ids = torch.stack(seqs)
     ids_dev = ids.to(device)
     past = None

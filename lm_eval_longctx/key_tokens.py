@@ -214,6 +214,82 @@ def evaluator_max_length(identity: dict) -> int | None:
     return None
 
 
+def parse_max_memory(value) -> dict | None:
+    """An accelerate ``max_memory`` map from a dict or its JSON text: {"0": "70GiB", "cpu": "200GiB"}.
+
+    Keys: a GPU index (0, "0" or "cuda:0") or "cpu" (CPU offload, used only when named here).
+    Values: bytes (int) or a size string accelerate reads ("70GiB", "500MB"). None stays None."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"evaluator_max_memory must be a JSON object such as '{{\"0\": \"70GiB\", "
+                             f"\"1\": \"70GiB\"}}', got {value!r} ({e})") from None
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"evaluator_max_memory must be a non-empty map of device -> size, got {value!r}")
+    from accelerate.utils import convert_file_size_to_int
+
+    out: dict = {}
+    for key, size in value.items():
+        k = str(key).strip().lower()
+        if k.startswith("cuda:"):
+            k = k[len("cuda:"):]
+        if k.isdigit():
+            device = int(k)
+        elif k == "cpu":
+            device = "cpu"
+        else:
+            raise ValueError(f"evaluator_max_memory: unknown device {key!r} (use GPU indices such as \"0\" "
+                             "and, for CPU offload, \"cpu\")")
+        try:
+            nbytes = int(size) if isinstance(size, int) else convert_file_size_to_int(str(size))
+        except (ValueError, TypeError):
+            raise ValueError(f"evaluator_max_memory[{key!r}]: {size!r} is not a size (bytes, or e.g. \"70GiB\")") from None
+        if isinstance(size, bool) or nbytes <= 0:
+            raise ValueError(f"evaluator_max_memory[{key!r}]: {size!r} is not a positive size")
+        out[device] = nbytes
+    return out
+
+
+def auto_device_budget(max_memory: dict | None) -> dict:
+    """The ``max_memory`` that device_map="auto" may fill.
+
+    Given (parsed by :func:`parse_max_memory`): that map, once its GPU indices are checked against the
+    visible GPUs. Not given: the visible GPUs only (no CPU offload unless asked), this rank's share of
+    them when several processes run on one machine (GPU i goes to local rank i % local world size, as
+    lm-eval's parallelize does); on a machine without GPUs, the CPU (which is then the device, not an
+    offload)."""
+    import torch
+    from accelerate.utils import get_max_memory
+
+    if max_memory is not None:
+        missing = sorted(k for k in max_memory if isinstance(k, int) and k >= torch.cuda.device_count())
+        if missing:
+            raise ValueError(f"evaluator_max_memory names GPU(s) {missing}, but {torch.cuda.device_count()} "
+                             "GPU(s) are visible")
+        return max_memory
+    available = get_max_memory()
+    gpus = {k: v for k, v in available.items() if isinstance(k, int)}
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if local_world > 1:
+        gpus = {k: v for k, v in gpus.items() if k % local_world == local_rank % local_world}
+    return gpus or {"cpu": available["cpu"]}
+
+
+def check_placement(name: str, model, budget: dict) -> None:
+    """A model that did not fit is an error, never a silent offload to disk (or to the CPU when the
+    budget does not name it)."""
+    placed = set(getattr(model, "hf_device_map", {}).values())
+    if "disk" in placed or ("cpu" in placed and "cpu" not in budget):
+        raise ValueError(
+            f"the evaluator {name} does not fit in {budget} (layers were sent to {sorted(map(str, placed))}); "
+            "use more GPUs, larger evaluator_max_memory entries, or name \"cpu\" in evaluator_max_memory "
+            "to offload layers to CPU memory")
+
+
 def load_evaluator(identity: dict, *, dtype: str, device: str, max_memory: dict | None = None,
                    trust_remote_code: bool = False):
     """The evaluator (model, tokenizer) at exactly ``identity``. ``device="auto"`` shards it with
@@ -224,17 +300,20 @@ def load_evaluator(identity: dict, *, dtype: str, device: str, max_memory: dict 
 
     target, revision = _load_target(identity)
     kwargs = {"revision": revision, "trust_remote_code": trust_remote_code}
+    # GPUs only unless "cpu" is named; this rank's share of them under several processes
+    budget = auto_device_budget(parse_max_memory(max_memory)) if device == "auto" else None
     try:
         tok = AutoTokenizer.from_pretrained(target, **kwargs)
         if device == "auto":
-            mm = None if max_memory is None else {(int(k) if str(k).isdigit() else k): v for k, v in max_memory.items()}
             model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype), device_map="auto",
-                                                         max_memory=mm, **kwargs)
+                                                         max_memory=budget, **kwargs)
         else:
             model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype), **kwargs).to(device)
     except (OSError, ValueError, ImportError) as err:
         raise _unavailable(identity["name"], errors.first_line(err),
                            identity["name"] == DEFAULT_EVALUATOR) from None
+    if budget is not None:
+        check_placement(identity["name"], model, budget)
     return model.eval(), tok
 
 

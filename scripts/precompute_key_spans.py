@@ -15,11 +15,22 @@ Example (the paper's evaluator, on a GPU):
 The folder appears whole or not at all: everything is written into a fresh folder beside OUT, which
 is renamed into place at the end. A non-empty OUT is refused unless it is a span folder written by
 this script and --overwrite is given; the old folder is then replaced only after the new one is done.
+
+Several GPUs: `accelerate launch --num_processes N scripts/precompute_key_spans.py ...` shares the
+documents out by rank (each rank its own evaluator: its GPU, or with --device auto its share of the
+GPUs, GPU i for local rank i % N); rank 0 writes the folder once every rank is done. The route for an
+evaluator larger than one GPU (Qwen2-72B-Instruct, about 145 GB in bf16, on 8 x 80 GB):
+
+    accelerate launch --num_processes 2 scripts/precompute_key_spans.py \\
+        --evaluator Qwen/Qwen2-72B-Instruct --device auto --out spans/qwen2-72b
+
+See docs/scaling.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -54,17 +65,33 @@ def check_output(out: Path, overwrite: bool) -> None:
                              "with --overwrite (nothing there was changed)")
 
 
+def _process_state():
+    """(rank, world size, barrier, broadcast) from accelerate: one process, or `accelerate launch`/torchrun."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1, (lambda: None), (lambda obj: obj)
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    state = PartialState(cpu=not torch.cuda.is_available())  # CPU ranks talk over gloo
+    return state.process_index, state.num_processes, state.wait_for_everyone, \
+        (lambda obj: broadcast_object_list([obj], from_process=0)[0])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output folder")
     add_arguments(p, LONGPPL, SETTING_OPTIONS)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                   help="cpu, cuda:N, or auto (device_map over the visible GPUs)")
+    p.add_argument("--device", default=None,
+                   help="cpu, cuda:N, or auto (device_map over this rank's GPUs); default: this rank's GPU "
+                        "(cuda:$LOCAL_RANK), else the CPU")
     p.add_argument("--batch-size", type=int, default=4, help="truncated windows per forward")
     p.add_argument("--overwrite", action="store_true", help="replace an existing span folder of this script")
     args = p.parse_args(argv)
     out = Path(args.out)
     check_output(out, args.overwrite)
+    rank, world, barrier, broadcast = _process_state()
+    if args.device is None:
+        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
 
     docs = data.load_govreport(dataset_path=args.dataset_path, revision=args.dataset_revision,
                                decode_tokenizer=args.decode_tokenizer, num_docs=args.num_docs,
@@ -77,26 +104,42 @@ def main(argv=None) -> int:
                                            max_memory=args.evaluator_max_memory,
                                            trust_remote_code=args.evaluator_trust_remote_code)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        new = Path(tmp) / "spans"
-        all_spans = []
-        for i, text in enumerate(docs.texts):
-            scores = key_tokens.score_text(model, tok, text, args.trunc_len, args.sliding_window,
+    tmp = Path(broadcast(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.") if rank == 0 else None))
+    try:
+        shard = tmp / "shard"  # every rank's span files, each written atomically
+        for i in range(rank, len(docs.texts), world):  # round robin: long and short documents spread evenly
+            scores = key_tokens.score_text(model, tok, docs.texts[i], args.trunc_len, args.sliding_window,
                                            chunk_size=args.chunk_size, batch_size=args.batch_size,
                                            max_length=max_length, identity=identity)
-            all_spans.append(key_tokens.judge_from_scores(scores, args.alpha, args.beta).spans)
-            print(f"document {i}: {len(scores.token_ids)} evaluator tokens, {len(all_spans[-1])} key spans",
+            spans = key_tokens.judge_from_scores(scores, args.alpha, args.beta).spans
+            keyspans.write_span_file(shard / f"slice_{i}.txt", spans)
+            print(f"[rank {rank}] document {i}: {len(scores.token_ids)} evaluator tokens, {len(spans)} key spans",
                   file=sys.stderr)
-        manifest = {"evaluator": args.evaluator, "evaluator_identity": identity, "evaluator_dtype": dtype,
-                    "trunc_len": args.trunc_len, "sliding_window": args.sliding_window, "alpha": args.alpha,
-                    "beta": args.beta, "span_algorithm_version": key_tokens.SPAN_ALGORITHM_VERSION,
-                    **docs.provenance}
-        keyspans.write_span_dir(new, all_spans, docs.texts, manifest)
-        if out.exists():  # a span folder of ours (checked above): swap, then drop the old one with tmp
-            out.rename(Path(tmp) / "previous")
-        new.rename(out)
-    n_empty = sum(not s for s in all_spans)
-    print(f"wrote {len(docs.texts)} span files to {out} ({n_empty} without key tokens)", file=sys.stderr)
+        barrier()  # every rank's share is on disk
+        if rank == 0:
+            all_spans = [keyspans.read_span_file(shard / f"slice_{i}.txt") for i in range(len(docs.texts))]
+            manifest = {"evaluator": args.evaluator, "evaluator_identity": identity, "evaluator_dtype": dtype,
+                        "trunc_len": args.trunc_len, "sliding_window": args.sliding_window, "alpha": args.alpha,
+                        "beta": args.beta, "span_algorithm_version": key_tokens.SPAN_ALGORITHM_VERSION,
+                        **docs.provenance}
+            new = tmp / "spans"
+            keyspans.write_span_dir(new, all_spans, docs.texts, manifest)
+            if out.exists():  # a span folder of ours (checked above): swap, then drop the old one with tmp
+                out.rename(tmp / "previous")
+            new.rename(out)
+            n_empty = sum(not s for s in all_spans)
+            print(f"wrote {len(docs.texts)} span files to {out} ({n_empty} without key tokens, {world} process(es))",
+                  file=sys.stderr)
+    except BaseException:
+        if rank == 0:
+            previous = tmp / "previous"
+            if previous.exists() and not out.exists():
+                previous.rename(out)  # the old folder goes back: never lost with this run's folder
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    barrier()  # no rank reports success before the folder is in place
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)  # this run's own folder (and the replaced one)
     return 0
 
 
