@@ -14,8 +14,11 @@ def main(argv=None) -> int:
     add_gate_parser(sub)
     add_leaderboard_parser(sub)
     add_correlate_parser(sub)
-    add_demo_parser(sub)
-    add_validate_parser(sub)
+    # demo and validate take their options from modules that import torch: build them only when asked for,
+    # so that gate / leaderboard / correlate (and --help) stay numpy + scipy (+ yaml) only
+    heavy = _command_of(sys.argv[1:] if argv is None else argv) in ("demo", "validate")
+    add_demo_parser(sub, full=heavy)
+    add_validate_parser(sub, full=heavy)
     args = p.parse_args(argv)
     if args.command == "demo":
         return run_validate_mode(args) if args.validate else run_demo(args)
@@ -35,6 +38,11 @@ def main(argv=None) -> int:
     except UnusableInput as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
+
+
+def _command_of(argv) -> str | None:
+    """The subcommand named in ``argv`` (its first argument that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 # --------------------------------------------------------------------------- reporting subcommands
@@ -162,11 +170,13 @@ OUT/demo_summary.json. Exit 0; with --check, 1 when a target fails, a task is mi
 2 when the demo cannot run."""
 
 
-def add_demo_parser(sub) -> None:
-    from .demo import DEFAULT_OUT, DEMO_BUDGETS
-
+def add_demo_parser(sub, full: bool = True) -> None:
     g = sub.add_parser("demo", help="offline demo: the four tasks on the embedded model and documents",
                        description=DEMO_HELP)
+    if not full:
+        return
+    from .demo import DEFAULT_OUT, DEMO_BUDGETS
+
     g.add_argument("--out", default=f"./{DEFAULT_OUT}", help=f"output folder (default ./{DEFAULT_OUT})")
     g.add_argument("--model", default=None, metavar="DIR",
                    help="checkpoint folder to evaluate instead of the packaged demo model")
@@ -185,12 +195,13 @@ def add_demo_parser(sub) -> None:
                         "them as constructed (same as `lm-eval-longctx validate`, which has more options)")
 
 
-def add_validate_parser(sub) -> None:
-    from .validation import add_arguments
-
+def add_validate_parser(sub, full: bool = True) -> None:
     g = sub.add_parser("validate", help="known-answer validation: do the metrics rank models of known memory "
                                         "distance correctly? (scripts/validate_metrics.py)")
-    add_arguments(g)
+    if full:
+        from .validation import add_arguments
+
+        add_arguments(g)
 
 
 def run_validate_mode(args) -> int:
