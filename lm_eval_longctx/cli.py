@@ -38,6 +38,9 @@ def main(argv=None) -> int:
     except UnusableInput as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
+    except Exception as e:  # noqa: BLE001  (an uncaught exception would exit 1, which means "regressed")
+        print(f"error: {args.command} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
 
 
 def _command_of(argv) -> str | None:

@@ -556,3 +556,13 @@ def test_correlate_prints_n_beside_every_statistic(tmp_path, capsys):
     lines = [x for x in capsys.readouterr().out.splitlines() if "=" in x]
     assert len(lines) == 4 and all("n = " in x for x in lines)
     assert "exact permutation (all 720 pairings)" in lines[0]
+
+
+def test_an_unexpected_failure_is_exit_2_not_1(tmp_path, capsys, monkeypatch):
+    """Exit 1 means "regressed" only: a crash inside the tool must not read as a verdict."""
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(reporting, "compare", boom)
+    assert gate(tmp_path, results_json(), results_json()) == 2
+    assert "error: gate failed: RuntimeError: disk on fire" in capsys.readouterr().err
