@@ -52,13 +52,13 @@ def _command_of(argv) -> str | None:
 # The logic lives in lm_eval_longctx/reporting.py; scripts/regression_gate.py, scripts/leaderboard.py and
 # scripts/verify_correlation.py call these same subcommands.
 
-GATE_HELP = """Compare a results JSON (or a folder of them) with a baseline. Exit 0: pass; 1: a metric regressed
-(worse than the baseline by more than its tolerance, and significantly); 2: unusable input (unreadable or malformed
-file or field, a baseline metric missing from the run or not a finite number, differing longctx_settings / task
-version / number of documents, other documents, two models in one folder, a file that cannot be written).
-Significance: when both runs were made with --log_samples (samples_<task>_<date>.jsonl beside the results), a paired
-bootstrap over the same documents of both runs (the corpus metric recomputed on each resample for both runs; the CI
-of the change, at the level matching z, must lie entirely on the worse side of 0); otherwise worse by more than
+GATE_HELP = """Compare a results JSON (or a folder of them) with a baseline. Exit 0: pass; 1: a metric regressed;
+2: unusable input (unreadable or malformed file or field, a baseline metric missing from the run or not a finite
+number, differing longctx_settings / task version / number of documents, other documents, two models in one folder,
+a file that cannot be written). Regressed: when both runs were made with --log_samples (samples_<task>_<date>.jsonl
+beside the results), the whole CI of the change (paired bootstrap over the same documents of both runs, the corpus
+metric recomputed on each resample for both; level matching z) is worse than the baseline by more than the
+tolerance; otherwise (unpaired) the change is worse by more than the tolerance and more than
 z x sqrt(se_run^2 + se_base^2). The table says which test each row used."""
 
 

@@ -441,10 +441,10 @@ class GateReport:
         level = pairing.level_for_z(self.z)
         lines = [
             f"### Regression gate: `{self.run_model}` vs baseline `{self.baseline_model}`", "",
-            f"{verdict}. Regressed = worse than the baseline by more than the tolerance, and significantly: "
-            f"*paired* rows, the {level:.1%} CI of the change (bootstrap over the same documents of both runs, "
-            f"{self.n_resamples} resamples, seed {self.seed}) lies entirely on the worse side of 0; *unpaired* rows, "
-            f"worse by more than z={self.z:g} x sqrt(se_run² + se_base²).", "",
+            f"{verdict}. Regressed: *paired* rows, the whole {level:.1%} CI of the change (bootstrap over the same "
+            f"documents of both runs, {self.n_resamples} resamples, seed {self.seed}) is worse than the baseline by "
+            f"more than the tolerance; *unpaired* rows, the change is worse by more than the tolerance and by more "
+            f"than z={self.z:g} x sqrt(se_run² + se_base²).", "",
             "| metric | baseline | current | change | tolerance | test | CI of change / z x stderr | status |",
             "|---|---|---|---|---|---|---|---|",
         ]
@@ -518,10 +518,10 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
 
     For each baseline metric with a direction (``higher_is_better`` of the results, or of the config):
     ``worse = (base - run)`` if higher is better else ``(run - base)``; ``tolerance = max(abs, rel * |base|)``.
-    Regressed iff ``worse > tolerance`` and the change is significant: with per-document samples of both runs
-    (paired), the lower end of the CI of ``worse`` (paired bootstrap over documents, level matching z) is > 0;
-    otherwise (unpaired) ``worse > z * sqrt(se_run^2 + se_base^2)`` (a missing stderr counts as 0). Improved is
-    the mirror image; else ok.
+    With per-document samples of both runs (paired): regressed iff the whole CI of ``worse`` (paired bootstrap
+    over documents, at the level matching z) lies above the tolerance. Otherwise (unpaired): regressed iff
+    ``worse > tolerance`` and ``worse > z * sqrt(se_run^2 + se_base^2)`` (a missing stderr counts as 0).
+    Improved is the mirror image; else ok.
     """
     config = config or GateConfig()
     names = [m for m in base.metrics if config.selected(m)]
@@ -572,16 +572,12 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
                 # the CI of worse, as a CI of the change (run - baseline) for the table
                 row.test, row.note = "paired", f"{res.n_docs} docs, {res.aggregation}"
                 row.ci = (-res.high, -res.low) if hib else (res.low, res.high)
-                significant_worse, significant_better = res.low > 0, res.high < 0
+                regressed, improved = res.low > tolerance, res.high < -tolerance
             else:
                 row.test, row.note = "unpaired", why or ""
-                significant_worse, significant_better = worse > noise, -worse > noise
-            if worse > tolerance and significant_worse:
-                row.status = "regressed"
-            elif -worse > tolerance and significant_better:
-                row.status = "improved"
-            else:
-                row.status = "ok"
+                regressed = worse > tolerance and worse > noise
+                improved = -worse > tolerance and -worse > noise
+            row.status = "regressed" if regressed else "improved" if improved else "ok"
         rows.append(row)
     for name in new:
         c = run.metrics[name]

@@ -342,3 +342,37 @@ def test_paired_gate_on_real_lm_eval_log_samples_output(tmp_path, model_dirs, co
     assert main(["gate", str(tmp_path / "base"), "--baseline", str(tmp_path / "base")]) == 0
     rows = rows_of(capsys.readouterr().out)
     assert rows[f"{TASK}/ppl"][6] == "[+0, +0]" and rows[f"{TASK}/ppl"][-1] == "ok"
+
+
+def test_paired_verdict_is_the_whole_ci_against_the_tolerance(tmp_path, capsys):
+    base, run = corpus(), corpus(shift=0.03, noise=0.02)
+    ppl = {k: metrics.token_weighted_perplexity(v["ppl"]) for k, v in (("run", run), ("base", base))}
+    change = ppl["run"] - ppl["base"]
+    # tolerance just below the observed change: the point estimate exceeds it, the CI does not lie above it
+    cfg = tmp_path / "gate.yaml"
+    cfg.write_text(f"metrics:\n  '*/ppl': {{abs: {0.98 * change}}}\n  '*': {{skip: true}}\n")
+    assert run_gate(tmp_path, run, base, "--config", str(cfg)) == 0
+    row = rows_of(capsys.readouterr().out)["longppl_govreport/ppl"]
+    lo, hi = (float(v) for v in row[6].strip("[]").split(","))
+    assert row[-1] == "ok" and lo < 0.98 * change < change < hi
+    # tolerance below the whole CI: regressed
+    cfg.write_text(f"metrics:\n  '*/ppl': {{abs: {0.9 * lo}}}\n  '*': {{skip: true}}\n")
+    assert run_gate(tmp_path, run, base, "--config", str(cfg)) == 1
+
+
+def test_power_benchmark_decisions_on_known_cases():
+    """scripts/bench_gate_power.py's simulation: identical runs are never flagged, a large regression always,
+    and under its random-direction null the paired test stays near its nominal one-sided 2.5%."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_gate_power",
+                                                  Path(__file__).resolve().parents[1] / "scripts" / "bench_gate_power.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    base = np.asarray(corpus(n_docs=120)["ppl"])
+    assert bench.decisions(base, base, 30, 20, 1.96, 300, 50, 0, flip=False) == (0.0, 0.0)
+    worse = np.asarray(corpus(n_docs=120, shift=1.0)["ppl"])
+    assert bench.decisions(worse, base, 30, 20, 1.96, 300, 50, 0, flip=False) == (1.0, 1.0)
+    noisy = np.asarray(corpus(n_docs=120, shift=0.0, noise=0.05)["ppl"])
+    unpaired, paired_rate = bench.decisions(noisy, base, 30, 200, 1.96, 300, 50, 1, flip=True)
+    assert unpaired <= paired_rate <= 0.08
