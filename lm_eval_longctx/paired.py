@@ -38,6 +38,9 @@ REPRODUCE_RTOL = 1e-6
 DEFAULT_N_RESAMPLES = 10000
 DEFAULT_SEED = 0
 _BLOCK = 1000  # resamples drawn at a time (bounds memory for many documents)
+# the fields lm-eval writes in every samples line; the others are the task's per-document metric values
+SAMPLE_FIELDS = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics", "doc_hash",
+                 "prompt_hash", "target_hash"}
 
 
 class SamplesError(ValueError):
@@ -93,6 +96,8 @@ def read_samples(path) -> TaskSamples:
             raise SamplesError(f"{p}:{n}: doc_id is not an integer ({doc_id!r})")
         if not isinstance(filt, str):
             raise SamplesError(f"{p}:{n}: filter is not a string")
+        if names is None:  # lm-eval releases that do not list them: every field that is not lm-eval's own
+            names = [k for k in rec if k not in SAMPLE_FIELDS]
         if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
             raise SamplesError(f"{p}:{n}: 'metrics' is not a list of metric names")
         doc_hash = rec.get("doc_hash")

@@ -354,12 +354,19 @@ def flatten(d, prefix: str = "") -> dict:
 # When one of those hashes is recorded (on both sides) and equal, the path itself changes no number and is not
 # compared: the same texts under another path, the same key spans in another folder (its manifest records the
 # evaluator, K, d, alpha, beta and the texts' hash), the same token stream from another copy of the tokenizer.
+_DATA_HASHES = ("data.texts_sha256", "data.stream_sha256", "data.prompts_sha256")
 CONTENT_IDENTIFIED = {
-    "data.data_files": ("data.texts_sha256", "data.stream_sha256", "data.prompts_sha256"),
-    "key_spans_dir": ("key_spans_manifest",),
+    "data_files": _DATA_HASHES,
+    "data.data_files": _DATA_HASHES,
+    "testcases": ("data.prompts_sha256",),
     "source.testcases": ("data.prompts_sha256",),
+    "key_spans_dir": ("key_spans_manifest",),
     "tokenizer": ("data.stream_sha256",),
 }
+# A span folder whose files were not verified against its manifest's checksums is identified by its path only.
+UNVERIFIED = {"key_spans_dir": "key_spans_verified"}
+# Settings recorded under this key are declared as changing no number (speed, memory, devices, cache folders).
+RUNTIME_PREFIX = "runtime"
 
 
 def _recorded(flat: dict, prefix: str) -> dict:
@@ -370,6 +377,9 @@ def _recorded(flat: dict, prefix: str) -> dict:
 def identified_by_content(key: str, a: dict, b: dict | None = None) -> bool:
     """Whether the path-like setting ``key`` is identified by a content hash recorded in flat settings ``a`` (and,
     given ``b``, recorded equal in both)."""
+    flag = UNVERIFIED.get(key)
+    if flag and (a.get(flag) is False or (b is not None and b.get(flag) is False)):
+        return False
     found = False
     for ident in CONTENT_IDENTIFIED.get(key, ()):
         ra = _recorded(a, ident)
@@ -384,10 +394,11 @@ def identified_by_content(key: str, a: dict, b: dict | None = None) -> bool:
 def settings_differences(run: Run, base: Run, tasks, ignore=()) -> dict[str, list[str]]:
     """Per task, the keys that differ between the run and the baseline: longctx_settings (dotted), the task
     version, and the number of documents scored (``--limit``). ``ignore``: dotted keys (or prefixes) to skip.
-    Paths identified by equal content hashes (:data:`CONTENT_IDENTIFIED`) are not differences."""
+    Paths identified by equal content hashes (:data:`CONTENT_IDENTIFIED`) and settings recorded under
+    ``runtime`` (declared as changing no number) are not differences."""
 
     def ignored(key):
-        return any(key == i or key.startswith(i + ".") for i in ignore)
+        return any(key == i or key.startswith(i + ".") for i in (*ignore, RUNTIME_PREFIX))
 
     diffs = {}
     for task in tasks:
@@ -596,7 +607,8 @@ def settings_signature(data: dict, task: str) -> dict:
     cfg = (data.get("configs") or {}).get(task) or {}
     s = (cfg.get("metadata") or {}).get("longctx_settings") if isinstance(cfg, dict) else None
     flat = flatten(s) if isinstance(s, dict) else {}
-    sig = {k: v for k, v in flat.items() if not identified_by_content(k, flat)}
+    sig = {k: v for k, v in flat.items() if not identified_by_content(k, flat)
+           and k != RUNTIME_PREFIX and not k.startswith(RUNTIME_PREFIX + ".")}
     sig["<task version>"] = (data.get("versions") or {}).get(task)
     ns = (data.get("n-samples") or {}).get(task)
     sig["<n-samples effective>"] = ns.get("effective") if isinstance(ns, dict) else None

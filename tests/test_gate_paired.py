@@ -376,3 +376,12 @@ def test_power_benchmark_decisions_on_known_cases():
     noisy = np.asarray(corpus(n_docs=120, shift=0.0, noise=0.05)["ppl"])
     unpaired, paired_rate = bench.decisions(noisy, base, 30, 200, 1.96, 300, 50, 1, flip=True)
     assert unpaired <= paired_rate <= 0.08
+
+
+def test_samples_without_a_metrics_list_are_read_from_their_fields(tmp_path):
+    write_run(tmp_path, corpus(n_docs=4), DATE_RUN)
+    f = tmp_path / f"samples_{TASK}_{DATE_RUN}.jsonl"
+    f.write_text("".join(json.dumps({k: v for k, v in json.loads(x).items() if k != "metrics"}) + "\n"
+                         for x in f.read_text().splitlines()))
+    s = paired.read_samples(f)
+    assert set(s.docs[("none", 0)][1]) == {"ppl", "longppl", "n_key_tokens", "key_token_fraction"}

@@ -566,3 +566,23 @@ def test_an_unexpected_failure_is_exit_2_not_1(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(reporting, "compare", boom)
     assert gate(tmp_path, results_json(), results_json()) == 2
     assert "error: gate failed: RuntimeError: disk on fire" in capsys.readouterr().err
+
+
+def test_runtime_settings_and_unverified_span_folders(tmp_path, capsys):
+    """Settings recorded under `runtime` (declared as changing no number) are not compared; a span folder whose
+    files were not verified is identified by its path only."""
+    a, b = copy.deepcopy(SETTINGS), copy.deepcopy(SETTINGS)
+    a["longppl_govreport"]["runtime"] = {"chunk_size": 1024, "span_cache_dir": "/a"}
+    b["longppl_govreport"]["runtime"] = {"chunk_size": 4096, "span_cache_dir": "/b"}
+    assert gate(tmp_path, results_json(settings=a), results_json(settings=b)) == 0
+    man = {"evaluator": "e", "texts_sha256": "abc123", "slice_sha256": {"slice_0.txt": "00"}}
+    for verified, code in ((True, 0), (False, 2)):
+        for s, d in ((a, "/x/spans"), (b, "/y/spans")):
+            s["longppl_govreport"].update(key_spans_dir=d, key_spans_manifest=dict(man), key_spans_verified=verified)
+        assert gate(tmp_path, results_json(settings=a), results_json(settings=b)) == code
+    assert "key_spans_dir" in capsys.readouterr().err
+    # the leaderboard does not split a model's rows on them either
+    for i, s in enumerate((a, b)):
+        s["longppl_govreport"]["key_spans_verified"] = True
+        write(tmp_path / "board" / f"results_2026-01-0{i + 1}T00-00-00.json", results_json(model="org/a", settings=s))
+    assert main(["leaderboard", str(tmp_path / "board"), "--one-row-per-model"]) == 0
