@@ -420,7 +420,7 @@ def settings_differences(run: Run, base: Run, tasks, ignore=()) -> dict[str, lis
 @dataclass
 class GateRow:
     metric: str
-    baseline: float
+    baseline: float | None  # None: a metric the baseline does not have (status "new")
     baseline_se: float | None
     current: float | None
     current_se: float | None
@@ -461,7 +461,8 @@ class GateReport:
         ]
         for r in self.rows:
             arrow = {True: " (higher better)", False: " (lower better)"}.get(r.higher_is_better, "")
-            change = "" if r.current is None or not math.isfinite(r.baseline) else f"{r.current - r.baseline:+.4g}"
+            known = r.current is not None and r.baseline is not None
+            change = f"{r.current - r.baseline:+.4g}" if known and math.isfinite(r.current - r.baseline) else ""
             mark = {"regressed": "❌ regressed", "improved": "✅ improved"}.get(r.status, r.status)
             if r.test == "paired":
                 test, band = f"paired ({r.note})", f"[{r.ci[0]:+.4g}, {r.ci[1]:+.4g}]"
@@ -550,7 +551,7 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
             if m.invalid is not None:
                 raise UnusableInput(f"{name}: the {who}'s value is {m.invalid}, not a number "
                                     f"({r.sources.get(split_name(name)[0], '')})")
-            if not math.isfinite(m.value):
+            if not math.isfinite(m.value) and name not in new:  # a new metric is shown, not compared
                 raise UnusableInput(f"{name}: the {who}'s value is {m.value}, not a finite number "
                                     f"({r.sources.get(split_name(name)[0], '')})")
     tasks = sorted({split_name(m)[0] for m in names})
@@ -592,7 +593,7 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
         rows.append(row)
     for name in new:
         c = run.metrics[name]
-        rows.append(GateRow(name, float("nan"), None, c.value, c.stderr, c.higher_is_better, 0.0, 0.0, "new"))
+        rows.append(GateRow(name, None, None, c.value, c.stderr, c.higher_is_better, 0.0, 0.0, "new"))
     order = {"regressed": 0, "improved": 1, "ok": 2, "not gated": 3, "new": 4}
     rows.sort(key=lambda r: order[r.status])
     return GateReport(rows, config.z, base.model, run.model, config.n_resamples, config.seed)

@@ -586,3 +586,12 @@ def test_runtime_settings_and_unverified_span_folders(tmp_path, capsys):
         s["longppl_govreport"]["key_spans_verified"] = True
         write(tmp_path / "board" / f"results_2026-01-0{i + 1}T00-00-00.json", results_json(model="org/a", settings=s))
     assert main(["leaderboard", str(tmp_path / "board"), "--one-row-per-model"]) == 0
+
+
+def test_new_metric_in_the_run_is_shown_even_when_nan(tmp_path, capsys):
+    run = results_json()
+    run["results"]["longppl_govreport"]["longppl_soft,none"] = float("nan")
+    assert gate(tmp_path, run, results_json()) == 0
+    assert "| `longppl_govreport/longppl_soft` | — | NaN |" in capsys.readouterr().out
+    run["results"]["longppl_govreport"]["longppl_soft,none"] = "oops"  # but a malformed field is not
+    assert gate(tmp_path, run, results_json()) == 2
