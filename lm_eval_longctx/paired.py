@@ -154,16 +154,76 @@ def _per_resample(fn):
     return lambda x: np.array([fn(row) for row in x], dtype=np.float64)
 
 
+def _length_blocks(x):
+    """For a stack (resamples, docs, 3) whose every row holds the same length in each column, sorted by length
+    (what :func:`paired_bootstrap` draws with ``strata``): the tested lengths and each one's column slice; else
+    None."""
+    first = x[0, :, 0]
+    if len(first) == 0 or np.any(np.diff(first) < 0) or not np.array_equal(x[:, :, 0], np.broadcast_to(first, x.shape[:2])):
+        return None
+    grid, starts = np.unique(first, return_index=True)
+    ends = np.append(starts[1:], len(first))
+    return grid.astype(np.int64), list(zip(starts, ends))
+
+
+def _curve_stack(x, blocks):
+    """Per resample and tested length: mean copy accuracy, mean LM accuracy, failed (any NaN in the length)."""
+    copy_mean = np.stack([x[:, a:b, 1].mean(axis=1) for a, b in blocks], axis=1)
+    lm_mean = np.stack([x[:, a:b, 2].mean(axis=1) for a, b in blocks], axis=1)
+    failed = np.isnan(copy_mean) | np.isnan(lm_mean)
+    return copy_mean, lm_mean, failed
+
+
+def _memory_length_stack(grid, holds, tested, rule: str):
+    """metrics.memory_length for each row of boolean (resamples, lengths) arrays."""
+    ok = holds & tested
+    if rule == "largest":
+        return np.where(ok.any(axis=1), np.max(np.where(ok, grid, 0), axis=1), 0).astype(np.float64)
+    if rule == "contiguous":
+        end = np.where(ok.all(axis=1), len(grid), np.argmin(ok, axis=1))
+        return np.where(end > 0, grid[np.maximum(end - 1, 0)], 0).astype(np.float64)
+    raise ValueError(f"rule must be one of {M.MEMORY_LENGTH_RULES}, got {rule!r}")
+
+
 def _memory_aggregations(settings: dict) -> dict:
-    """The forgetting curve's aggregations over (length, copy_acc, lm_acc) items, with the run's thresholds."""
+    """The forgetting curve's aggregations over (length, copy_acc, lm_acc) items, with the run's thresholds.
+
+    Vectorised over resamples drawn within lengths (every length keeps its number of samples, as in the task's
+    design); any other stack goes through metrics.*_from_samples row by row (the same numbers, slower)."""
     s = settings or {}
-    fine = dict(threshold=float(s.get("fine_threshold", M.FINE_THRESHOLD)), rule=str(s.get("fine_rule", "largest")))
-    coarse = dict(margin=float(s.get("coarse_margin", M.COARSE_MARGIN)), rule=str(s.get("coarse_rule", "largest")))
-    return {
-        "fine_memory_length": _per_resample(lambda r: M.fine_memory_length_from_samples(r, **fine)),
-        "coarse_memory_length": _per_resample(lambda r: M.coarse_memory_length_from_samples(r, **coarse)),
-        "n_failed_lengths": _per_resample(M.n_failed_lengths_from_samples),
-    }
+    fine_t, fine_rule = float(s.get("fine_threshold", M.FINE_THRESHOLD)), str(s.get("fine_rule", "largest"))
+    margin, coarse_rule = float(s.get("coarse_margin", M.COARSE_MARGIN)), str(s.get("coarse_rule", "largest"))
+
+    def fine(x):
+        lb = _length_blocks(x)
+        if lb is None:
+            return _per_resample(lambda r: M.fine_memory_length_from_samples(r, fine_t, fine_rule))(x)
+        copy_mean, _, failed = _curve_stack(x, lb[1])
+        with np.errstate(invalid="ignore"):
+            holds = copy_mean > fine_t + M.TIE_TOLERANCE
+        return _memory_length_stack(lb[0], holds, ~failed, fine_rule)
+
+    def coarse(x):
+        lb = _length_blocks(x)
+        if lb is None:
+            return _per_resample(lambda r: M.coarse_memory_length_from_samples(r, margin, coarse_rule))(x)
+        copy_mean, lm_mean, failed = _curve_stack(x, lb[1])
+        with np.errstate(invalid="ignore"):
+            holds = copy_mean - lm_mean > margin + M.TIE_TOLERANCE
+        return _memory_length_stack(lb[0], holds, ~failed, coarse_rule)
+
+    def n_failed(x):
+        lb = _length_blocks(x)
+        if lb is None:
+            return _per_resample(M.n_failed_lengths_from_samples)(x)
+        return _curve_stack(x, lb[1])[2].sum(axis=1).astype(np.float64)
+
+    return {"fine_memory_length": fine, "coarse_memory_length": coarse, "n_failed_lengths": n_failed}
+
+
+def strata_for(aggregation: str, x):
+    """Resampling strata: the forgetting curve's aggregations over all lengths resample within each length."""
+    return x[:, 0] if aggregation in ("fine_memory_length", "coarse_memory_length", "n_failed_lengths") else None
 
 
 def candidate_aggregations(metric: str, width: int, settings: dict) -> dict:
@@ -223,18 +283,30 @@ class PairedResult:
     n_degenerate: int  # resamples where the metric is undefined for either run (dropped)
 
 
+def _draw(rng, n: int, b: int, strata):
+    """(b, n) document indices with replacement; within each stratum (its documents' positions kept) if given."""
+    if strata is None:
+        return rng.integers(0, n, size=(b, n))
+    idx = np.empty((b, n), dtype=np.int64)
+    for value in np.unique(strata):
+        members = np.flatnonzero(strata == value)
+        idx[:, members] = members[rng.integers(0, len(members), size=(b, len(members)))]
+    return idx
+
+
 def paired_bootstrap(run_x, base_x, fn, higher_is_better: bool, z: float, n_resamples: int = DEFAULT_N_RESAMPLES,
-                     seed: int = DEFAULT_SEED, name: str = "", aggregation: str = "") -> PairedResult:
+                     seed: int = DEFAULT_SEED, name: str = "", aggregation: str = "", strata=None) -> PairedResult:
     """Percentile CI of the change in the corpus metric, resampling documents with replacement and recomputing
     the metric of both runs on the same resample (the pairing). ``name`` salts the seed so that each metric has
-    its own reproducible stream whatever the order of the metrics."""
+    its own reproducible stream whatever the order of the metrics. ``strata``: one label per document; documents
+    are then drawn within their stratum (the forgetting curve's lengths, each with a fixed number of samples)."""
     n = len(run_x)
     rng = np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))])
     worse = []
     done = 0
     while done < n_resamples:
         b = min(_BLOCK, n_resamples - done)
-        idx = rng.integers(0, n, size=(b, n))
+        idx = _draw(rng, n, b, strata)
         d = fn(run_x[idx]) - fn(base_x[idx])
         worse.append(-d if higher_is_better else d)
         done += b

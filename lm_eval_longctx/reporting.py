@@ -465,7 +465,7 @@ class GateReport:
             change = f"{r.current - r.baseline:+.4g}" if known and math.isfinite(r.current - r.baseline) else ""
             mark = {"regressed": "❌ regressed", "improved": "✅ improved"}.get(r.status, r.status)
             if r.test == "paired":
-                test, band = f"paired ({r.note})", f"[{r.ci[0]:+.4g}, {r.ci[1]:+.4g}]"
+                test, band = f"paired ({r.note})", f"[{r.ci[0] + 0.0:+.4g}, {r.ci[1] + 0.0:+.4g}]"  # no -0
             elif r.test == "unpaired":
                 test, band = "unpaired" + (f" ({r.note})" if r.note else ""), f"±{r.noise:.4g}"
             else:
@@ -514,12 +514,18 @@ def _paired_test(name, c: Metric, b: Metric, hib: bool, samples, run: Run, confi
     xr, xb = pairing.as_array([vr[d] for d in docs]), pairing.as_array([vb[d] for d in docs])
     if xr is None or xb is None or xr.shape != xb.shape:
         return None, "per-document values are not numbers"
+    if xr.ndim == 2 and xr.shape[1] == 3:  # (length, copy_acc, lm_acc): ordered by length, the same in both runs
+        if not np.array_equal(xr[:, 0], xb[:, 0]):
+            return None, "the runs tested other lengths on these documents"
+        order = np.argsort(xr[:, 0], kind="stable")
+        xr, xb = xr[order], xb[order]
     if len(docs) < 2:
         return None, "fewer than 2 documents"
     agg, fn = pairing.find_aggregation(metric, xr, xb, c.value, b.value, run.settings.get(task) or {})
     if fn is None:
         return None, "per-document values do not reproduce the reported value"
-    res = pairing.paired_bootstrap(xr, xb, fn, hib, config.z, config.n_resamples, config.seed, name, agg)
+    res = pairing.paired_bootstrap(xr, xb, fn, hib, config.z, config.n_resamples, config.seed, name, agg,
+                                   strata=pairing.strata_for(agg, xr))
     if not (math.isfinite(res.low) and math.isfinite(res.high)):
         return None, f"metric undefined on {res.n_degenerate} of {res.n_resamples} resamples"
     return res, None

@@ -136,6 +136,39 @@ def test_paired_bootstrap_matches_slow_reference(metric, agg, fn, hib):
     assert res.n_docs == 25 and res.n_degenerate == 0 and res.level == pytest.approx(0.95, abs=1e-4)
 
 
+@pytest.mark.parametrize("rule", ["largest", "contiguous"])
+def test_memory_length_aggregations_vectorised_match_the_metrics_functions(rule):
+    """Within-length resampling, vectorised, against metrics.*_from_samples on every resample (the slow, obviously
+    correct path), with a failed length (NaN accuracies), dips and exact ties."""
+    rng = np.random.default_rng(2)
+    lengths = [32, 64, 128, 256, 512]
+    p_copy = {32: 0.999, 64: 0.995, 128: 0.7, 256: 0.95, 512: 0.3}
+    items = []
+    for L in lengths:
+        for _ in range(6):
+            c = 1.0 if rng.random() < p_copy[L] else 0.5
+            items.append([L, float("nan") if L == 256 and rng.random() < 0.2 else c, float(rng.random() < 0.3)])
+    items.sort(key=lambda r: r[0])
+    x = paired.as_array(items)
+    settings = {"fine_threshold": 0.75, "fine_rule": rule, "coarse_margin": 0.1, "coarse_rule": rule}  # 0.75: ties
+    aggs = paired._memory_aggregations(settings)
+    idx = paired._draw(np.random.default_rng(0), len(x), 300, x[:, 0])
+    stack = x[idx]
+    assert np.array_equal(stack[:, :, 0], np.broadcast_to(x[:, 0], stack.shape[:2]))  # lengths kept in place
+    ref = {
+        "fine_memory_length": [metrics.fine_memory_length_from_samples(r, 0.75, rule) for r in stack],
+        "coarse_memory_length": [metrics.coarse_memory_length_from_samples(r, 0.1, rule) for r in stack],
+        "n_failed_lengths": [metrics.n_failed_lengths_from_samples(r) for r in stack],
+    }
+    for name, fn in aggs.items():
+        got = fn(stack)
+        np.testing.assert_array_equal(got, np.asarray(ref[name], dtype=np.float64), err_msg=name)
+        assert len(set(got.tolist())) > 1 or name == "n_failed_lengths"  # the resamples really differ
+    # a stack without the within-length layout goes row by row, with the same numbers
+    shuffled = stack[:, np.random.default_rng(1).permutation(len(x))]
+    np.testing.assert_array_equal(aggs["fine_memory_length"](shuffled), np.asarray(ref["fine_memory_length"]))
+
+
 def test_memory_length_aggregation_is_found_and_resampled():
     rng = np.random.default_rng(0)
     lengths = [64, 128, 256, 512]
@@ -385,3 +418,58 @@ def test_samples_without_a_metrics_list_are_read_from_their_fields(tmp_path):
                          for x in f.read_text().splitlines()))
     s = paired.read_samples(f)
     assert set(s.docs[("none", 0)][1]) == {"ppl", "longppl", "n_key_tokens", "key_token_fraction"}
+
+
+def write_forgetting_curve_run(folder: Path, copy_p: dict, date_id: str, samples_per_length=8, seed=0):
+    """forgetting_curve results and samples as the task writes them: per document (one sample at one length)
+    copy_acc@L and lm_acc@L, and the (length, copy_acc, lm_acc) item of the memory-length aggregations."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    task, settings = "forgetting_curve", {"fine_threshold": 0.9, "fine_rule": "largest", "coarse_margin": 0.1,
+                                          "coarse_rule": "largest", "lengths": sorted(copy_p)}
+    docs = []
+    for L in sorted(copy_p):
+        for j in range(samples_per_length):
+            docs.append((L, float(np.clip(copy_p[L] + rng.normal(0, 0.02), 0, 1)), float(rng.uniform(0.1, 0.3))))
+    res, hib = {"alias": task}, {}
+    for L in sorted(copy_p):
+        for what, col in (("copy_acc", 1), ("lm_acc", 2)):
+            vals = [d[col] for d in docs if d[0] == L]
+            res[f"{what}@{L:05d},none"] = float(np.mean(vals))
+            res[f"{what}@{L:05d}_stderr,none"] = float(np.std(vals, ddof=1) / math.sqrt(len(vals)))
+            hib[f"{what}@{L:05d}"] = True
+    items = [list(d) for d in docs]
+    res["fine_memory_length,none"] = metrics.fine_memory_length_from_samples(items, 0.9, "largest")
+    res["coarse_memory_length,none"] = metrics.coarse_memory_length_from_samples(items, 0.1, "largest")
+    res["n_failed_lengths,none"] = metrics.n_failed_lengths_from_samples(items)
+    hib.update(fine_memory_length=True, coarse_memory_length=True, n_failed_lengths=False)
+    data = {"results": {task: res}, "higher_is_better": {task: hib},
+            "configs": {task: {"task": task, "metadata": {"longctx_settings": settings}}},
+            "versions": {task: 1}, "n-samples": {task: {"original": len(docs), "effective": len(docs)}},
+            "model_name": "org/ckpt"}
+    (folder / f"results_{date_id}.json").write_text(json.dumps(data))
+    with open(folder / f"samples_{task}_{date_id}.jsonl", "w") as f:
+        # lm-eval writes them in doc_id order; the doc is the sample's position, not the model's output
+        for i, (L, c, m) in enumerate(docs):
+            doc = {"length": L, "sample": i % samples_per_length, "start": 1000 * i}
+            vals = {f"copy_acc@{L:05d}": c, f"lm_acc@{L:05d}": m, "fine_memory_length": [L, c, m],
+                    "coarse_memory_length": [L, c, m], "n_failed_lengths": [L, c, m]}
+            f.write(json.dumps({"doc_id": i, "doc": doc, "filter": "none", "metrics": list(vals),
+                                "doc_hash": doc_hash(doc), **vals}) + "\n")
+
+
+def test_paired_gate_on_forgetting_curve_samples(tmp_path, capsys):
+    base_p = {64: 0.99, 128: 0.97, 256: 0.95, 512: 0.6}
+    write_forgetting_curve_run(tmp_path / "base", base_p, DATE_BASE, seed=0)
+    # the run: same documents, copy accuracy lower at 256 (fine memory length 256 -> 128)
+    write_forgetting_curve_run(tmp_path / "run", {**base_p, 256: 0.8}, DATE_RUN, seed=0)
+    code = main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "base"), "--n-resamples", "2000"])
+    rows = rows_of(capsys.readouterr().out)
+    assert code == 1
+    assert rows["forgetting_curve/copy_acc@00256"][5] == "paired (8 docs, mean)"
+    assert rows["forgetting_curve/copy_acc@00256"][-1] == "❌ regressed"
+    assert rows["forgetting_curve/fine_memory_length"][5] == "paired (32 docs, fine_memory_length)"
+    assert rows["forgetting_curve/fine_memory_length"][1:3] == ["256", "128"]
+    assert rows["forgetting_curve/n_failed_lengths"][5] == "paired (32 docs, n_failed_lengths)"
+    assert rows["forgetting_curve/n_failed_lengths"][-1] == "ok"
+    assert rows["forgetting_curve/copy_acc@00064"][-1] == "ok"
