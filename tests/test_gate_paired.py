@@ -473,3 +473,48 @@ def test_paired_gate_on_forgetting_curve_samples(tmp_path, capsys):
     assert rows["forgetting_curve/n_failed_lengths"][5] == "paired (32 docs, n_failed_lengths)"
     assert rows["forgetting_curve/n_failed_lengths"][-1] == "ok"
     assert rows["forgetting_curve/copy_acc@00064"][-1] == "ok"
+
+
+def test_per_configuration_metrics_use_their_own_documents(tmp_path, capsys):
+    """longeval_lines-style metrics: acc on every case, acc_0200 / acc_0400 only on the cases of one
+    configuration; each is recomputed on its own documents. A configuration whose documents differ between the
+    runs (a case skipped as over-length in one run only) falls back to the unpaired band."""
+    task = "longeval_lines_acc"
+
+    def write(folder, acc, date_id, skip=()):
+        folder.mkdir(parents=True, exist_ok=True)
+        recs, per = [], {"acc": [], "acc_0200": [], "acc_0400": []}
+        for i, a in enumerate(acc):
+            key = "acc_0200" if i < 20 else "acc_0400"
+            vals = {} if i in skip else {"acc": a, key: a}
+            for k, v in vals.items():
+                per[k].append(v)
+            doc = {"case": i, "num_lines": 200 if i < 20 else 400}
+            recs.append({"doc_id": i, "doc": doc, "filter": "none", "metrics": list(vals), "doc_hash": doc_hash(doc),
+                         **vals})
+        res = {"alias": task}
+        for k, v in per.items():
+            res[f"{k},none"] = float(np.mean(v))
+            res[f"{k}_stderr,none"] = float(np.std(v, ddof=1) / math.sqrt(len(v)))
+        data = {"results": {task: res}, "higher_is_better": {task: {k: True for k in per}},
+                "configs": {task: {"metadata": {"longctx_settings": {"num_lines": [200, 400]}}}},
+                "versions": {task: 1}, "n-samples": {task: {"original": 40, "effective": 40}}, "model_name": "m"}
+        (folder / f"results_{date_id}.json").write_text(json.dumps(data))
+        (folder / f"samples_{task}_{date_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    rng = np.random.default_rng(0)
+    base = (rng.random(40) < 0.8).astype(float)
+    run = base.copy()
+    run[20:28] = 0.0  # the 400-line configuration loses 8 of its cases (those it had right, mostly)
+    write(tmp_path / "base", base, DATE_BASE)
+    write(tmp_path / "run", run, DATE_RUN)
+    assert main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "base")]) == 1
+    rows = rows_of(capsys.readouterr().out)
+    assert rows[f"{task}/acc_0200"][5] == "paired (20 docs, mean)" and rows[f"{task}/acc_0200"][-1] == "ok"
+    assert rows[f"{task}/acc_0400"][5] == "paired (20 docs, mean)" and rows[f"{task}/acc_0400"][-1] == "❌ regressed"
+    assert rows[f"{task}/acc"][5] == "paired (40 docs, mean)"
+    write(tmp_path / "run", run, DATE_RUN, skip=(25,))
+    main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "base")])
+    rows = rows_of(capsys.readouterr().out)
+    assert rows[f"{task}/acc_0400"][5] == "unpaired (the runs have this metric on different documents)"
+    assert rows[f"{task}/acc_0200"][5] == "paired (20 docs, mean)"
