@@ -588,7 +588,8 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
                 name, c, b, hib, samples[split_name(name)[0]], run, config)
             if res is not None:
                 # the CI of worse, as a CI of the change (run - baseline) for the table
-                row.test, row.note = "paired", f"{res.n_docs} docs, {res.aggregation}"
+                row.test, row.note = "paired", f"{res.n_docs} docs, {res.aggregation}" + (
+                    f", {res.n_degenerate} resamples undefined, dropped" if res.n_degenerate else "")
                 row.ci = (-res.high, -res.low) if hib else (res.low, res.high)
                 regressed, improved = res.low > tolerance, res.high < -tolerance
             else:

@@ -518,3 +518,12 @@ def test_per_configuration_metrics_use_their_own_documents(tmp_path, capsys):
     rows = rows_of(capsys.readouterr().out)
     assert rows[f"{task}/acc_0400"][5] == "unpaired (the runs have this metric on different documents)"
     assert rows[f"{task}/acc_0200"][5] == "paired (20 docs, mean)"
+
+
+def test_resamples_where_the_metric_is_undefined_are_dropped_and_counted():
+    # LongPPL of a resample that holds only documents without key tokens is undefined (0 / 0)
+    run = paired.as_array([[5.0, 2], [0.0, 0], [0.0, 0], [0.0, 0]])
+    base = paired.as_array([[4.0, 2], [0.0, 0], [0.0, 0], [0.0, 0]])
+    res = paired.paired_bootstrap(run, base, paired._token_weighted_perplexity, False, 1.96, 1000, 0, "x")
+    # P(no document 0 in 4 draws) = (3/4)^4 = 32%
+    assert 250 < res.n_degenerate < 390 and res.low == res.high == pytest.approx(math.exp(2.5) - math.exp(2.0))
