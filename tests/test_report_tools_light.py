@@ -95,3 +95,10 @@ def test_gate_leaderboard_correlate_run_without_heavy_modules(tmp_path):
                               "--n-resamples", "200", "--out", str(tmp_path / "sub.json"))
     assert proc.returncode == 0 and heavy["loaded"] == [] and heavy["attempted"] == [], proc.stderr
     assert "exact permutation" in proc.stdout
+
+
+@pytest.mark.parametrize("script", ["regression_gate.py", "leaderboard.py", "verify_correlation.py"])
+def test_script_wrappers_help_without_heavy_modules(script):
+    proc, heavy = run_blocked(str(ROOT / "scripts" / script), "--help")
+    assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
+    assert heavy == {"preloaded": [], "loaded": [], "attempted": []}
