@@ -37,6 +37,11 @@ DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
 REPRODUCE_RTOL = 1e-6
 DEFAULT_N_RESAMPLES = 10000
 DEFAULT_SEED = 0
+# Below these, a percentile bootstrap over documents covers clearly less than its nominal level (with n documents
+# its spread is the plug-in one, too small by sqrt((n-1)/n), and its tails are normal-like where a t with n-1
+# degrees of freedom is called for), so the gate uses the unpaired band instead.
+MIN_PAIRED_DOCS = 10
+MIN_STRATUM_DOCS = 5  # per tested length, for the forgetting curve's memory lengths (resampled within lengths)
 _BLOCK = 1000  # resamples drawn at a time (bounds memory for many documents)
 # the fields lm-eval writes in every samples line; the others are the task's per-document metric values
 SAMPLE_FIELDS = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics", "doc_hash",

@@ -519,13 +519,19 @@ def _paired_test(name, c: Metric, b: Metric, hib: bool, samples, run: Run, confi
             return None, "the runs tested other lengths on these documents"
         order = np.argsort(xr[:, 0], kind="stable")
         xr, xb = xr[order], xb[order]
-    if len(docs) < 2:
-        return None, "fewer than 2 documents"
+    if len(docs) < pairing.MIN_PAIRED_DOCS:
+        return None, f"{len(docs)} documents: the paired bootstrap needs {pairing.MIN_PAIRED_DOCS}"
     agg, fn = pairing.find_aggregation(metric, xr, xb, c.value, b.value, run.settings.get(task) or {})
     if fn is None:
         return None, "per-document values do not reproduce the reported value"
+    strata = pairing.strata_for(agg, xr)
+    if strata is not None:
+        smallest = int(np.unique(strata, return_counts=True)[1].min())
+        if smallest < pairing.MIN_STRATUM_DOCS:
+            return None, (f"{smallest} samples at some length: the paired bootstrap needs "
+                          f"{pairing.MIN_STRATUM_DOCS} per length")
     res = pairing.paired_bootstrap(xr, xb, fn, hib, config.z, config.n_resamples, config.seed, name, agg,
-                                   strata=pairing.strata_for(agg, xr))
+                                   strata=strata)
     if not (math.isfinite(res.low) and math.isfinite(res.high)):
         return None, f"metric undefined on {res.n_degenerate} of {res.n_resamples} resamples"
     return res, None

@@ -353,7 +353,8 @@ def test_paired_gate_on_real_lm_eval_log_samples_output(tmp_path, model_dirs, co
     model.save_pretrained(noisy)
     AutoTokenizer.from_pretrained(model_dirs["a"]).save_pretrained(noisy)
 
-    docs = write_docs(tmp_path / "docs.jsonl", [t[:1200] for t in corpus_texts[:5]])
+    # 12 documents (the paired test needs 10): two pieces of each test text
+    docs = write_docs(tmp_path / "docs.jsonl", [t[i:i + 700] for t in corpus_texts[:6] for i in (0, 1500)])
     lm_eval_run(model_dirs["a"], docs, tmp_path / "base", tmp_path)
     lm_eval_run(noisy, docs, tmp_path / "run", tmp_path)
     assert list((tmp_path / "run").rglob(f"samples_{TASK}_*.jsonl"))
@@ -363,7 +364,7 @@ def test_paired_gate_on_real_lm_eval_log_samples_output(tmp_path, model_dirs, co
     rows = rows_of(out)
     for m in ("ppl", "longppl"):
         row = rows[f"{TASK}/{m}"]
-        assert row[5] == "paired (5 docs, token_weighted_perplexity)", out
+        assert row[5] == "paired (12 docs, token_weighted_perplexity)", out
         lo, hi = (float(v) for v in row[6].strip("[]").split(","))
         change = float(row[3])
         assert lo <= change <= hi or math.isclose(change, lo) or math.isclose(change, hi)
@@ -460,17 +461,25 @@ def write_forgetting_curve_run(folder: Path, copy_p: dict, date_id: str, samples
 
 def test_paired_gate_on_forgetting_curve_samples(tmp_path, capsys):
     base_p = {64: 0.99, 128: 0.97, 256: 0.95, 512: 0.6}
-    write_forgetting_curve_run(tmp_path / "base", base_p, DATE_BASE, seed=0)
+    write_forgetting_curve_run(tmp_path / "base", base_p, DATE_BASE, samples_per_length=10, seed=0)
     # the run: same documents, copy accuracy lower at 256 (fine memory length 256 -> 128)
-    write_forgetting_curve_run(tmp_path / "run", {**base_p, 256: 0.8}, DATE_RUN, seed=0)
+    write_forgetting_curve_run(tmp_path / "run", {**base_p, 256: 0.8}, DATE_RUN, samples_per_length=10, seed=0)
     code = main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "base"), "--n-resamples", "2000"])
     rows = rows_of(capsys.readouterr().out)
     assert code == 1
-    assert rows["forgetting_curve/copy_acc@00256"][5] == "paired (8 docs, mean)"
+    assert rows["forgetting_curve/copy_acc@00256"][5] == "paired (10 docs, mean)"
     assert rows["forgetting_curve/copy_acc@00256"][-1] == "❌ regressed"
-    assert rows["forgetting_curve/fine_memory_length"][5] == "paired (32 docs, fine_memory_length)"
+    assert rows["forgetting_curve/fine_memory_length"][5] == "paired (40 docs, fine_memory_length)"
     assert rows["forgetting_curve/fine_memory_length"][1:3] == ["256", "128"]
-    assert rows["forgetting_curve/n_failed_lengths"][5] == "paired (32 docs, n_failed_lengths)"
+    assert rows["forgetting_curve/n_failed_lengths"][5] == "paired (40 docs, n_failed_lengths)"
+    # too few samples per length (4) or documents (8) for a bootstrap: the unpaired band, and the row says why
+    write_forgetting_curve_run(tmp_path / "base", base_p, DATE_BASE, samples_per_length=4, seed=0)
+    write_forgetting_curve_run(tmp_path / "run", {**base_p, 256: 0.8}, DATE_RUN, samples_per_length=4, seed=0)
+    main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "base")])
+    rows = rows_of(capsys.readouterr().out)
+    assert rows["forgetting_curve/copy_acc@00256"][5] == "unpaired (4 documents: the paired bootstrap needs 10)"
+    assert rows["forgetting_curve/fine_memory_length"][5] == (
+        "unpaired (4 samples at some length: the paired bootstrap needs 5 per length)")
     assert rows["forgetting_curve/n_failed_lengths"][-1] == "ok"
     assert rows["forgetting_curve/copy_acc@00064"][-1] == "ok"
 
