@@ -365,8 +365,9 @@ CONTENT_IDENTIFIED = {
 }
 # A span folder whose files were not verified against its manifest's checksums is identified by its path only.
 UNVERIFIED = {"key_spans_dir": "key_spans_verified"}
-# Settings recorded under this key are declared as changing no number (speed, memory, devices, cache folders).
-RUNTIME_PREFIX = "runtime"
+# Settings recorded for the record that change no number: where a per-token export went, and the `runtime` group
+# of every task's record (speed, memory, devices, cache folders: declared as not affecting numbers).
+NOT_NUMERIC_SETTINGS = ("export_tokens", "runtime")
 
 
 def _recorded(flat: dict, prefix: str) -> dict:
@@ -394,11 +395,11 @@ def identified_by_content(key: str, a: dict, b: dict | None = None) -> bool:
 def settings_differences(run: Run, base: Run, tasks, ignore=()) -> dict[str, list[str]]:
     """Per task, the keys that differ between the run and the baseline: longctx_settings (dotted), the task
     version, and the number of documents scored (``--limit``). ``ignore``: dotted keys (or prefixes) to skip.
-    Paths identified by equal content hashes (:data:`CONTENT_IDENTIFIED`) and settings recorded under
-    ``runtime`` (declared as changing no number) are not differences."""
+    Paths identified by equal content hashes (:data:`CONTENT_IDENTIFIED`) and :data:`NOT_NUMERIC_SETTINGS` (the
+    ``runtime`` group, ``export_tokens``) are not differences."""
 
     def ignored(key):
-        return any(key == i or key.startswith(i + ".") for i in (*ignore, RUNTIME_PREFIX))
+        return any(key == i or key.startswith(i + ".") for i in (*ignore, *NOT_NUMERIC_SETTINGS))
 
     diffs = {}
     for task in tasks:
@@ -622,7 +623,7 @@ def settings_signature(data: dict, task: str) -> dict:
     s = (cfg.get("metadata") or {}).get("longctx_settings") if isinstance(cfg, dict) else None
     flat = flatten(s) if isinstance(s, dict) else {}
     sig = {k: v for k, v in flat.items() if not identified_by_content(k, flat)
-           and k != RUNTIME_PREFIX and not k.startswith(RUNTIME_PREFIX + ".")}
+           and not any(k == i or k.startswith(i + ".") for i in NOT_NUMERIC_SETTINGS)}
     sig["<task version>"] = (data.get("versions") or {}).get(task)
     ns = (data.get("n-samples") or {}).get(task)
     sig["<n-samples effective>"] = ns.get("effective") if isinstance(ns, dict) else None

@@ -574,6 +574,7 @@ def test_runtime_settings_and_unverified_span_folders(tmp_path, capsys):
     a, b = copy.deepcopy(SETTINGS), copy.deepcopy(SETTINGS)
     a["longppl_govreport"]["runtime"] = {"chunk_size": 1024, "span_cache_dir": "/a"}
     b["longppl_govreport"]["runtime"] = {"chunk_size": 4096, "span_cache_dir": "/b"}
+    a["longppl_govreport"]["export_tokens"] = "/exports/a"  # where a per-token export went
     assert gate(tmp_path, results_json(settings=a), results_json(settings=b)) == 0
     man = {"evaluator": "e", "texts_sha256": "abc123", "slice_sha256": {"slice_0.txt": "00"}}
     for verified, code in ((True, 0), (False, 2)):
