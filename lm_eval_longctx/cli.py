@@ -14,8 +14,11 @@ def main(argv=None) -> int:
     add_gate_parser(sub)
     add_leaderboard_parser(sub)
     add_correlate_parser(sub)
-    add_demo_parser(sub)
-    add_validate_parser(sub)
+    # demo and validate take their options from modules that import torch: build them only when asked for,
+    # so that gate / leaderboard / correlate (and --help) stay numpy + scipy (+ yaml) only
+    heavy = _command_of(sys.argv[1:] if argv is None else argv) in ("demo", "validate")
+    add_demo_parser(sub, full=heavy)
+    add_validate_parser(sub, full=heavy)
     add_view_parser(sub)
     args = p.parse_args(argv)
     if args.command == "view":
@@ -38,16 +41,28 @@ def main(argv=None) -> int:
     except UnusableInput as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
+    except Exception as e:  # noqa: BLE001  (an uncaught exception would exit 1, which means "regressed")
+        print(f"error: {args.command} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
+
+
+def _command_of(argv) -> str | None:
+    """The subcommand named in ``argv`` (its first argument that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 # --------------------------------------------------------------------------- reporting subcommands
 # The logic lives in lm_eval_longctx/reporting.py; scripts/regression_gate.py, scripts/leaderboard.py and
 # scripts/verify_correlation.py call these same subcommands.
 
-GATE_HELP = """Compare a results JSON (or a folder of them) with a baseline. Exit 0: pass; 1: a metric regressed
-(worse than the baseline by more than its tolerance AND more than z x sqrt(se_run^2 + se_base^2)); 2: unusable
-input (malformed file, a baseline metric missing from the run, differing longctx_settings / task version /
-number of documents)."""
+GATE_HELP = """Compare a results JSON (or a folder of them) with a baseline. Exit 0: pass; 1: a metric regressed;
+2: unusable input (unreadable or malformed file or field, a baseline metric missing from the run or not a finite
+number, differing longctx_settings / task version / number of documents, other documents, two models in one folder,
+a file that cannot be written). Regressed: when both runs were made with --log_samples (samples_<task>_<date>.jsonl
+beside the results), the whole CI of the change (paired bootstrap over the same documents of both runs, the corpus
+metric recomputed on each resample for both; level matching z) is worse than the baseline by more than the
+tolerance; otherwise (unpaired) the change is worse by more than the tolerance and more than
+z x sqrt(se_run^2 + se_base^2). The table says which test each row used."""
 
 
 def add_gate_parser(sub) -> None:
@@ -55,9 +70,14 @@ def add_gate_parser(sub) -> None:
                        description=GATE_HELP)
     g.add_argument("results", help="results JSON of the run (lm_eval --output_path), or a folder of them")
     g.add_argument("--baseline", required=True, help="baseline results JSON, or a folder of them")
-    g.add_argument("--config", default=None, help="tolerances, JSON or YAML (see README: Regression gate)")
+    g.add_argument("--config", default=None, help="tolerances, JSON or YAML (see docs/report-tools.md)")
     g.add_argument("--z", type=float, default=None,
-                   help="stderr multiplier (overrides the config's z; default 1.96)")
+                   help="significance in standard errors (overrides the config's z; default 1.96, i.e. a 95%% CI)")
+    g.add_argument("--unpaired", action="store_true",
+                   help="use the unpaired stderr band even when both runs have per-document samples")
+    g.add_argument("--n-resamples", type=int, default=None,
+                   help="paired bootstrap resamples (default 10000)")
+    g.add_argument("--seed", type=int, default=None, help="paired bootstrap seed (default 0)")
     g.add_argument("--ignore-setting", action="append", default=[], metavar="KEY",
                    help="dotted longctx_settings key not required to match (repeatable; adds to the config's)")
     g.add_argument("--summary", default=None, metavar="FILE",
@@ -69,24 +89,33 @@ def run_gate(args) -> int:
 
     config = reporting.load_gate_config(args.config) if args.config else reporting.GateConfig()
     if args.z is not None:
-        if args.z < 0:
-            raise reporting.UnusableInput("--z must be >= 0")
-        config.z = args.z
+        config.z = reporting.check_z(args.z, "--z")
+    if args.unpaired:
+        config.paired = False
+    if args.n_resamples is not None:
+        config.n_resamples = reporting.check_n_resamples(args.n_resamples, "--n-resamples")
+    if args.seed is not None:
+        if args.seed < 0:
+            raise reporting.UnusableInput("--seed must be >= 0")
+        config.seed = args.seed
     config.ignore_settings = list(config.ignore_settings) + list(args.ignore_setting)
     report = reporting.compare(reporting.load_run(args.results), reporting.load_run(args.baseline), config)
     text = report.markdown()
     print(text)
     if args.summary:
-        with open(args.summary, "a") as f:
-            f.write(text + "\n")
+        reporting.write_text(args.summary, text + "\n", append=True, what="--summary file")
     return report.exit_code
 
 
 def add_leaderboard_parser(sub) -> None:
     g = sub.add_parser("leaderboard", help="collect results JSONs into one table (Markdown and CSV)")
-    g.add_argument("results", nargs="+", help="results JSON files or folders (one model per file; same model merged)")
+    g.add_argument("results", nargs="+", help="results JSON files or folders (files of one model with the same "
+                                              "settings are merged into one row)")
     g.add_argument("--metric", action="append", default=[], metavar="PATTERN",
                    help="only columns matching this 'task/metric' pattern (fnmatch; repeatable)")
+    g.add_argument("--one-row-per-model", action="store_true",
+                   help="exit 2 when a model has results under different settings (default: one row per "
+                        "(model, settings), the differing settings in the row label)")
     g.add_argument("--csv", default=None, help="write the CSV table here")
     g.add_argument("--markdown", default=None, help="write the Markdown table here (it is printed anyway)")
 
@@ -94,15 +123,13 @@ def add_leaderboard_parser(sub) -> None:
 def run_leaderboard(args) -> int:
     from . import reporting
 
-    board = reporting.build_leaderboard(args.results, args.metric)
+    board = reporting.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
     md = board.markdown()
     print(md)
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            f.write(board.csv())
+        reporting.write_text(args.csv, board.csv(), what="--csv file")
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(md)
+        reporting.write_text(args.markdown, md, what="--markdown file")
     return 0
 
 
@@ -117,7 +144,7 @@ def add_correlate_parser(sub) -> None:
     g.add_argument("--benchmark-column", default=None, help="column of --benchmark (default: its only one)")
     g.add_argument("--model-column", default="model", help="name of the model column in the CSVs")
     g.add_argument("--n-resamples", type=int, default=5000, help="bootstrap resamples (default 5000)")
-    g.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    g.add_argument("--seed", type=int, default=0, help="bootstrap and Monte Carlo permutation seed (default 0)")
     g.add_argument("--out", default=None, help="write the submission JSON here")
 
 
@@ -129,7 +156,7 @@ def run_correlate(args) -> int:
     if args.results:
         if not args.metric:
             raise reporting.UnusableInput("--metric task/metric is required with --results")
-        board = reporting.build_leaderboard(args.results, [args.metric])
+        board = reporting.build_leaderboard(args.results, [args.metric], one_row_per_model=True)
         if args.metric not in board.metrics:
             raise reporting.UnusableInput(f"no metric {args.metric!r} in the results (found {board.metrics})")
         scores = board.column(args.metric)
@@ -138,18 +165,20 @@ def run_correlate(args) -> int:
     bench = reporting.read_score_csv(args.benchmark, args.benchmark_column, args.model_column)
     if args.n_resamples < 1:
         raise reporting.UnusableInput("--n-resamples must be >= 1")
+    if args.seed < 0:
+        raise reporting.UnusableInput("--seed must be >= 0")
     res = reporting.correlate(scores, bench, n_resamples=args.n_resamples, seed=args.seed)
     res = {"metric": args.metric, "benchmark": args.benchmark_column or Path(args.benchmark).stem, **res}
-    ci, sk = res["spearman_bootstrap_ci"], res["skipped_spearman"]
+    pe, sp, ci, sk = res["pearson"], res["spearman"], res["spearman_bootstrap_ci"], res["skipped_spearman"]
     print(f"models: {res['n_models']}")
-    print(f"Pearson r = {res['pearson']['r']:+.4f} (p = {res['pearson']['p']:.3g})")
-    print(f"Spearman rho = {res['spearman']['rho']:+.4f} (p = {res['spearman']['p']:.3g})")
-    print(f"skipped Spearman rho = {sk['rho']:+.4f} (p = {sk['p']:.3g}; removed {sk['n_removed']}: {sk['removed']})")
+    print(f"Pearson r = {pe['r']:+.4f} (n = {pe['n']}; p = {pe['p']:.3g}, {pe['p_method']})")
+    print(f"Spearman rho = {sp['rho']:+.4f} (n = {sp['n']}; p = {sp['p']:.3g}, {sp['p_method']})")
+    print(f"skipped Spearman rho = {sk['rho']:+.4f} (n = {sk['n']} after removing {sk['n_removed']}: {sk['removed']}; "
+          f"p = {sk['p']:.3g}, {sk['p_method']})")
     print(f"Spearman {ci['level']:.0%} bootstrap CI = [{ci['low']:+.4f}, {ci['high']:+.4f}] "
-          f"({ci['n_resamples']} resamples, seed {ci['seed']})")
+          f"(n = {ci['n']}; {ci['n_resamples']} resamples, seed {ci['seed']})")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=2)
+        reporting.write_text(args.out, json.dumps(res, indent=2) + "\n", what="--out file")
         print(f"wrote {args.out}")
     return 0
 
@@ -165,11 +194,13 @@ OUT/demo_summary.json. Exit 0; with --check, 1 when a target fails, a task is mi
 2 when the demo cannot run."""
 
 
-def add_demo_parser(sub) -> None:
-    from .demo import DEFAULT_OUT, DEMO_BUDGETS
-
+def add_demo_parser(sub, full: bool = True) -> None:
     g = sub.add_parser("demo", help="offline demo: the four tasks on the embedded model and documents",
                        description=DEMO_HELP)
+    if not full:
+        return
+    from .demo import DEFAULT_OUT, DEMO_BUDGETS
+
     g.add_argument("--out", default=f"./{DEFAULT_OUT}", help=f"output folder (default ./{DEFAULT_OUT})")
     g.add_argument("--model", default=None, metavar="DIR",
                    help="checkpoint folder to evaluate instead of the packaged demo model")
@@ -188,12 +219,13 @@ def add_demo_parser(sub) -> None:
                         "them as constructed (same as `lm-eval-longctx validate`, which has more options)")
 
 
-def add_validate_parser(sub) -> None:
-    from .validation import add_arguments
-
+def add_validate_parser(sub, full: bool = True) -> None:
     g = sub.add_parser("validate", help="known-answer validation: do the metrics rank models of known memory "
                                         "distance correctly? (scripts/validate_metrics.py)")
-    add_arguments(g)
+    if full:
+        from .validation import add_arguments
+
+        add_arguments(g)
 
 
 def run_validate_mode(args) -> int:

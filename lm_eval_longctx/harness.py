@@ -268,13 +268,15 @@ _twp._longctx_bootstrap = True
 _ratio._longctx_bootstrap = True
 
 AGGREGATIONS = {"token_weighted_perplexity": _twp, "corpus_ratio": _ratio}
-# metric -> (aggregation name, higher_is_better); tasks add theirs with register_metrics()
-METRICS = {
+# metric -> (aggregation name, higher_is_better); tasks add theirs with register_metrics(). None: a diagnostic
+# with no better direction (how many tokens the evaluator marks is a property of the texts and the evaluator, not
+# a quality of the evaluated model), so a regression gate shows it and never fails on it.
+METRICS: dict[str, tuple[str, bool | None]] = {
     "longppl": ("token_weighted_perplexity", False),
     "longppl_soft": ("token_weighted_perplexity", False),
     "ppl": ("token_weighted_perplexity", False),
-    "key_token_fraction": ("corpus_ratio", True),
-    "n_key_tokens": ("mean", True),
+    "key_token_fraction": ("corpus_ratio", None),
+    "n_key_tokens": ("mean", None),
 }
 
 
@@ -290,7 +292,7 @@ def _passthrough(items):  # per-document values are computed in process_results
     return items
 
 
-def register_metrics(extra: dict[str, tuple[str, bool]] | None = None) -> None:
+def register_metrics(extra: dict[str, tuple[str, bool | None]] | None = None) -> None:
     """Register our aggregations and metrics (plus ``extra``) once; never replace an existing entry."""
     import lm_eval.api.metrics  # noqa: F401  (fills the built-in registries first)
     from lm_eval.api import registry

@@ -148,7 +148,7 @@ def test_missing_metric_and_malformed_input_exit_2(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
     bad_cfg = write(tmp_path / "bad.yaml", "metrics:\n  x: {abs: -1}\n")
     assert gate(tmp_path, results_json(), results_json(), "--config", str(bad_cfg)) == 2
-    assert "abs must be a number >= 0" in capsys.readouterr().err
+    assert "abs must be a finite number >= 0" in capsys.readouterr().err
     typo_cfg = write(tmp_path / "typo.yaml", "tolerance: 1\n")
     assert gate(tmp_path, results_json(), results_json(), "--config", str(typo_cfg)) == 2
     assert "unknown keys ['tolerance']" in capsys.readouterr().err
@@ -269,3 +269,330 @@ def test_correlate_cli_writes_submission_json(tmp_path, capsys):
     assert main(["correlate", "--results", str(tmp_path / "res"), "--metric", "longppl_govreport/longppl",
                  "--benchmark", str(few)]) == 2
     assert "at least 4 models" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ no wrong verdict
+
+
+@pytest.mark.parametrize("z", ["nan", "inf", "-1", "-inf"])
+def test_non_finite_or_negative_z_is_exit_2(tmp_path, capsys, z):
+    assert gate(tmp_path, results_json(longppl=9.0), results_json(), f"--z={z}") == 2
+    assert "--z must be a finite number >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,what", [
+    ("z: .nan\n", "z must be a finite number"),
+    ("z: .inf\n", "z must be a finite number"),
+    ("default: {abs: .nan}\n", "default.abs must be a finite number"),
+    ("default: {rel: .inf}\n", "default.rel must be a finite number"),
+    ("metrics:\n  '*': {rel: .nan}\n", "rel must be a finite number"),
+    ("metrics:\n  '*': {skip: 'yes'}\n", "skip must be true or false"),
+    ("n_resamples: 10\n", "n_resamples must be an integer >= 100"),
+    ("paired: 1\n", "paired must be true or false"),
+])
+def test_non_finite_config_values_are_exit_2(tmp_path, capsys, text, what):
+    cfg = write(tmp_path / "gate.yaml", text)
+    # the run is far worse: a silently ignored NaN tolerance would let it pass or fail for the wrong reason
+    assert gate(tmp_path, results_json(longppl=9.0), results_json(), "--config", str(cfg)) == 2
+    assert what in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [None, "5.0", float("nan"), float("inf"), [5.0]])
+def test_baseline_metric_that_is_not_a_finite_number_is_exit_2(tmp_path, capsys, bad):
+    base = results_json()
+    base["results"]["longppl_govreport"]["longppl,none"] = bad
+    # the run regressed on copy_acc too: before, the bad baseline metric was dropped and this passed or failed
+    # on the other metrics alone
+    assert gate(tmp_path, results_json(longppl=9.0), base) == 2
+    err = capsys.readouterr().err
+    assert "longppl_govreport/longppl: the baseline's value is" in err and err.count("\n") == 1
+    # the same in the run
+    assert gate(tmp_path, base, results_json()) == 2
+    assert "longppl_govreport/longppl: the run's value is" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field,value,what", [
+    ("longppl_stderr,none", "big", "not a stderr"),
+    ("longppl_stderr,none", -0.1, "not a stderr"),
+])
+def test_malformed_stderr_is_exit_2(tmp_path, capsys, field, value, what):
+    base = results_json()
+    base["results"]["longppl_govreport"][field] = value
+    assert gate(tmp_path, results_json(), base) == 2
+    assert what in capsys.readouterr().err
+
+
+def test_malformed_direction_is_exit_2(tmp_path, capsys):
+    base = results_json()
+    base["higher_is_better"]["longppl_govreport"]["longppl"] = "lower"
+    assert gate(tmp_path, results_json(), base) == 2
+    assert "higher_is_better.longppl_govreport.longppl is \"lower\"" in capsys.readouterr().err
+
+
+def test_failures_to_read_or_write_are_exit_2_with_one_line(tmp_path, capsys):
+    # --summary into a folder that does not exist: the verdict was printed, the summary could not be written
+    assert gate(tmp_path, results_json(), results_json(), "--summary", str(tmp_path / "no" / "summary.md")) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the --summary file" in err and err.count("\n") == 1
+    # a results file that is not UTF-8
+    r = tmp_path / "latin1.json"
+    r.write_bytes(json.dumps(results_json(model="caf\u00e9")).replace("\\u00e9", "\u00e9").encode("latin-1"))
+    assert main(["gate", str(r), "--baseline", str(r)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+    # a config that cannot be read
+    assert gate(tmp_path, results_json(), results_json(), "--config", str(tmp_path / "missing.yaml")) == 2
+    assert "no such gate config" in capsys.readouterr().err
+    # leaderboard outputs into a missing folder
+    write(tmp_path / "board" / "results_2026.json", results_json())
+    for opt in ("--csv", "--markdown"):
+        assert main(["leaderboard", str(tmp_path / "board"), opt, str(tmp_path / "no" / "x")]) == 2
+        err = capsys.readouterr().err
+        assert f"cannot write the {opt} file" in err and err.count("\n") == 1
+
+
+def test_folder_with_two_models_is_exit_2(tmp_path, capsys):
+    write(tmp_path / "run" / "results_2026-01-02T00-00-00.json", results_json(model="org/a"))
+    write(tmp_path / "run" / "results_2026-01-03T00-00-00.json", results_json(model="org/b", longppl=9.0))
+    base = write(tmp_path / "base.json", results_json(model="org/a"))
+    assert main(["gate", str(tmp_path / "run"), "--baseline", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert "2 different models" in err and "'org/a'" in err and "'org/b'" in err
+
+
+def test_paths_identified_by_content_hash_are_not_differences(tmp_path, capsys):
+    def with_paths(data_files, spans_dir, texts_sha="abc123", manifest=None):
+        s = copy.deepcopy(SETTINGS)
+        s["longppl_govreport"]["data"] = {"data_files": data_files, "num_docs": 50, "texts_sha256": texts_sha}
+        s["longppl_govreport"]["key_spans_dir"] = spans_dir
+        s["longppl_govreport"]["key_spans_manifest"] = manifest
+        return s
+
+    man = {"evaluator": "meta-llama/Llama-3.1-8B", "trunc_len": 4096, "texts_sha256": "abc123"}
+    here = with_paths("/ci/runner1/govreport.jsonl", "/ci/runner1/spans", manifest=man)
+    there = with_paths("/home/me/govreport.jsonl", "/home/me/spans", manifest=dict(man))
+    assert gate(tmp_path, results_json(settings=here), results_json(settings=there)) == 0
+    # the same paths, other contents: refused, naming the hash
+    other = with_paths("/home/me/govreport.jsonl", "/home/me/spans", texts_sha="zzz", manifest=dict(man))
+    assert gate(tmp_path, results_json(settings=here), results_json(settings=other)) == 2
+    assert "data.texts_sha256" in capsys.readouterr().err
+    # span folders without a manifest: nothing but the path identifies them, so the path is compared
+    bare_here = with_paths("/ci/runner1/govreport.jsonl", "/ci/runner1/spans")
+    bare_there = with_paths("/home/me/govreport.jsonl", "/home/me/spans")
+    assert gate(tmp_path, results_json(settings=bare_here), results_json(settings=bare_there)) == 2
+    err = capsys.readouterr().err
+    assert "key_spans_dir" in err and "data.data_files" not in err
+    # a manifest that differs: refused on the manifest's key, and on the path
+    man2 = {**man, "trunc_len": 2048}
+    assert gate(tmp_path, results_json(settings=here),
+                results_json(settings=with_paths("/home/me/x.jsonl", "/home/me/spans", manifest=man2))) == 2
+    err = capsys.readouterr().err
+    assert "key_spans_manifest.trunc_len" in err and "key_spans_dir" in err
+    # forgetting_curve: the tokenizer path of another checkpoint over the same token stream is no difference
+    fc_a, fc_b = copy.deepcopy(SETTINGS), copy.deepcopy(SETTINGS)
+    for s, tok in ((fc_a, "/ckpt/step-1000"), (fc_b, "/ckpt/step-2000")):
+        s["forgetting_curve"]["tokenizer"] = tok
+        s["forgetting_curve"]["data"]["stream_sha256"] = "f00d"
+    assert gate(tmp_path, results_json(settings=fc_a), results_json(settings=fc_b)) == 0
+
+
+def test_unit_identified_by_content():
+    a = reporting.flatten({"data": {"data_files": "/x", "texts_sha256": "h"}})
+    b = reporting.flatten({"data": {"data_files": "/y", "texts_sha256": "h"}})
+    c = reporting.flatten({"data": {"data_files": "/y", "texts_sha256": None}})
+    assert reporting.identified_by_content("data.data_files", a, b)
+    assert not reporting.identified_by_content("data.data_files", a, c)
+    assert not reporting.identified_by_content("data.data_files", c, c)  # no hash recorded: the path counts
+    assert not reporting.identified_by_content("data.num_docs", a, b)  # not a path key
+
+
+# ------------------------------------------------------------------------------------------------ directions
+
+
+def test_diagnostic_metrics_have_no_direction():
+    """Counts and diagnostics must not fail a gate by default: their declared direction is None."""
+    from lm_eval_longctx import harness
+    from lm_eval_longctx.tasks import longeval, retrieval_gain  # noqa: F401  (registers their metrics)
+
+    assert harness.METRICS["n_key_tokens"][1] is None
+    assert harness.METRICS["key_token_fraction"][1] is None
+    assert longeval.LongEvalLinesPPLTask.PER_CONFIG["prompt_tokens"][1] is None
+    assert longeval.LongEvalLinesAccTask.PER_CONFIG["prompt_tokens"][1] is None
+    # the quality metrics keep theirs
+    assert harness.METRICS["longppl"][1] is False and harness.METRICS["ppl"][1] is False
+    assert retrieval_gain.METRICS["retrieval_gain"][1] is True
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "task_configs" / "longppl_govreport.yaml").read_text().replace("!function", ""))
+    hib = {m["metric"]: m["higher_is_better"] for m in cfg["metric_list"]}
+    assert hib == {"longppl": False, "ppl": False, "key_token_fraction": None, "n_key_tokens": None}
+
+
+def test_count_metric_without_direction_is_shown_not_gated(tmp_path, capsys):
+    base, run = results_json(), results_json()
+    for d, v in ((base, 100.0), (run, 40.0)):
+        d["results"]["longppl_govreport"]["n_key_tokens,none"] = v
+        d["higher_is_better"]["longppl_govreport"]["n_key_tokens"] = None
+    assert gate(tmp_path, run, base) == 0
+    assert "| `longppl_govreport/n_key_tokens` | 100 | 40 | -60 |" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------ leaderboard
+
+
+def test_leaderboard_never_merges_runs_with_other_settings(tmp_path, capsys):
+    other = copy.deepcopy(SETTINGS)
+    other["longppl_govreport"]["trunc_len"] = 2048
+    write(tmp_path / "a" / "results_2026-01-01T00-00-00.json", results_json(model="org/a", longppl=5.0))
+    write(tmp_path / "a" / "results_2026-01-02T00-00-00.json",
+          results_json(model="org/a", longppl=7.0, settings=other))
+    write(tmp_path / "b" / "results_2026-01-01T00-00-00.json", results_json(model="org/b", longppl=6.0))
+    out_csv = tmp_path / "board.csv"
+    assert main(["leaderboard", str(tmp_path / "a"), str(tmp_path / "b"), "--metric", "*/longppl",
+                 "--csv", str(out_csv)]) == 0
+    md = capsys.readouterr().out
+    assert "| org/a [longppl_govreport.trunc_len=4096] | 5 ± 0.05 |" in md
+    assert "| org/a [longppl_govreport.trunc_len=2048] | 7 ± 0.05 |" in md
+    assert "| org/b | 6 ± 0.05 |" in md
+    rows = list(__import__("csv").DictReader(out_csv.read_text().splitlines()))
+    assert len(rows) == 3
+    assert main(["leaderboard", str(tmp_path / "a"), str(tmp_path / "b"), "--one-row-per-model"]) == 2
+    assert "'org/a' has results under different settings" in capsys.readouterr().err
+    # the same settings in two files: merged (the later file wins), one row
+    write(tmp_path / "c" / "results_2026-01-01T00-00-00.json", results_json(model="org/c", longppl=5.0))
+    write(tmp_path / "c" / "results_2026-01-02T00-00-00.json", results_json(model="org/c", longppl=5.5))
+    assert main(["leaderboard", str(tmp_path / "c"), "--one-row-per-model", "--metric", "*/longppl"]) == 0
+    assert "| org/c | 5.5 ± 0.05 |" in capsys.readouterr().out
+
+
+def test_leaderboard_nan_is_nan_and_missing_is_missing(tmp_path, capsys):
+    a = results_json(model="org/a")
+    a["results"]["longppl_govreport"]["longppl,none"] = float("nan")
+    b = results_json(model="org/b")
+    del b["results"]["forgetting_curve"]
+    write(tmp_path / "a" / "results_2026.json", a)
+    write(tmp_path / "b" / "results_2026.json", b)
+    out_csv = tmp_path / "board.csv"
+    assert main(["leaderboard", str(tmp_path), "--metric", "*/longppl", "--metric", "*/copy_acc",
+                 "--csv", str(out_csv)]) == 0
+    md = capsys.readouterr().out
+    assert "| org/a | 0.8 ± 0.01 | NaN ± 0.05 |" in md or "| org/a | 0.8 ± 0.01 | NaN |" in md
+    assert "| org/b | missing | 5 ± 0.05 |" in md
+    rows = {r["model"]: r for r in __import__("csv").DictReader(out_csv.read_text().splitlines())}
+    assert rows["org/a"]["longppl_govreport/longppl"] == "nan"
+    assert rows["org/b"]["forgetting_curve/copy_acc"] == ""
+    # a value that is not a number at all is a malformed file
+    a["results"]["longppl_govreport"]["longppl,none"] = "5.0"
+    write(tmp_path / "a" / "results_2026.json", a)
+    assert main(["leaderboard", str(tmp_path), "--metric", "*/longppl"]) == 2
+    assert "longppl_govreport/longppl is \"5.0\", not a number" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ correlation
+
+
+def test_correlate_model_listed_twice_is_exit_2(tmp_path, capsys):
+    scores = write(tmp_path / "scores.csv", "model,longppl\nm0,1\nm1,2\nm2,3\nm3,4\nm0,5\n")
+    bench = write(tmp_path / "bench.csv", "model,LongBench\nm0,4\nm1,3\nm2,2\nm3,1\n")
+    assert main(["correlate", "--scores", str(scores), "--benchmark", str(bench)]) == 2
+    assert "model 'm0' is listed twice (also on line 2)" in capsys.readouterr().err
+    assert main(["correlate", "--scores", str(bench), "--benchmark", str(scores)]) == 2
+
+
+def test_correlate_csv_not_utf8_or_malformed_is_exit_2(tmp_path, capsys):
+    bench = write(tmp_path / "bench.csv", "model,LongBench\nm0,4\nm1,3\nm2,2\nm3,1\n")
+    bad = tmp_path / "latin1.csv"
+    bad.write_bytes("model,score\ncaf\u00e9,1\nb,2\nc,3\nd,4\n".encode("latin-1"))
+    assert main(["correlate", "--scores", str(bad), "--benchmark", str(bench)]) == 2
+    err = capsys.readouterr().err
+    assert "not UTF-8" in err and err.count("\n") == 1
+    extra = write(tmp_path / "extra.csv", "model,score\nm0,1,9\nm1,2\nm2,3\nm3,4\n")
+    assert main(["correlate", "--scores", str(extra), "--benchmark", str(bench)]) == 2
+    assert "more cells than columns" in capsys.readouterr().err
+    # a byte-order mark (spreadsheet export) is fine
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes("\ufeffmodel,score\nm0,1\nm1,2\nm2,3\nm3,4\n".encode("utf-8"))
+    assert main(["correlate", "--scores", str(bom), "--benchmark", str(bench), "--n-resamples", "50",
+                 "--out", str(tmp_path / "no" / "out.json")]) == 2
+    assert "cannot write the --out file" in capsys.readouterr().err
+
+
+def brute_force_permutation_p(x, y, fn):
+    import itertools
+
+    obs = abs(fn(x, y))
+    vals = [abs(fn(x, np.asarray(y)[list(p)])) for p in itertools.permutations(range(len(x)))]
+    return np.mean([v >= obs - 1e-12 for v in vals])
+
+
+def test_exact_permutation_p_values_with_few_models():
+    rng = np.random.default_rng(5)
+    for n in (4, 5, 6):
+        x, y = rng.normal(size=n), rng.normal(size=n)
+        y[0] = y[1]  # a tie in the ranks
+        for stat, fn in (("pearson", lambda a, b: stats.pearsonr(a, b).statistic),
+                         ("spearman", lambda a, b: stats.spearmanr(a, b).statistic)):
+            got = reporting.permutation_test(x, y, stat)
+            assert got["method"].startswith("exact permutation")
+            assert got["p"] == pytest.approx(brute_force_permutation_p(x, y, fn), abs=1e-12)
+    # perfectly ordered, 5 models: exactly 2 of 120 pairings reach |rho| = 1 -> p = 1/60 (asymptotic p: ~1e-24)
+    res = reporting.correlate({f"m{i}": float(i) for i in range(5)}, {f"m{i}": -float(i) for i in range(5)},
+                              n_resamples=200)
+    assert res["spearman"]["rho"] == pytest.approx(-1.0) and res["spearman"]["p"] == pytest.approx(2 / 120)
+    assert res["spearman"]["p_asymptotic"] < 1e-6
+    assert res["spearman"]["n"] == res["pearson"]["n"] == res["spearman_bootstrap_ci"]["n"] == 5
+    # many models: Monte Carlo permutations, seeded, close to the exact t-test p under normal data
+    x, y = rng.normal(size=(2, 30))
+    y = y + 0.5 * x
+    mc = reporting.permutation_test(x, y, "pearson", seed=3)
+    assert mc["method"].startswith("Monte Carlo") and mc == reporting.permutation_test(x, y, "pearson", seed=3)
+    assert mc["p"] == pytest.approx(stats.pearsonr(x, y).pvalue, abs=0.01)
+
+
+def test_correlate_prints_n_beside_every_statistic(tmp_path, capsys):
+    models, bench, longppl, _ = synthetic_models(n=6)
+    scores = write(tmp_path / "s.csv", "model,longppl\n" + "".join(f"{m},{v}\n" for m, v in zip(models, longppl)))
+    b = write(tmp_path / "b.csv", "model,LongBench\n" + "".join(f"{m},{v}\n" for m, v in zip(models, bench)))
+    assert main(["correlate", "--scores", str(scores), "--benchmark", str(b), "--n-resamples", "100"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "=" in x]
+    assert len(lines) == 4 and all("n = " in x for x in lines)
+    assert "exact permutation (all 720 pairings)" in lines[0]
+
+
+def test_an_unexpected_failure_is_exit_2_not_1(tmp_path, capsys, monkeypatch):
+    """Exit 1 means "regressed" only: a crash inside the tool must not read as a verdict."""
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(reporting, "compare", boom)
+    assert gate(tmp_path, results_json(), results_json()) == 2
+    assert "error: gate failed: RuntimeError: disk on fire" in capsys.readouterr().err
+
+
+def test_runtime_settings_and_unverified_span_folders(tmp_path, capsys):
+    """Settings recorded under `runtime` (declared as changing no number) are not compared; a span folder whose
+    files were not verified is identified by its path only."""
+    a, b = copy.deepcopy(SETTINGS), copy.deepcopy(SETTINGS)
+    a["longppl_govreport"]["runtime"] = {"chunk_size": 1024, "span_cache_dir": "/a"}
+    b["longppl_govreport"]["runtime"] = {"chunk_size": 4096, "span_cache_dir": "/b"}
+    a["longppl_govreport"]["export_tokens"] = "/exports/a"  # where a per-token export went
+    assert gate(tmp_path, results_json(settings=a), results_json(settings=b)) == 0
+    man = {"evaluator": "e", "texts_sha256": "abc123", "slice_sha256": {"slice_0.txt": "00"}}
+    for verified, code in ((True, 0), (False, 2)):
+        for s, d in ((a, "/x/spans"), (b, "/y/spans")):
+            s["longppl_govreport"].update(key_spans_dir=d, key_spans_manifest=dict(man), key_spans_verified=verified)
+        assert gate(tmp_path, results_json(settings=a), results_json(settings=b)) == code
+    assert "key_spans_dir" in capsys.readouterr().err
+    # the leaderboard does not split a model's rows on them either
+    for i, s in enumerate((a, b)):
+        s["longppl_govreport"]["key_spans_verified"] = True
+        write(tmp_path / "board" / f"results_2026-01-0{i + 1}T00-00-00.json", results_json(model="org/a", settings=s))
+    assert main(["leaderboard", str(tmp_path / "board"), "--one-row-per-model"]) == 0
+
+
+def test_new_metric_in_the_run_is_shown_even_when_nan(tmp_path, capsys):
+    run = results_json()
+    run["results"]["longppl_govreport"]["longppl_soft,none"] = float("nan")
+    assert gate(tmp_path, run, results_json()) == 0
+    assert "| `longppl_govreport/longppl_soft` | — | NaN |" in capsys.readouterr().out
+    run["results"]["longppl_govreport"]["longppl_soft,none"] = "oops"  # but a malformed field is not
+    assert gate(tmp_path, run, results_json()) == 2

@@ -1,0 +1,325 @@
+"""Per-document values from lm-eval ``--log_samples`` files, and the paired bootstrap of the regression gate.
+
+numpy only (and :mod:`lm_eval_longctx.metrics`, numpy only): no lm-eval, no torch.
+
+lm-eval 0.4.13 writes, beside ``results_<date_id>.json``, one ``samples_<task>_<date_id>.jsonl`` per task. Each line
+is one document under one filter::
+
+    {"doc_id": 3, "doc": {...}, "filter": "none", "metrics": ["longppl", "ppl", ...],
+     "doc_hash": sha256(json of the doc), "prompt_hash": ..., "target_hash": ...,
+     "longppl": [nll_sum, n_key_tokens], "ppl": [nll_sum, n_tokens], "n_key_tokens": 12, ...}
+
+The values are what the task's ``process_results`` returned for that document (tuples become lists), so the
+corpus metric of any subset of documents can be recomputed from them. Which aggregation a metric uses is not in
+the files; it is found by recomputing the reported corpus value from all the documents with each aggregation
+that fits the values' shape (mean for numbers; token-weighted perplexity or a ratio of sums for pairs; the
+forgetting curve's memory lengths for (length, copy_acc, lm_acc) triples), and kept only when it reproduces the
+reported value. Samples that reproduce nothing are not used (the metric falls back to the unpaired test).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+
+from . import metrics as M
+
+# lm-eval's date_id: datetime.now().isoformat().replace(":", "-"), at the end of the results file's stem
+DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
+# a recomputed corpus value reproduces the reported one within this relative tolerance (float summation order)
+REPRODUCE_RTOL = 1e-6
+DEFAULT_N_RESAMPLES = 10000
+DEFAULT_SEED = 0
+# Below these, a percentile bootstrap over documents covers clearly less than its nominal level (with n documents
+# its spread is the plug-in one, too small by sqrt((n-1)/n), and its tails are normal-like where a t with n-1
+# degrees of freedom is called for), so the gate uses the unpaired band instead.
+MIN_PAIRED_DOCS = 10
+MIN_STRATUM_DOCS = 5  # per tested length, for the forgetting curve's memory lengths (resampled within lengths)
+_BLOCK = 1000  # resamples drawn at a time (bounds memory for many documents)
+# the fields lm-eval writes in every samples line; the others are the task's per-document metric values
+SAMPLE_FIELDS = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics", "doc_hash",
+                 "prompt_hash", "target_hash"}
+
+
+class SamplesError(ValueError):
+    """A samples file that cannot be used as it is (malformed line, duplicate document, other documents)."""
+
+
+@dataclass
+class TaskSamples:
+    """One task's per-document records: ``(filter, doc_id) -> (doc_hash, {metric: value})``."""
+
+    path: Path
+    docs: dict = field(default_factory=dict)
+
+    def values(self, metric: str, filt: str = "none") -> dict:
+        """``{doc_id: value}`` of the documents that have ``metric`` under ``filt``."""
+        return {d: vals[metric] for (f, d), (_, vals) in self.docs.items() if f == filt and metric in vals}
+
+
+def date_id_of(results_file) -> str | None:
+    m = DATE_ID.search(Path(results_file).stem)
+    return m.group(1) if m else None
+
+
+def samples_file(results_file, task: str) -> Path | None:
+    """``samples_<task>_<date_id>.jsonl`` beside a results file (lm-eval's naming), or None when absent."""
+    date_id = date_id_of(results_file)
+    if date_id is None:
+        return None
+    p = Path(results_file).parent / f"samples_{task}_{date_id}.jsonl"
+    return p if p.is_file() else None
+
+
+def read_samples(path) -> TaskSamples:
+    """Parse a samples file strictly: every line an object with an integer doc_id, a filter, a doc_hash and the
+    values of the metrics it lists; a document twice under one filter is an error (a file appended to twice)."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SamplesError(f"{p}: cannot read: {e}") from e
+    out = TaskSamples(p)
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SamplesError(f"{p}:{n}: malformed JSON ({e})") from e
+        if not isinstance(rec, dict):
+            raise SamplesError(f"{p}:{n}: not a JSON object")
+        doc_id, filt, names = rec.get("doc_id"), rec.get("filter", "none"), rec.get("metrics")
+        if isinstance(doc_id, bool) or not isinstance(doc_id, int):
+            raise SamplesError(f"{p}:{n}: doc_id is not an integer ({doc_id!r})")
+        if not isinstance(filt, str):
+            raise SamplesError(f"{p}:{n}: filter is not a string")
+        if names is None:  # lm-eval releases that do not list them: every field that is not lm-eval's own
+            names = [k for k in rec if k not in SAMPLE_FIELDS]
+        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+            raise SamplesError(f"{p}:{n}: 'metrics' is not a list of metric names")
+        doc_hash = rec.get("doc_hash")
+        if not isinstance(doc_hash, str) or not doc_hash:
+            raise SamplesError(f"{p}:{n}: no doc_hash (lm-eval writes one per document)")
+        key = (filt, doc_id)
+        if key in out.docs:
+            raise SamplesError(f"{p}:{n}: document {doc_id} (filter {filt}) appears twice")
+        out.docs[key] = (doc_hash, {m: rec[m] for m in names if m in rec})
+    if not out.docs:
+        raise SamplesError(f"{p}: no documents")
+    return out
+
+
+def check_same_documents(task: str, run: TaskSamples, base: TaskSamples) -> None:
+    """The run and the baseline must have scored the same documents: same (filter, doc_id) set, same doc_hash."""
+    a, b = set(run.docs), set(base.docs)
+    if a != b:
+        only_run, only_base = sorted(a - b)[:5], sorted(b - a)[:5]
+        raise SamplesError(
+            f"{task}: the run and the baseline scored different documents (doc_ids only in the run: "
+            f"{[d for _, d in only_run]}, only in the baseline: {[d for _, d in only_base]}; "
+            f"{run.path.name} vs {base.path.name})")
+    diff = sorted(k for k in a if run.docs[k][0] != base.docs[k][0])
+    if diff:
+        raise SamplesError(
+            f"{task}: {len(diff)} document(s) differ between the run and the baseline (same doc_id, other doc_hash: "
+            f"doc_ids {[d for _, d in diff[:10]]}); {run.path} vs {base.path}")
+
+
+# ------------------------------------------------------------------------------------ aggregations
+#
+# Each aggregation maps a stack of resampled per-document values, shape (resamples, docs[, k]), to one corpus
+# value per resample. They match lm_eval_longctx.metrics (the tasks' own aggregations) and lm-eval's mean.
+
+
+def _mean(x):
+    return x.mean(axis=1)
+
+
+def _token_weighted_perplexity(x):
+    nll, n = x[..., 0].sum(axis=1), x[..., 1].sum(axis=1)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.exp(nll / np.where(n > 0, n, 1.0)), np.nan)
+
+
+def _corpus_ratio(x):
+    num, den = x[..., 0].sum(axis=1), x[..., 1].sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _per_resample(fn):
+    return lambda x: np.array([fn(row) for row in x], dtype=np.float64)
+
+
+def _length_blocks(x):
+    """For a stack (resamples, docs, 3) whose every row holds the same length in each column, sorted by length
+    (what :func:`paired_bootstrap` draws with ``strata``): the tested lengths and each one's column slice; else
+    None."""
+    first = x[0, :, 0]
+    if len(first) == 0 or np.any(np.diff(first) < 0) or not np.array_equal(x[:, :, 0], np.broadcast_to(first, x.shape[:2])):
+        return None
+    grid, starts = np.unique(first, return_index=True)
+    ends = np.append(starts[1:], len(first))
+    return grid.astype(np.int64), list(zip(starts, ends))
+
+
+def _curve_stack(x, blocks):
+    """Per resample and tested length: mean copy accuracy, mean LM accuracy, failed (any NaN in the length)."""
+    copy_mean = np.stack([x[:, a:b, 1].mean(axis=1) for a, b in blocks], axis=1)
+    lm_mean = np.stack([x[:, a:b, 2].mean(axis=1) for a, b in blocks], axis=1)
+    failed = np.isnan(copy_mean) | np.isnan(lm_mean)
+    return copy_mean, lm_mean, failed
+
+
+def _memory_length_stack(grid, holds, tested, rule: str):
+    """metrics.memory_length for each row of boolean (resamples, lengths) arrays."""
+    ok = holds & tested
+    if rule == "largest":
+        return np.where(ok.any(axis=1), np.max(np.where(ok, grid, 0), axis=1), 0).astype(np.float64)
+    if rule == "contiguous":
+        end = np.where(ok.all(axis=1), len(grid), np.argmin(ok, axis=1))
+        return np.where(end > 0, grid[np.maximum(end - 1, 0)], 0).astype(np.float64)
+    raise ValueError(f"rule must be one of {M.MEMORY_LENGTH_RULES}, got {rule!r}")
+
+
+def _memory_aggregations(settings: dict) -> dict:
+    """The forgetting curve's aggregations over (length, copy_acc, lm_acc) items, with the run's thresholds.
+
+    Vectorised over resamples drawn within lengths (every length keeps its number of samples, as in the task's
+    design); any other stack goes through metrics.*_from_samples row by row (the same numbers, slower)."""
+    s = settings or {}
+    fine_t, fine_rule = float(s.get("fine_threshold", M.FINE_THRESHOLD)), str(s.get("fine_rule", "largest"))
+    margin, coarse_rule = float(s.get("coarse_margin", M.COARSE_MARGIN)), str(s.get("coarse_rule", "largest"))
+
+    def fine(x):
+        lb = _length_blocks(x)
+        if lb is None:
+            return _per_resample(lambda r: M.fine_memory_length_from_samples(r, fine_t, fine_rule))(x)
+        copy_mean, _, failed = _curve_stack(x, lb[1])
+        with np.errstate(invalid="ignore"):
+            holds = copy_mean > fine_t + M.TIE_TOLERANCE
+        return _memory_length_stack(lb[0], holds, ~failed, fine_rule)
+
+    def coarse(x):
+        lb = _length_blocks(x)
+        if lb is None:
+            return _per_resample(lambda r: M.coarse_memory_length_from_samples(r, margin, coarse_rule))(x)
+        copy_mean, lm_mean, failed = _curve_stack(x, lb[1])
+        with np.errstate(invalid="ignore"):
+            holds = copy_mean - lm_mean > margin + M.TIE_TOLERANCE
+        return _memory_length_stack(lb[0], holds, ~failed, coarse_rule)
+
+    def n_failed(x):
+        lb = _length_blocks(x)
+        if lb is None:
+            return _per_resample(M.n_failed_lengths_from_samples)(x)
+        return _curve_stack(x, lb[1])[2].sum(axis=1).astype(np.float64)
+
+    return {"fine_memory_length": fine, "coarse_memory_length": coarse, "n_failed_lengths": n_failed}
+
+
+def strata_for(aggregation: str, x):
+    """Resampling strata: the forgetting curve's aggregations over all lengths resample within each length."""
+    return x[:, 0] if aggregation in ("fine_memory_length", "coarse_memory_length", "n_failed_lengths") else None
+
+
+def candidate_aggregations(metric: str, width: int, settings: dict) -> dict:
+    """Aggregations that fit per-document values of ``width`` numbers (0: a plain number)."""
+    if width == 0:
+        return {"mean": _mean}
+    if width == 2:
+        return {"token_weighted_perplexity": _token_weighted_perplexity, "corpus_ratio": _corpus_ratio}
+    if width == 3:
+        return {k: v for k, v in _memory_aggregations(settings).items() if k == metric}
+    return {}
+
+
+def as_array(values: list):
+    """Per-document values as a float array (docs,) or (docs, k); None when they are not all numbers of one shape."""
+    def ok(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if all(ok(v) for v in values):
+        return np.asarray(values, dtype=np.float64)
+    if all(isinstance(v, list) and v and all(ok(x) for x in v) for v in values) and len({len(v) for v in values}) == 1:
+        return np.asarray(values, dtype=np.float64)
+    return None
+
+
+def reproduces(value: float, reported: float) -> bool:
+    if not (math.isfinite(value) and math.isfinite(reported)):
+        return False
+    return abs(value - reported) <= REPRODUCE_RTOL * max(abs(reported), 1e-12) + 1e-12
+
+
+def find_aggregation(metric: str, run_x, base_x, run_value: float, base_value: float, settings: dict):
+    """(name, fn) of the aggregation that reproduces both reported values from all documents, else (None, None)."""
+    width = 0 if run_x.ndim == 1 else run_x.shape[1]
+    for name, fn in candidate_aggregations(metric, width, settings).items():
+        if reproduces(float(fn(run_x[None])[0]), run_value) and reproduces(float(fn(base_x[None])[0]), base_value):
+            return name, fn
+    return None, None
+
+
+# ------------------------------------------------------------------------------------ the paired bootstrap
+
+
+def level_for_z(z: float) -> float:
+    """Two-sided coverage of +-z standard errors of a normal: the CI level that matches the unpaired band."""
+    return 2 * NormalDist().cdf(z) - 1
+
+
+@dataclass
+class PairedResult:
+    aggregation: str
+    n_docs: int
+    low: float  # CI of worse = (base - run) if higher is better else (run - base), at ``level``
+    high: float
+    level: float
+    n_resamples: int
+    n_degenerate: int  # resamples where the metric is undefined for either run (dropped)
+
+
+def _draw(rng, n: int, b: int, strata):
+    """(b, n) document indices with replacement; within each stratum (its documents' positions kept) if given."""
+    if strata is None:
+        return rng.integers(0, n, size=(b, n))
+    idx = np.empty((b, n), dtype=np.int64)
+    for value in np.unique(strata):
+        members = np.flatnonzero(strata == value)
+        idx[:, members] = members[rng.integers(0, len(members), size=(b, len(members)))]
+    return idx
+
+
+def paired_bootstrap(run_x, base_x, fn, higher_is_better: bool, z: float, n_resamples: int = DEFAULT_N_RESAMPLES,
+                     seed: int = DEFAULT_SEED, name: str = "", aggregation: str = "", strata=None) -> PairedResult:
+    """Percentile CI of the change in the corpus metric, resampling documents with replacement and recomputing
+    the metric of both runs on the same resample (the pairing). ``name`` salts the seed so that each metric has
+    its own reproducible stream whatever the order of the metrics. ``strata``: one label per document; documents
+    are then drawn within their stratum (the forgetting curve's lengths, each with a fixed number of samples)."""
+    n = len(run_x)
+    rng = np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))])
+    worse = []
+    done = 0
+    while done < n_resamples:
+        b = min(_BLOCK, n_resamples - done)
+        idx = _draw(rng, n, b, strata)
+        d = fn(run_x[idx]) - fn(base_x[idx])
+        worse.append(-d if higher_is_better else d)
+        done += b
+    w = np.concatenate(worse)
+    ok = w[np.isfinite(w)]
+    level = level_for_z(z)
+    if len(ok) < max(2, n_resamples // 2):
+        low = high = float("nan")
+    else:
+        low, high = (float(v) for v in np.quantile(ok, [(1 - level) / 2, (1 + level) / 2]))
+    return PairedResult(aggregation, n, low, high, level, n_resamples, int(n_resamples - len(ok)))
