@@ -50,11 +50,13 @@ def cell_gains(with_logprob, without_logprob) -> np.ndarray:
 
 
 def effective_length(lengths, mean_gain, fraction: float | None = None, threshold: float | None = None,
-                     rule: str = "contiguous") -> int:
+                     rule: str = "contiguous", base_minimum: float = 0.0) -> int:
     """The effective context length of a mean-gain-per-length curve (lengths ascending; 0: none).
 
     Relative (``fraction``): L passes when gain(L) > fraction * gain(L_min), L_min the shortest
-    length; a curve whose shortest-length gain is not positive uses no context, so its length is 0.
+    length. A curve whose shortest-length gain is not above ``base_minimum`` (at least 0) uses no
+    context to begin with, so its length is 0: a fraction of a gain that is noise around 0 would
+    make any length "effective".
     Absolute (``threshold``): L passes when gain(L) > threshold. ``rule``: ``contiguous`` (every
     shorter length passes too: the gain *stays* above) or ``largest`` (see metrics.memory_length).
     Strict comparisons: a tie does not pass (metrics.TIE_TOLERANCE).
@@ -67,7 +69,7 @@ def effective_length(lengths, mean_gain, fraction: float | None = None, threshol
         return 0
     if fraction is not None:
         base = gain[0]
-        if not (np.isfinite(base) and base > 0):
+        if not (np.isfinite(base) and base > max(float(base_minimum), 0.0) + metrics.TIE_TOLERANCE):
             return 0
         bar = fraction * base
     else:
@@ -82,9 +84,11 @@ def _mean_curve(items) -> np.ndarray:
     return arr.mean(axis=0)
 
 
-def effective_length_from_docs(items, lengths=(), fraction: float = 0.5, rule: str = "contiguous") -> float:
+def effective_length_from_docs(items, lengths=(), fraction: float = 0.5, rule: str = "contiguous",
+                               base_minimum: float = 0.0) -> float:
     """Aggregation over per-document gain-per-length tuples: the relative effective length of their mean."""
-    return float(effective_length(lengths, _mean_curve(items), fraction=fraction, rule=rule))
+    return float(effective_length(lengths, _mean_curve(items), fraction=fraction, rule=rule,
+                                  base_minimum=base_minimum))
 
 
 def effective_length_abs_from_docs(items, lengths=(), threshold: float = 0.1, rule: str = "contiguous") -> float:

@@ -100,10 +100,10 @@ RETRIEVAL_GAIN = Declaration("retrieval_gain", [
 ])
 
 RETRIEVAL_GAIN_MAP = Declaration("retrieval_gain_map", [
-    Setting("lengths", integer_list(1), None, "context lengths L (document tokens x[0:L]) of the ladder; default: "
-            "min_length doubled while the with-document sequence fits the model and every document has L + q + r "
+    Setting("context_lengths", integer_list(1), None, "context lengths L (document tokens x[0:L]) of the ladder; default: "
+            "min_context doubled while the with-document sequence fits the model and every document has L + q + r "
             "tokens", optional=True),
-    Setting("min_length", integer(1), 1024, "first rung of the default doubling ladder"),
+    Setting("min_context", integer(1), 1024, "first rung of the default doubling ladder"),
     Setting("max_context", integer(1), None, "cap on L of the default ladder (default: the model's maximum "
             "length and the shortest document)", optional=True),
     Setting("depths", integer_list(0), list(range(0, 100, 10)), "depths p in percent: the anchor of cell (L, p) "
@@ -120,8 +120,9 @@ RETRIEVAL_GAIN_MAP = Declaration("retrieval_gain_map", [
                                                               "none": "never"}),
             "auto", "BOS at the start of both conditions, as in retrieval_gain"),
     Setting("effective_fraction", number(0.0, 1.0), 0.5, "relative effective length: the largest L up to which "
-            "the mean gain stays above this fraction of its value at the shortest L"),
-    Setting("effective_threshold", number(), 0.1, "absolute effective length: the largest L up to which the "
+            "the mean gain stays above this fraction of its value at the shortest L (0 when that value is not "
+            "above effective_threshold)"),
+    Setting("effective_threshold", number(0.0), 0.5, "absolute effective length: the largest L up to which the "
             "mean gain (nats per answer token) stays above this"),
     Setting("tokenizer", TEXT, None, "tokenizer that counts the documents' tokens for the default ladder "
             "(default: model_args `pretrained`); the model's own tokenizer is checked again when scoring",

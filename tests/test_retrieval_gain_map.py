@@ -21,7 +21,7 @@ from tests.tiny import tiny_llama
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-4
 TASK = "retrieval_gain_map"
-MD = {"lengths": [60, 120, 240], "depths": [0, 50, 100], "query_tokens": 6, "answer_tokens": 5,
+MD = {"context_lengths": [60, 120, 240], "depths": [0, 50, 100], "query_tokens": 6, "answer_tokens": 5,
       "separator": "\n", "chunk_size": 32}
 
 
@@ -135,11 +135,11 @@ def test_settings_are_checked():
     with pytest.raises(SettingsError, match="percents"):
         settings(depths=[0, 50, 101])
     with pytest.raises(SettingsError, match=r"lengths \[10\] are too short"):
-        settings(lengths=[10, 60])
+        settings(context_lengths=[10, 60])
     with pytest.raises(SettingsError, match="unknown setting 'lenghts'"):
         rgm.resolve_settings({"lenghts": [100]})
-    s = rgm.resolve_settings({"depths": "0, 30,60", "lengths": "4096,1024,2048"})
-    assert s["depths"] == [0, 30, 60] and s["lengths"] == [1024, 2048, 4096]
+    s = rgm.resolve_settings({"depths": "0, 30,60", "context_lengths": "4096,1024,2048"})
+    assert s["depths"] == [0, 30, 60] and s["context_lengths"] == [1024, 2048, 4096]
     assert rgm.resolve_settings({})["depths"] == list(range(0, 100, 10))
 
 
@@ -167,6 +167,10 @@ def test_effective_length_rules():
     assert gainmap.effective_length(L, g, threshold=1.0) == 0
     assert gainmap.effective_length(L, [-0.1, 0.5, 0.5, 0.5, 0.5], fraction=0.5) == 0  # no gain to keep
     assert gainmap.effective_length(L, [0.0] * 5, fraction=0.1) == 0
+    # a shortest-length gain that does not clear the absolute threshold is noise: no effective length
+    assert gainmap.effective_length(L, [0.03, 0.02, 0.0, 0.0, 0.0], fraction=0.5) == 2
+    assert gainmap.effective_length(L, [0.03, 0.02, 0.0, 0.0, 0.0], fraction=0.5, base_minimum=0.5) == 0
+    assert gainmap.effective_length(L, g, fraction=0.5, base_minimum=0.5) == 2
     with pytest.raises(ValueError, match="exactly one"):
         gainmap.effective_length(L, g)
     items = [(1.0, 0.9, 0.1), (0.6, 0.1, 0.1)]  # mean (0.8, 0.5, 0.1)
@@ -207,7 +211,7 @@ def brute_force_map(model_dir, texts, md):
     for text in texts:
         x = tok(text, add_special_tokens=False)["input_ids"]
         grid = []
-        for L in md["lengths"]:
+        for L in md["context_lengths"]:
             row = []
             for d in md["depths"]:
                 U = L - q - r
@@ -240,7 +244,7 @@ def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
     res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD})
     expected = brute_force_map(model_dirs["a"], docs[0], MD)
     r = res["results"][TASK]
-    for i, L in enumerate(MD["lengths"]):
+    for i, L in enumerate(MD["context_lengths"]):
         for j, d in enumerate(MD["depths"]):
             name = f"gain@L{L:05d}_d{d:03d}"  # depth 100: three digits for every depth, so names sort
             assert r[f"{name},none"] == pytest.approx(expected[:, i, j].mean(), abs=TOL)
@@ -250,8 +254,9 @@ def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
         assert r[f"gain@L{L:05d}_stderr,none"] == pytest.approx(per_length.std(ddof=1) / math.sqrt(3), abs=TOL)
     assert r["gain,none"] == pytest.approx(expected.mean(), abs=TOL)
     curve = expected.mean(axis=(0, 2))
-    assert r["effective_length,none"] == gainmap.effective_length(MD["lengths"], curve, fraction=0.5)
-    assert r["effective_length_abs,none"] == gainmap.effective_length(MD["lengths"], curve, threshold=0.1)
+    assert r["effective_length,none"] == gainmap.effective_length(MD["context_lengths"], curve, fraction=0.5,
+                                                                  base_minimum=0.5)
+    assert r["effective_length_abs,none"] == gainmap.effective_length(MD["context_lengths"], curve, threshold=0.5)
     names = [k for k in r if k.startswith("gain@") and "stderr" not in k]
     assert len(names) == 3 * 3 + 3
     rec = res["configs"][TASK]["metadata"]["longctx_settings"]
@@ -262,8 +267,8 @@ def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
 
 def test_default_ladder_from_the_tokenizer_and_the_model(model_dirs, docs):
     """No lengths: the model's tokenizer counts the documents and the ladder doubles from min_length."""
-    md = {k: v for k, v in MD.items() if k != "lengths"}
-    res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], **md, "min_length": 50}, limit=1,
+    md = {k: v for k, v in MD.items() if k != "context_lengths"}
+    res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], **md, "min_context": 50}, limit=1,
                    model_args={"max_length": 300})
     _, tok = load(model_dirs["a"])
     shortest = min(len(tok(t, add_special_tokens=False)["input_ids"]) for t in docs[0])
@@ -308,9 +313,9 @@ def test_png_beside_saved_results_and_plot_script(model_dirs, docs, tmp_path):
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     m = gainmap.map_from_results(json.loads(saved.read_text()))
-    assert m.lengths.tolist() == MD["lengths"] and m.depths.tolist() == MD["depths"]
+    assert m.lengths.tolist() == MD["context_lengths"] and m.depths.tolist() == MD["depths"]
     assert m.gain[1, 2] == pytest.approx(run["results"][TASK]["gain@L00120_d100,none"])
-    assert m.fraction == 0.5 and m.threshold == 0.1
+    assert m.fraction == 0.5 and m.threshold == 0.5
 
     other = tmp_path / "other.json"
     synthetic = json.loads(saved.read_text())
@@ -323,3 +328,42 @@ def test_png_beside_saved_results_and_plot_script(model_dirs, docs, tmp_path):
     subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_retrieval_gain_map.py"), str(saved), str(other),
                     "-o", str(out)], check=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert out.exists() and out.stat().st_size > 10_000
+
+
+# ------------------------------------------------------------------ known answer
+
+
+def known_answer_runs(root: Path, lengths=(256, 1024, 4096), depths=(0, 50, 90)):
+    """The task through the harness on the untrained known-answer variants (steps 0: the copy circuit
+    alone, built in seconds), on 2 embedded documents."""
+    from lm_eval_longctx import demo_model, embedded
+
+    texts = embedded.embedded_documents(chars_per_doc=30_000, n_docs=2)
+    data_file = write_docs(root / "docs.jsonl", texts)
+    runs = {}
+    for name in demo_model.VARIANT_ORDER:
+        demo_model.build_variant(name, root / name, steps=0, log=lambda *a: None)
+        runs[name] = run_task(TASK, str(root / name), {"data_files": data_file, "context_lengths": list(lengths),
+                                                        "depths": list(depths)}, log_samples=False)
+    return runs
+
+
+def test_known_answer_variants(tmp_path):
+    runs = known_answer_runs(tmp_path)
+    r = {name: res["results"][TASK] for name, res in runs.items()}
+
+    def per_length(name, L):
+        return r[name][f"gain@L{L:05d},none"]
+
+    # long: copies from everywhere in 4096 tokens; short: its gain collapses beyond its copy reach
+    assert per_length("long", 4096) > 0.5 * per_length("long", 256) > 1.0
+    assert per_length("short", 256) > 1.0 and per_length("short", 4096) < 0.25 * per_length("short", 256)
+    # the collapse is a matter of distance: at 4096 the deepest cell (Q A near the end) still copies,
+    # the earliest one (4000 tokens back) does not
+    assert r["short"]["gain@L04096_d90,none"] > r["short"]["gain@L04096_d00,none"] + 1.0
+    # none: no copy circuit, no gain anywhere
+    cells = [v for k, v in r["none"].items() if k.startswith("gain@") and "stderr" not in k]
+    assert len(cells) == 9 + 3 and max(abs(v) for v in cells) < 0.3
+    for metric in ("effective_length", "effective_length_abs"):
+        assert r["long"][f"{metric},none"] > r["short"][f"{metric},none"] > r["none"][f"{metric},none"], metric
+    assert r["long"]["effective_length,none"] == 4096 and r["none"]["effective_length,none"] == 0

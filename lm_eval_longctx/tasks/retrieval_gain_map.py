@@ -58,8 +58,8 @@ def resolve_settings(metadata: dict | None) -> dict:
     s["revision"] = md.get("revision")
     s["trust_remote_code"] = BOOLEAN.convert(md.get("trust_remote_code", False))
     s["max_length"] = None if md.get("max_length") in (None, "", "None") else int(md["max_length"])
-    if s["lengths"]:
-        check_ladder(s["lengths"], s)
+    if s["context_lengths"]:
+        check_ladder(s["context_lengths"], s)
     return s
 
 
@@ -70,7 +70,7 @@ def check_ladder(lengths, s: dict) -> None:
     if short:
         raise SettingsError(f"retrieval_gain_map: context lengths {short} are too short for query {s['query_tokens']} "
                             f"+ answer {s['answer_tokens']} tokens and {s['anchors_per_cell']} anchors per cell "
-                            f"{s['anchor_stride']} apart ({need} tokens); drop them from `lengths`")
+                            f"{s['anchor_stride']} apart ({need} tokens); drop them from `context_lengths`")
 
 
 # ------------------------------------------------------------------ cells and the two conditions
@@ -117,7 +117,7 @@ def build_case(doc_ids: list[int], s: dict, lengths: list[int], lead_ids: list[i
     if len(doc) < lengths[-1]:
         raise engine.ScoringError(
             f"retrieval_gain_map: a document has {len(doc)} tokens, fewer than the longest context length "
-            f"{lengths[-1]}; lower --metadata max_context (or give `lengths`), or select longer documents (min_tokens)")
+            f"{lengths[-1]}; lower --metadata max_context (or give `context_lengths`), or select longer documents (min_tokens)")
     lead, sep = [int(t) for t in lead_ids], [int(t) for t in separator_ids]
     depths = list(s["depths"])
     anchors = np.array([[cell_anchors(L, d, q, r, s["anchors_per_cell"], s["anchor_stride"]) for d in depths]
@@ -180,7 +180,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
         try:
             harness.check_length(case.max_with_length, ctx.max_length, spec)
         except engine.ScoringError as err:
-            raise engine.ScoringError(f"retrieval_gain_map: {err} Or lower --metadata max_context / lengths "
+            raise engine.ScoringError(f"retrieval_gain_map: {err} Or lower --metadata max_context / context_lengths "
                                       f"(now up to {spec['lengths'][-1]}).") from err
         cases.append(case)
 
@@ -223,22 +223,22 @@ harness.on_results_saved(KIND, gainmap.save_beside_results)
 
 
 def default_ladder(s: dict, n_tokens: list[int], extra_tokens: int, model_max_length: int | None) -> list[int]:
-    """min_length doubled while L fits: every document has L tokens, the with-context sequence
+    """min_context doubled while L fits: every document has L tokens, the with-context sequence
     (L + ``extra_tokens``) fits the model unless allow_beyond_max_length, and L <= max_context."""
     cap = min(n_tokens)
     if s["max_context"]:
         cap = min(cap, s["max_context"])
     if model_max_length and not s["allow_beyond_max_length"]:
         cap = min(cap, model_max_length - extra_tokens)
-    lengths, L = [], s["min_length"]
+    lengths, L = [], s["min_context"]
     while L <= cap:
         lengths.append(L)
         L *= 2
     if not lengths:
-        raise SettingsError(f"retrieval_gain_map: no context length of the default ladder (from min_length "
-                            f"{s['min_length']}) fits: the shortest document has {min(n_tokens)} tokens, the model's "
+        raise SettingsError(f"retrieval_gain_map: no context length of the default ladder (from min_context "
+                            f"{s['min_context']}) fits: the shortest document has {min(n_tokens)} tokens, the model's "
                             f"maximum length is {model_max_length} ({extra_tokens} tokens go to BOS, separator, Q "
-                            f"and A); lower min_length or give `lengths`")
+                            f"and A); lower min_context or give `context_lengths`")
     return lengths
 
 
@@ -249,8 +249,8 @@ class RetrievalGainMapTask(LongContextTask):
         self.dataset, self.provenance = govreport_documents(self.settings)
         s = self.settings
         self.model_max_length = None
-        if s["lengths"]:
-            self.lengths = list(s["lengths"])
+        if s["context_lengths"]:
+            self.lengths = list(s["context_lengths"])
         else:
             from .forgetting_curve import resolve_model_max_length
 
@@ -258,7 +258,7 @@ class RetrievalGainMapTask(LongContextTask):
             if not isinstance(name, str) or not name:
                 raise SettingsError("retrieval_gain_map: the default ladder counts the documents' tokens with the "
                                     "model's tokenizer: give --model_args pretrained=... or --metadata "
-                                    "'{\"lengths\": [1024, 2048, ...]}'")
+                                    "'{\"context_lengths\": [1024, 2048, ...]}'")
             tok = data.load_tokenizer(name, "the tokenizer that sets the retrieval_gain_map ladder",
                                       revision=s["revision"], trust_remote_code=s["trust_remote_code"])
             self.model_max_length = resolve_model_max_length(s, tok)
@@ -322,7 +322,8 @@ class RetrievalGainMapTask(LongContextTask):
         agg["gain"] = mean
         # partials of module-level functions: they pickle; a threshold statistic gets no stderr
         agg["effective_length"] = functools.partial(gainmap.effective_length_from_docs, lengths=tuple(self.lengths),
-                                                    fraction=s["effective_fraction"], rule=s["effective_rule"])
+                                                    fraction=s["effective_fraction"], rule=s["effective_rule"],
+                                                    base_minimum=s["effective_threshold"])
         agg["effective_length_abs"] = functools.partial(gainmap.effective_length_abs_from_docs,
                                                         lengths=tuple(self.lengths),
                                                         threshold=s["effective_threshold"], rule=s["effective_rule"])
