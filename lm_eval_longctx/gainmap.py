@@ -199,7 +199,7 @@ def plot_gain_maps(maps: list[GainMap], out_path, title: str | None = None, limi
     vmax = shared_limit(maps) if limit is None else float(limit)
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-vmax, vmax=vmax)
     n = len(maps)
-    fig = Figure(figsize=(4.6 * n + 1.6, 4.8), dpi=120)
+    fig = Figure(figsize=(5.0 * n + 1.6, 5.0), dpi=120)
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, n, squeeze=False, sharey=True)[0]
     mesh = None
@@ -230,7 +230,7 @@ def plot_gain_maps(maps: list[GainMap], out_path, title: str | None = None, limi
 
         if m.effective_length:
             ax.axvline(right_edge(m.effective_length), color="black", lw=2.0, ls="--")
-            rel = f"{m.fraction:g} x gain at L = {int(m.lengths[0])}" if m.fraction is not None else "relative"
+            rel = f"> {m.fraction:g} x gain at {int(m.lengths[0])}" if m.fraction is not None else "relative"
             marks.append(f"effective length {int(m.effective_length)} ({rel})")
         else:
             marks.append("effective length: none")
@@ -238,7 +238,9 @@ def plot_gain_maps(maps: list[GainMap], out_path, title: str | None = None, limi
             ax.axvline(right_edge(m.effective_length_abs), color="dimgray", lw=1.5, ls=":")
             thr = f"gain > {m.threshold:g}" if m.threshold is not None else "absolute"
             marks.append(f"absolute {int(m.effective_length_abs)} ({thr})")
-        ax.set_title(f"{m.label}\n" + "; ".join(marks), fontsize=8.5)
+        else:
+            marks.append("absolute: none")
+        ax.set_title("\n".join([m.label, *marks]), fontsize=8.5)
     axes[0].set_ylabel("depth of the anchor (% of L - q - r)")
     cbar = fig.colorbar(mesh, ax=list(axes), fraction=0.035 if n > 1 else 0.05, pad=0.02)
     cbar.set_label("retrieval gain (nats / answer token)\nblue: context helps, red: it hurts")

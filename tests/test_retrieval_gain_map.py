@@ -240,6 +240,18 @@ def test_serve_equals_brute_force_with_several_anchors(model_dirs, docs):
     assert np.abs(expected).max() > 1e-3  # the context changes the numbers: not a vacuous test
 
 
+def test_serve_mixed_requests_score_each_with_its_own_answer_length(model_dirs, docs):
+    """Requests of one batch with other q, r and ladders: the shared without-context pass keeps them apart."""
+    model, tok = load(model_dirs["a"])
+    mds = [{**MD, "context_lengths": [60, 120], "depths": [0, 100]},
+           {**MD, "context_lengths": [60, 120], "depths": [0, 100], "query_tokens": 6, "answer_tokens": 3}]
+    specs = [{**rgm.resolve_settings(md), "kind": rgm.KIND, "lengths": md["context_lengths"]} for md in mds]
+    out = rgm.serve(harness.ScoringContext(model, tok, None, 4), [(docs[0][0], specs[0]), (docs[0][0], specs[1])])
+    for scores, md in zip(out, mds):
+        assert scores.with_logprob.shape[-1] == md["answer_tokens"]
+        np.testing.assert_allclose(scores.gain(), brute_force_map(model_dirs["a"], docs[0][:1], md)[0], atol=TOL)
+
+
 def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
     res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD})
     expected = brute_force_map(model_dirs["a"], docs[0], MD)

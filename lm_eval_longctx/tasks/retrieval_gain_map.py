@@ -187,15 +187,15 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
     # without the context: every distinct [BOS] Q A of every document, batched
     pad = ctx.tokenizer.pad_token_id if getattr(ctx.tokenizer, "pad_token_id", None) is not None else 0
     batch = min(int(spec.get("without_batch_size") or ctx.batch_size) for _, spec in items) if items else 1
-    distinct: dict[tuple, int] = {}
+    distinct: dict[tuple, int] = {}  # (sequence, scored tokens) -> index: one anchor at several lengths is read once
     for case in cases:
         for rung in case.without:
             for w in rung:
-                distinct.setdefault(tuple(w), len(distinct))
-    seqs = list(distinct)
+                distinct.setdefault((tuple(w), case.answer_tokens), len(distinct))
+    seqs = [list(w) for w, _ in distinct]
+    counts = [r for _, r in distinct]
     scored = harness.with_batch_backoff(
-        lambda bs: engine.score_sequence_ends(ctx.model, seqs, [cases[0].answer_tokens] * len(seqs), batch_size=bs,
-                                              pad_token_id=pad),
+        lambda bs: engine.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs, pad_token_id=pad),
         batch, "the without-context pass (sequences)") if seqs else []
 
     out = []
@@ -205,7 +205,8 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
         ladder = engine.score_prefix_ladder(ctx.model, case.prefix, rungs, n_scored=case.answer_tokens,
                                             chunk_size=int(spec["chunk_size"]))
         w = np.stack([np.stack([res.logprob for res in rung]) for rung in ladder])
-        wo = np.stack([np.stack([scored[distinct[tuple(x)]].logprob for x in rung]) for rung in case.without])
+        wo = np.stack([np.stack([scored[distinct[(tuple(x), case.answer_tokens)]].logprob for x in rung])
+                       for rung in case.without])
         shape = (nL, nD, n, case.answer_tokens)
         out.append(GainMapScores(np.asarray(case.lengths, dtype=np.int64), np.asarray(case.depths, dtype=np.int64),
                                  case.anchors, case.n_source_tokens, case.max_with_length,
