@@ -244,7 +244,9 @@ def plot_gain_maps(maps: list[GainMap], out_path, title: str | None = None, limi
     axes[0].set_ylabel("depth of the anchor (% of L - q - r)")
     cbar = fig.colorbar(mesh, ax=list(axes), fraction=0.035 if n > 1 else 0.05, pad=0.02)
     cbar.set_label("retrieval gain (nats / answer token)\nblue: context helps, red: it hurts")
-    fig.suptitle(title or ("Retrieval-gain map" if n == 1 else f"Retrieval-gain maps of {n} models"), fontsize=11)
+    # above the three-line panel titles (bbox_inches="tight" keeps it in the picture)
+    fig.suptitle(title or ("Retrieval-gain map" if n == 1 else f"Retrieval-gain maps of {n} models"), fontsize=11,
+                 y=1.06)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, bbox_inches="tight")
