@@ -186,9 +186,10 @@ def run_correlate(args) -> int:
 # --------------------------------------------------------------------------- demo
 # The logic lives in lm_eval_longctx/demo.py (the embedded corpus in embedded.py).
 
-DEMO_HELP = """Run longppl_govreport, forgetting_curve, retrieval_gain and longeval_lines on the embedded default
-(the packaged demo model and documents built from pydoc_data.topics), offline, through lm-eval's own CLI: progress
-bars, results tables, results JSON, samples and the forgetting-curve PNG under --out, then a summary with the demo's
+DEMO_HELP = """Run longppl_govreport, forgetting_curve, retrieval_gain, retrieval_gain_map and longeval_lines on the
+embedded default (the packaged demo model and documents built from pydoc_data.topics), offline, through lm-eval's own
+CLI: progress bars, results tables, results JSON, samples, the forgetting-curve and gain-map PNGs under --out, then a
+summary with the demo's
 targets (copy accuracy well above LM accuracy at short lengths, positive retrieval gain, LongPPL below PPL) in
 OUT/demo_summary.json. Exit 0; with --check, 1 when a target fails, a task is missing or a metric is not finite;
 2 when the demo cannot run."""

@@ -1,4 +1,4 @@
-"""``lm-eval-longctx demo``: the four tasks on the embedded default, offline, through lm-eval's own CLI.
+"""``lm-eval-longctx demo``: the tasks on the embedded default, offline, through lm-eval's own CLI.
 
 The embedded default is a choice of data and model, not a separate code path. The demo
 
@@ -7,7 +7,7 @@ The embedded default is a choice of data and model, not a separate code path. Th
 2. runs lm-eval's command-line entry point in this process (``lm_eval.__main__.cli_evaluate``, what
    the ``lm_eval`` console script calls) with the argv a user would type::
 
-       lm_eval run --tasks longppl_govreport,forgetting_curve,retrieval_gain,longeval_lines --model hf
+       lm_eval run --tasks longppl_govreport,forgetting_curve,retrieval_gain,retrieval_gain_map,longeval_lines --model hf
            --model_args pretrained=<model>,dtype=float32 --device cpu --batch_size N
            --metadata '<budget JSON, data_files = the corpus>' --output_path <out>/results --log_samples
            --include_path <our task folder>
@@ -41,9 +41,9 @@ from . import embedded, output_dirs
 
 log = logging.getLogger("lm_eval_longctx")
 
-TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "longeval_lines")
+TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "retrieval_gain_map", "longeval_lines")
 # The group longeval_lines reports through its two tasks.
-RESULT_TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "longeval_lines_ppl",
+RESULT_TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "retrieval_gain_map", "longeval_lines_ppl",
                 "longeval_lines_acc")
 DEFAULT_OUT = "lm_eval_longctx_demo"
 SUMMARY_FILE = "demo_summary.json"
@@ -66,6 +66,8 @@ CORPUS_PROVENANCE_FILE = "corpus_provenance.json"
 #   then lie 0.8k .. 1.8k tokens before the query, within the demo model's copy reach (rope_theta 1e5:
 #   copy accuracy falls to the LM level beyond about 1k tokens). Measured with the packaged model on
 #   the 4 full-budget documents: gain +1.19 at 2048, -0.07 at 8192 (anchors 3.3k .. 7.3k back).
+# * retrieval-gain map: context lengths 256, 1024, 4096 x depths 0, 50, 90% (one pass of 4096 tokens per
+#   document): inside, at and beyond the demo model's copy reach.
 # * LongEval lines: 10 .. 80 lines (about 0.3k .. 2k tokens per prompt; the demo model's copy reach),
 #   10 cases each; generation keeps the harness defaults of the task (greedy, <= 100 tokens).
 # ci: the same pipeline with every size cut down, for a CI test of about 35 seconds (the packaged model
@@ -86,6 +88,8 @@ DEMO_BUDGETS = {
             "samples_per_length": 8,
             "seed": 0,
             "doc_tokens": 2048,
+            "context_lengths": [256, 1024, 4096],
+            "depths": [0, 50, 90],
             "num_lines": [10, 20, 40, 80],
             "num_cases": 10,
         },
@@ -104,6 +108,8 @@ DEMO_BUDGETS = {
             "samples_per_length": 4,
             "seed": 0,
             "doc_tokens": 1024,
+            "context_lengths": [128, 512, 2048],
+            "depths": [0, 50, 90],
             "num_lines": [5, 10],
             "num_cases": 3,
         },
@@ -274,6 +280,7 @@ HEADLINES = {
     "longppl_govreport": ["longppl", "ppl", "key_token_fraction"],
     "forgetting_curve": ["fine_memory_length", "coarse_memory_length", "n_failed_lengths"],
     "retrieval_gain": ["retrieval_gain", "nll_with", "nll_without"],
+    "retrieval_gain_map": ["gain", "effective_length", "effective_length_abs"],
     "longeval_lines_ppl": ["answer_ppl", "non_answer_ppl"],
     "longeval_lines_acc": ["acc"],
 }
@@ -325,6 +332,8 @@ def format_summary(summary: dict) -> str:
     lines.append(f"results: {files['results_json']}")
     if files.get("forgetting_curve_png"):
         lines.append(f"forgetting curve: {files['forgetting_curve_png']}")
+    if files.get("retrieval_gain_map_png"):
+        lines.append(f"retrieval-gain map: {files['retrieval_gain_map_png']}")
     lines.append(f"summary: {files['summary']}")
     return "\n".join(lines)
 
@@ -335,7 +344,7 @@ def format_summary(summary: dict) -> str:
 def run_demo(out_dir=DEFAULT_OUT, model_dir=None, budget: str = "full", extra_metadata: dict | None = None,
              limit: float | None = None, device: str = "cpu", batch_size: int | None = None,
              echo: bool = True) -> dict:
-    """Write the corpus under ``out_dir``, run the four tasks through lm-eval's CLI, check the targets.
+    """Write the corpus under ``out_dir``, run the tasks through lm-eval's CLI, check the targets.
 
     ``model_dir``: a checkpoint folder (default: the packaged demo model). ``extra_metadata`` overrides
     the budget's ``--metadata`` keys (e.g. ``{"beta": -20}`` for a random model, which is never
@@ -368,11 +377,13 @@ def run_demo(out_dir=DEFAULT_OUT, model_dir=None, budget: str = "full", extra_me
     results = json.loads(results_file.read_text(encoding="utf-8"))
     summary = {"budget": budget, "model_dir": str(model), **summarize(results, budget)}
     png = results_file.with_name(f"{results_file.stem}_forgetting_curve.png")
+    map_png = results_file.with_name(f"{results_file.stem}_retrieval_gain_map.png")
     samples = sorted(str(p) for p in results_file.parent.glob(f"samples_*_{results_file.stem[len('results_'):]}.jsonl"))
     summary["files"] = {
         "results_json": str(results_file),
         "samples": samples,
         "forgetting_curve_png": str(png) if png.is_file() else None,
+        "retrieval_gain_map_png": str(map_png) if map_png.is_file() else None,
         "corpus": corpus["path"],
         "corpus_provenance": str(out / CORPUS_PROVENANCE_FILE),
         "summary": str(out / SUMMARY_FILE),

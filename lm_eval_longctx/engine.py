@@ -463,3 +463,80 @@ def score_long_batch(
                 results[r].greedy[first:stop] = hit.numpy()
         del logits, out
     return results
+
+
+# ------------------------------------------------------------------ a ladder of prefix lengths, one pass
+
+
+@torch.no_grad()
+def score_prefix_ladder(
+    model,
+    ids: Sequence[int] | np.ndarray | torch.Tensor,
+    rungs: Sequence[tuple[int, Iterable[Sequence[int] | np.ndarray | torch.Tensor]]],
+    n_scored: int | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> list[list[TokenLogprobs]]:
+    """``score_continuations(model, ids[:P], continuations)`` for every rung (P, continuations), with
+    ids fed ONCE: the KV cache only ever grows along ids, from one rung's prefix to the next.
+
+    ``rungs`` lists (prefix length P, continuations) with strictly increasing P in [1, len(ids)].
+    Returns, per rung, one TokenLogprobs per continuation (its last ``n_scored`` tokens; default:
+    the whole continuation), exactly as ``score_continuations`` defines them.
+
+    How: at a rung of prefix length P the cache holds ids[:P - 1], filled from the previous rung's
+    length in chunks of at most ``chunk_size`` tokens (logits of one position per chunk only). Each
+    continuation c is fed as [ids[P - 1]] + c on top of it and the cache is cropped back to P - 1
+    before the next one, so every continuation sees exactly ids[:P]. Cost: one chunked pass over
+    ids[:P_max - 1] plus the continuations' own tokens; memory: one KV cache of the longest prefix
+    plus one continuation's logits.
+    """
+    seq = _as_ids(ids)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    plan = []
+    last = 0
+    for p, conts in rungs:
+        p = int(p)
+        if not last < p <= int(seq.numel()):
+            raise ScoringError(f"ladder prefix lengths must increase strictly within 1..{int(seq.numel())}; "
+                               f"got {p} after {last}")
+        cs = [_as_ids(c) for c in conts]
+        counts = _scored_counts(cs, [int(c.numel()) for c in cs] if n_scored is None else n_scored, 0)
+        plan.append((p, cs, counts))
+        last = p
+    if not plan:
+        return []
+
+    from transformers import DynamicCache
+
+    device = input_device(model)
+    seq_dev = seq.to(device)[None]
+    past = DynamicCache()
+    filled = 0  # positions of ids in the cache
+    out = []
+    for p, conts, counts in plan:
+        held = p - 1
+        for a in range(filled, held, chunk_size):
+            b = min(a + chunk_size, held)
+            logits, res = _forward_logits(model, seq_dev[:, a:b], 1, use_cache=True, past_key_values=past)
+            if getattr(res, "past_key_values", None) is None:
+                raise ScoringError(f"{type(model).__name__} returned no KV cache, so a prefix cannot be shared")
+            past = res.past_key_values
+            del logits, res
+        filled = max(filled, held)
+        rung = []
+        for c, k in zip(conts, counts):
+            inp = torch.cat([seq[p - 1 : p], c]).to(device)[None]
+            # as in score_continuations: the last k + 1 columns hold the k scored predictions
+            kwargs = {"use_cache": True, "past_key_values": past} if held > 0 else {"use_cache": False}
+            logits, res = _forward_logits(model, inp, k + 1, **kwargs)
+            lp, hit = _logprob_and_greedy(logits[0, :k], c[-k:])
+            rung.append(TokenLogprobs(lp.numpy(), hit.numpy()))
+            del logits, res
+            if held > 0:
+                past.crop(-int(inp.shape[1]))
+                if past.get_seq_length() != held:
+                    raise ScoringError(f"the KV cache of {type(model).__name__} could not be cropped back to the "
+                                       f"prefix ({past.get_seq_length()} positions instead of {held})")
+        out.append(rung)
+    return out

@@ -99,6 +99,43 @@ RETRIEVAL_GAIN = Declaration("retrieval_gain", [
     *_govreport(),
 ])
 
+RETRIEVAL_GAIN_MAP = Declaration("retrieval_gain_map", [
+    Setting("context_lengths", integer_list(1), None, "context lengths L (document tokens x[0:L]) of the ladder; default: "
+            "min_context doubled while the with-document sequence fits the model and every document has L + q + r "
+            "tokens", optional=True),
+    Setting("min_context", integer(1), 1024, "first rung of the default doubling ladder"),
+    Setting("max_context", integer(1), None, "cap on L of the default ladder (default: the model's maximum "
+            "length and the shortest document)", optional=True),
+    Setting("depths", integer_list(0), list(range(0, 100, 10)), "depths p in percent: the anchor of cell (L, p) "
+            "is a = round(p/100 (L - q - r)), halves up"),
+    Setting("query_tokens", integer(1), 24, "q: query tokens Q = x[a : a+q]"),
+    Setting("answer_tokens", integer(1), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
+    Setting("anchors_per_cell", integer(1), 1, "anchors per cell: a, a + s, ..., a + (n-1) s with s = "
+            "anchor_stride; the cell's gain is their mean"),
+    Setting("anchor_stride", integer(1), None, "s: tokens between the anchors of a cell (default q + r: "
+            "consecutive Q A spans)", optional=True),
+    Setting("separator", TEXT, "", "text between x[0:L] and Q (tokenized without special tokens)"),
+    Setting("bos", choice("auto", "always", "never", aliases={"true": "always", "1": "always", "yes": "always",
+                                                              "false": "never", "0": "never", "no": "never",
+                                                              "none": "never"}),
+            "auto", "BOS at the start of both conditions, as in retrieval_gain"),
+    Setting("effective_fraction", number(0.0, 1.0), 0.5, "relative effective length: the largest L up to which "
+            "the mean gain stays above this fraction of its value at the shortest L (0 when that value is not "
+            "above effective_threshold)"),
+    Setting("effective_threshold", number(0.0), 0.5, "absolute effective length: the largest L up to which the "
+            "mean gain (nats per answer token) stays above this"),
+    Setting("tokenizer", TEXT, None, "tokenizer that counts the documents' tokens for the default ladder "
+            "(default: model_args `pretrained`); the model's own tokenizer is checked again when scoring",
+            optional=True, affects_numbers=False),
+    Setting("effective_rule", choice(*metrics.MEMORY_LENGTH_RULES), "contiguous", "`contiguous`: every shorter L "
+            "passes too; `largest`: the largest passing L"),
+    _chunk_size(),
+    Setting("without_batch_size", integer(1), None, "without-document sequences per forward (default: the "
+            "harness --batch_size, or 8)", optional=True, affects_numbers=False),
+    _allow_beyond(),
+    *_govreport(),
+])
+
 FORGETTING_CURVE = Declaration("forgetting_curve", [
     Setting("max_len", integer(1), None, "largest copy length l; default: the largest whose sample fits the "
             "model, (max_length - 3) // 2", optional=True),
@@ -155,7 +192,7 @@ LONGEVAL_LINES = Declaration("longeval_lines", [
     _export_tokens("answer-token PPL only: "),
 ])
 
-TASK_DECLARATIONS = {d.owner: d for d in (LONGPPL, RETRIEVAL_GAIN, FORGETTING_CURVE, LONGEVAL_LINES)}
+TASK_DECLARATIONS = {d.owner: d for d in (LONGPPL, RETRIEVAL_GAIN, RETRIEVAL_GAIN_MAP, FORGETTING_CURVE, LONGEVAL_LINES)}
 
 
 # ------------------------------------------------------------------ the docs' settings tables

@@ -4,7 +4,7 @@ The demo model (``demo_model.py``) copies from its context through a hand-set in
 set by ``rope_theta``. The variants ``demo_model.VARIANTS`` differ only in that knob (``long``: 1e6,
 ``short``: 1e4), plus ``none``, the same architecture without the copy circuit, so their order of long-context
 ability is known in advance: ``demo_model.VARIANT_ORDER`` = long > short > none. ``run_validation`` builds them,
-runs the four tasks on each through the harness (``demo.run_demo``, with ``--log_samples``), and checks that each
+runs the demo's tasks on each through the harness (``demo.run_demo``, with ``--log_samples``), and checks that each
 metric puts them in that order, with a paired bootstrap CI of every difference between neighbours.
 
 Everything but ``run_validation`` is a pure function of the harness's own files (numpy / scipy; no model, no
@@ -56,6 +56,7 @@ class MetricSpec:
     task: str  # harness task whose samples hold it
     field: str  # per-sample field written by the task's process_results
     kind: str  # "perplexity" (nll_sum, n) pairs | "mean" of floats | "fine" / "coarse" memory length
+    #           | "effective" context length of the retrieval-gain map (per-document gain per length)
     higher_is_better: bool
     expected: str  # what the issue expects: "orders" | "no clear separation" | "not stated"
     # fine / coarse only: this threshold (margin) instead of the run's own setting; the row is then a diagnostic
@@ -81,6 +82,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("coarse_memory_length", "coarse memory length", "forgetting_curve", "coarse_memory_length", "coarse",
                True, "orders"),
     MetricSpec("retrieval_gain", "retrieval gain", "retrieval_gain", "retrieval_gain", "mean", True, "orders"),
+    MetricSpec("gain_map_effective_length", "effective context length (retrieval-gain map)", "retrieval_gain_map",
+               "effective_length", "effective", True, "orders"),
     MetricSpec("answer_ppl", "LongEval answer-token PPL", "longeval_lines_ppl", "answer_ppl", "perplexity", False,
                "orders"),
     MetricSpec("longeval_acc", "LongEval accuracy", "longeval_lines_acc", "acc", "mean", True, "not stated"),
@@ -97,6 +100,8 @@ SPECS_BY_KEY = {s.key: s for s in METRIC_SPECS}
 # * forgetting curve: copy lengths from well inside to well beyond the short reach (ci: 32 .. 1024; full: the
 #   demo's 16 .. 4096).
 # * retrieval gain: anchors from 10% to 90% of the document, so the copy distance runs from ~0.1 T to ~0.9 T.
+# * retrieval-gain map: the demo's ladders (ci: 128, 512, 2048; full: 256, 1024, 4096 tokens), from inside to
+#   beyond the short reach.
 # * LongEval: prompts of ~0.3k to ~1.3k tokens (ci: 5 and 40 lines; full: up to 80 lines, ~2.5k tokens).
 VALIDATION_METADATA = {
     "ci": {
@@ -170,7 +175,8 @@ class Units:
     forgetting curve a sample index), ``hashes[i]`` identifies what the unit holds (for pairing)."""
 
     ids: list
-    values: np.ndarray  # perplexity: [n, 2] (nll_sum, tokens); mean: [n]; fine/coarse: [n, lengths, 2] (copy, lm)
+    values: np.ndarray  # perplexity: [n, 2] (nll_sum, tokens); mean: [n]; fine/coarse: [n, lengths, 2] (copy, lm);
+    #                     effective: [n, lengths] (gain per context length)
     hashes: list
     lengths: np.ndarray | None = None  # fine/coarse: the copy lengths, ascending
     params: dict = field(default_factory=dict)  # fine/coarse: threshold / margin and rule
@@ -199,6 +205,15 @@ def unit_data(spec: MetricSpec, run: RunFiles) -> Units:
         return Units(ids, values, hashes)
     if spec.kind in ("fine", "coarse"):
         return _curve_units(spec, run, rows)
+    if spec.kind == "effective":
+        s = task_settings(run.results, spec.task)
+        kept = [r for r in rows if spec.field in r]
+        values = np.asarray([[float(x) for x in r[spec.field]] for r in kept], dtype=np.float64)
+        lengths = np.asarray(s["lengths_used"], dtype=np.int64)
+        params = {"fraction": float(s["effective_fraction"]), "base_minimum": float(s["effective_threshold"]),
+                  "rule": str(s["effective_rule"])}
+        return Units([int(r["doc_id"]) for r in kept], values.reshape(len(kept), len(lengths)),
+                     [r.get("doc_hash") for r in kept], lengths, params)
     raise ValidationError(f"unknown metric kind {spec.kind!r}")
 
 
@@ -247,8 +262,8 @@ def paired_units(spec: MetricSpec, runs: dict[str, RunFiles]) -> dict[str, Units
             bad = next(i for i, (a, b) in enumerate(zip(u.hashes, ref.hashes)) if a != b)
             raise ValidationError(f"{spec.key}: unit {ids[bad]} holds different documents for {name} and {ref_name} "
                                   "(the models must share tokenizer, data and seeds)")
-        if spec.kind in ("fine", "coarse") and not np.array_equal(u.lengths, ref.lengths):
-            raise ValidationError(f"{spec.key}: copy lengths differ between {name} and {ref_name}")
+        if spec.kind in ("fine", "coarse", "effective") and not np.array_equal(u.lengths, ref.lengths):
+            raise ValidationError(f"{spec.key}: lengths differ between {name} and {ref_name}")
     return out
 
 
@@ -281,6 +296,13 @@ def metric_value(spec: MetricSpec, units: Units, idx: np.ndarray | None = None):
         else:
             res = [metrics.coarse_memory_length(units.lengths, c[:, 0], c[:, 1], p["margin"], p["rule"]) for c in flat]
         out = np.asarray(res, dtype=np.float64).reshape(curve.shape[:-2])
+    elif spec.kind == "effective":
+        from .gainmap import effective_length
+
+        curve = v.mean(axis=-2)  # [..., lengths]
+        flat = curve.reshape(-1, curve.shape[-1])
+        res = [effective_length(units.lengths, c, **units.params) for c in flat]
+        out = np.asarray(res, dtype=np.float64).reshape(curve.shape[:-1])
     else:
         raise ValidationError(f"unknown metric kind {spec.kind!r}")
     return float(out) if scalar else out
@@ -567,7 +589,7 @@ def run_validation(out_dir, budget: str = "full", steps=None, variants: Sequence
                    tokenizer_dir=None, extra_metadata: dict | None = None, n_resamples: int = DEFAULT_N_RESAMPLES,
                    confidence_level: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED, rebuild: bool = False,
                    plot: bool = True, echo: bool = True, log_fn=print) -> dict:
-    """Build the known-answer variants, run the four tasks on each through the harness, and check the ordering.
+    """Build the known-answer variants, run the demo's tasks on each through the harness, and check the ordering.
 
     * ``budget``: the demo budget (``demo.DEMO_BUDGETS``: ``ci`` or ``full``) plus ``VALIDATION_METADATA[budget]``
       and ``extra_metadata``; LongPPL's evaluator is the first (best) variant's checkpoint for every model, so

@@ -91,10 +91,11 @@ def test_every_budget_fits_the_embedded_corpus():
 
 
 def _task_settings_keys():
-    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain
+    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain, retrieval_gain_map
 
     return {"longppl_govreport": set(longppl.DEFAULTS), "forgetting_curve": set(forgetting_curve.DEFAULTS),
-            "retrieval_gain": set(retrieval_gain.DEFAULTS), "longeval_lines": set(longeval.DEFAULTS)}
+            "retrieval_gain": set(retrieval_gain.DEFAULTS), "retrieval_gain_map": set(retrieval_gain_map.DEFAULTS),
+            "longeval_lines": set(longeval.DEFAULTS)}
 
 
 # keys more than one task reads, and mean the same thing in each (one corpus, one seed, ...)
@@ -116,7 +117,7 @@ def test_budget_metadata_keys_are_read_and_never_clash(budget, tmp_path):
 
 @pytest.mark.parametrize("budget", sorted(demo.DEMO_BUDGETS))
 def test_budget_metadata_resolves_in_every_task(budget, tmp_path):
-    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain
+    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain, retrieval_gain_map
 
     md = demo.budget_metadata(budget, tmp_path / "corpus.jsonl")
     s = longppl.resolve_settings(md)
@@ -124,6 +125,8 @@ def test_budget_metadata_resolves_in_every_task(budget, tmp_path):
     s = forgetting_curve.resolve_settings(md)
     assert s["lengths"] == md["lengths"] and s["data_files"] == md["data_files"] and s["spacing"] == "geometric"
     assert retrieval_gain.resolve_settings(md)["doc_tokens"] == md["doc_tokens"]
+    s = retrieval_gain_map.resolve_settings(md)
+    assert s["context_lengths"] == md["context_lengths"] and s["depths"] == md["depths"]
     assert longeval.resolve_settings(md)["num_lines"] == md["num_lines"]
 
 
@@ -234,6 +237,7 @@ def test_ci_demo_writes_every_output(ci_run):
     assert results_file.is_file() and results_file.parent.parent == ci_run["out"] / "results"
     assert Path(files["forgetting_curve_png"]).is_file()
     assert Path(files["forgetting_curve_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert Path(files["retrieval_gain_map_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert files["summary"] == str(ci_run["out"] / demo.SUMMARY_FILE)
     sample_tasks = {Path(p).name.split("_2")[0][len("samples_"):] for p in files["samples"]}
     assert sample_tasks == set(demo.RESULT_TASKS)
@@ -249,6 +253,9 @@ def test_ci_demo_every_metric_is_finite(ci_run):
     expected = {
         "longppl_govreport": {"longppl", "ppl", "key_token_fraction", "n_key_tokens"},
         "retrieval_gain": {"retrieval_gain", "nll_with", "nll_without"},
+        "retrieval_gain_map": {"gain", "effective_length", "effective_length_abs"}
+        | {f"gain@L{x:05d}" for x in md["context_lengths"]}
+        | {f"gain@L{x:05d}_d{d:02d}" for x in md["context_lengths"] for d in md["depths"]},
         "forgetting_curve": {"fine_memory_length", "coarse_memory_length", "n_failed_lengths"}
         | {f"{w}@{x:05d}" for x in md["lengths"] for w in ("copy_acc", "lm_acc")},
         "longeval_lines_ppl": {"answer_ppl", "non_answer_ppl"} | {f"answer_ppl_{n:04d}" for n in md["num_lines"]},
@@ -271,7 +278,7 @@ def test_ci_demo_reads_the_embedded_corpus_and_reports_targets(ci_run):
     md = demo.DEMO_BUDGETS["ci"]["metadata"]
     texts = embedded.embedded_documents(demo.DEMO_BUDGETS["ci"]["chars_per_doc"])
     # LongPPL and retrieval gain scored the first num_docs rows of the embedded corpus
-    for task in ("longppl_govreport", "retrieval_gain"):
+    for task in ("longppl_govreport", "retrieval_gain", "retrieval_gain_map"):
         prov = results["configs"][task]["metadata"]["longctx_settings"]["data"]
         assert prov["texts_sha256"] == data.texts_sha256(texts[: md["num_docs"]]), task
         assert prov["data_files"] == s["files"]["corpus"]
@@ -282,7 +289,8 @@ def test_ci_demo_reads_the_embedded_corpus_and_reports_targets(ci_run):
     assert all(isinstance(t["passed"], bool) for t in s["targets"])
     # --check: exit 1 exactly when a target failed
     assert ci_run["rc"] == (0 if s["targets_passed"] else 1)
-    assert s["command"].startswith("lm_eval run --tasks longppl_govreport,forgetting_curve,retrieval_gain,longeval_lines")
+    assert s["command"].startswith("lm_eval run --tasks longppl_govreport,forgetting_curve,retrieval_gain,retrieval_gain_map,"
+                                    "longeval_lines")
     assert s["wall_seconds"]["total"] > 0
 
 

@@ -122,8 +122,10 @@ def test_token_ids_outside_the_vocabulary_fail_when_the_task_is_built(model_dirs
 def test_the_readme_settings_tables_are_the_declarations():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert task_settings.render_settings_tables(readme) == readme, "run: python scripts/settings_tables.py"
-    for owner in task_settings.all_declarations():
-        assert f"<!-- settings: {owner} -->" in readme, owner
+    pages = readme + "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md")))
+    assert task_settings.render_settings_tables(pages) == pages, "run: python scripts/settings_tables.py"
+    for owner in task_settings.all_declarations():  # in the README or a docs page
+        assert f"<!-- settings: {owner} -->" in pages, owner
     # the check can fail: a changed default shows
     stale = readme.replace("| `trunc_len` | whole number >= 1 | `4096` |", "| `trunc_len` | whole number >= 1 | `2048` |")
     assert stale != readme and task_settings.render_settings_tables(stale) != stale

@@ -70,6 +70,28 @@ def test_memory_lengths_match_the_task_aggregation(spec):
     np.testing.assert_array_equal(validation.metric_value(spec, u, idx), [from_items(r) for r in idx])
 
 
+def test_effective_length_matches_the_task_aggregation():
+    """Against gainmap.effective_length_from_docs over per-document gain-per-length tuples, as the task aggregates."""
+    from lm_eval_longctx import gainmap
+
+    rng = np.random.default_rng(3)
+    lengths = [128, 512, 2048]
+    params = {"fraction": 0.5, "base_minimum": 0.5, "rule": "contiguous"}
+    values = rng.normal([3.0, 1.7, 0.4], 0.8, (7, 3))
+    u = Units(list(range(7)), values, [None] * 7, np.asarray(lengths), params)
+    spec = MetricSpec("x", "x", "t", "f", "effective", True, "orders")
+
+    def from_items(rows):
+        return gainmap.effective_length_from_docs([tuple(values[k]) for k in rows], lengths=tuple(lengths),
+                                                  fraction=0.5, rule="contiguous", base_minimum=0.5)
+
+    assert validation.metric_value(spec, u) == from_items(range(7))
+    idx = rng.integers(0, 7, (60, 7))
+    got = validation.metric_value(spec, u, idx)
+    np.testing.assert_array_equal(got, [from_items(r) for r in idx])
+    assert len(set(got.tolist())) > 1  # the resamples do not all agree: not a vacuous comparison
+
+
 # ----------------------------------------------------------------------------------------------- bootstrap
 
 
@@ -274,12 +296,13 @@ def test_unmet_expectations_and_plot_command():
 
 # What is robust on the untrained construction (steps=0) at the ci budget, where the copy circuit alone decides:
 # * ordered, with every neighbours' CI excluding 0: LongPPL (K = 128) and retrieval gain;
-# * ordered (point values): coarse memory length (1024 / 512 / 0) and LongEval answer-token PPL (8 cases: wide CIs).
+# * ordered (point values): coarse memory length (1024 / 512 / 0), LongEval answer-token PPL (8 cases: wide CIs) and
+#   the retrieval-gain map's effective context length (2048 / 128 / 0).
 # Not asserted: fine memory length (the circuit never copies > 99% beyond the shortest lengths: long = short),
 # LongEval accuracy (0 for every variant: random weights outside the circuit never write the answer), and plain
 # PPL (it does order untrained models, whose only predictive part is the circuit; not a property to test).
 SEPARATED_CI = ("longppl", "retrieval_gain")
-ORDERED_CI = ("coarse_memory_length", "answer_ppl")
+ORDERED_CI = ("coarse_memory_length", "answer_ppl", "gain_map_effective_length")
 
 
 def test_known_answer_models_are_ordered_by_the_metrics(tmp_path):

@@ -66,7 +66,8 @@ def variant_runs(demo_run, tmp_path_factory):
 
 
 def _samples(summary, task):
-    (path,) = [p for p in summary["files"]["samples"] if f"samples_{task}_" in p]
+    # samples_<task>_<date>.jsonl: the date after the task name, so retrieval_gain is not retrieval_gain_map
+    (path,) = [p for p in summary["files"]["samples"] if re.fullmatch(rf"samples_{task}_\d{{4}}-.*\.jsonl", Path(p).name)]
     return {s["doc_id"]: s for s in map(json.loads, Path(path).read_text(encoding="utf-8").splitlines())}
 
 

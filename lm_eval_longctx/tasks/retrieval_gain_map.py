@@ -1,0 +1,334 @@
+"""``retrieval_gain_map``: retrieval gain over a grid of context length x depth, one pass per document.
+
+On the documents of ``retrieval_gain`` (x: a document in the evaluated model's tokenizer), for a
+ladder of context lengths L and depths p (percent), cell (L, p) has the anchor
+a = round(p/100 * (L - q - r)) (halves rounded up), the query Q = x[a : a+q] and the answer
+A = x[a+q : a+q+r], both inside x[0:L]. The answer's mean NLL is taken
+
+* with the context:    [BOS] x[0:L] sep Q A,
+* without it:          [BOS] Q A,
+
+and gain = nll_without - nll_with. With ``anchors_per_cell`` n > 1 the cell holds the anchors
+a, a + s, ..., a + (n-1) s (s = ``anchor_stride``, default q + r), and its gain is their mean.
+
+Metrics (names sort as strings, the order lm-eval prints them in): ``gain@L01024_d50`` per cell,
+``gain@L01024`` per length (mean over depths), ``gain`` (mean over all cells), the effective context
+lengths ``effective_length`` (relative: the mean gain stays above ``effective_fraction`` of its value
+at the shortest L) and ``effective_length_abs`` (stays above ``effective_threshold``). Stderrs are over
+documents (one harness doc is one document: its cells share its text).
+
+Cost: per document, [BOS] x[0:L_max] is fed once in KV-cache chunks; at each rung L the cells of that
+length are read on top of the cache of [BOS] x[0:L] and cropped off again (``engine.score_prefix_ladder``).
+The without-document sequences of all documents are deduplicated and batched.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from lm_eval.api.instance import Instance
+
+from .. import data, engine, gainmap, harness, task_settings
+from ..settings import BOOLEAN, SettingsError
+from .base import LongContextTask, govreport_documents
+from .retrieval_gain import lead_token_ids
+
+log = logging.getLogger("lm_eval_longctx")
+
+KIND = "retrieval_gain_map"
+SETTINGS = task_settings.RETRIEVAL_GAIN_MAP
+DEFAULTS = SETTINGS.defaults()
+# settings that change the numbers: in every request's spec (the --use_cache key) and in the results
+SCORING_KEYS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_stride", "separator", "bos")
+
+
+def resolve_settings(metadata: dict | None) -> dict:
+    md = dict(metadata or {})
+    s = SETTINGS.parse(md)
+    if any(d > 100 for d in s["depths"]):
+        raise SettingsError(f"retrieval_gain_map: depths are percents in 0..100, got {s['depths']}")
+    if s["anchor_stride"] is None:
+        s["anchor_stride"] = s["query_tokens"] + s["answer_tokens"]
+    # the model's own settings, from the model_args the harness merges into the metadata
+    s["pretrained"] = md.get("pretrained")
+    s["revision"] = md.get("revision")
+    s["trust_remote_code"] = BOOLEAN.convert(md.get("trust_remote_code", False))
+    s["max_length"] = None if md.get("max_length") in (None, "", "None") else int(md["max_length"])
+    if s["context_lengths"]:
+        check_ladder(s["context_lengths"], s)
+    return s
+
+
+def check_ladder(lengths, s: dict) -> None:
+    """Every cell of every length must have room for its anchors: a + (n-1) s + q + r <= L."""
+    need = s["query_tokens"] + s["answer_tokens"] + (s["anchors_per_cell"] - 1) * s["anchor_stride"]
+    short = [L for L in lengths if L < need]
+    if short:
+        raise SettingsError(f"retrieval_gain_map: context lengths {short} are too short for query {s['query_tokens']} "
+                            f"+ answer {s['answer_tokens']} tokens and {s['anchors_per_cell']} anchors per cell "
+                            f"{s['anchor_stride']} apart ({need} tokens); drop them from `context_lengths`")
+
+
+# ------------------------------------------------------------------ cells and the two conditions
+
+
+def cell_anchors(length: int, depth_percent: int, query_tokens: int, answer_tokens: int,
+                 anchors_per_cell: int = 1, anchor_stride: int | None = None) -> list[int]:
+    """Anchors of cell (L, p): a = round(p/100 * (L - q - r)), halves up (exact integer arithmetic),
+    then a + s, ..., a + (n-1) s, each moved back so that its Q A ends inside x[0:L]."""
+    U = length - query_tokens - answer_tokens
+    if U < 0:
+        raise engine.ScoringError(f"context length {length} has no room for query {query_tokens} + answer "
+                                  f"{answer_tokens} tokens")
+    stride = query_tokens + answer_tokens if anchor_stride is None else anchor_stride
+    first = int(Fraction(depth_percent, 100) * U + Fraction(1, 2))  # floor(x + 1/2): halves up
+    # the last anchors of a deep cell would run past L: the whole group shifts back instead
+    first = max(0, min(first, U - (anchors_per_cell - 1) * stride))
+    return [first + j * stride for j in range(anchors_per_cell)]
+
+
+@dataclass
+class MapCase:
+    """One document's ladder: ``prefix`` = lead + x[0:L_max]; per length, the cells' anchors
+    [depths, n] and their continuations sep + Q A; the without sequences lead + Q A."""
+
+    lengths: list[int]
+    depths: list[int]
+    anchors: np.ndarray  # int64 [lengths, depths, n]
+    prefix: list[int]
+    lead: list[int]
+    continuations: list[list[list[int]]]  # [length][depth * n + j]
+    without: list[list[list[int]]]
+    answer_tokens: int
+    n_source_tokens: int
+
+    @property
+    def max_with_length(self) -> int:
+        return len(self.lead) + self.lengths[-1] + len(self.continuations[-1][0])
+
+
+def build_case(doc_ids: list[int], s: dict, lengths: list[int], lead_ids: list[int], separator_ids: list[int]) -> MapCase:
+    q, r = s["query_tokens"], s["answer_tokens"]
+    doc = [int(t) for t in doc_ids]
+    if len(doc) < lengths[-1]:
+        raise engine.ScoringError(
+            f"retrieval_gain_map: a document has {len(doc)} tokens, fewer than the longest context length "
+            f"{lengths[-1]}; lower --metadata max_context (or give `context_lengths`), or select longer documents (min_tokens)")
+    lead, sep = [int(t) for t in lead_ids], [int(t) for t in separator_ids]
+    depths = list(s["depths"])
+    anchors = np.array([[cell_anchors(L, d, q, r, s["anchors_per_cell"], s["anchor_stride"]) for d in depths]
+                        for L in lengths], dtype=np.int64)
+    conts, without = [], []
+    for i, L in enumerate(lengths):
+        qa = [doc[a : a + q + r] for a in anchors[i].reshape(-1)]
+        conts.append([sep + x for x in qa])
+        without.append([lead + x for x in qa])
+    return MapCase(list(lengths), depths, anchors, lead + doc[: lengths[-1]], lead, conts, without, r, len(doc))
+
+
+def case_for_text(tokenizer, text: str, s: dict, lengths: list[int]) -> MapCase:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    sep = tokenizer(s["separator"], add_special_tokens=False)["input_ids"] if s["separator"] else []
+    return build_case(ids, s, lengths, lead_token_ids(tokenizer, s["bos"]), sep)
+
+
+# ------------------------------------------------------------------ the request kind
+
+
+@dataclass
+class GainMapScores:
+    """Answer log-probs of one document's cells, with and without the context."""
+
+    lengths: np.ndarray  # int64 [nL]
+    depths: np.ndarray  # int64 [nD] (percent)
+    anchors: np.ndarray  # int64 [nL, nD, n]
+    n_source_tokens: int
+    n_with_tokens: int  # longest with-context sequence
+    with_logprob: np.ndarray  # float32 [nL, nD, n, answer_tokens]
+    without_logprob: np.ndarray  # float32 [nL, nD, n, answer_tokens]
+
+    def gain(self) -> np.ndarray:
+        """float64 [nL, nD]: per cell, the mean over its anchors of nll_without - nll_with."""
+        return gainmap.cell_gains(self.with_logprob, self.without_logprob)
+
+    def to_state(self) -> dict:
+        return {"lengths": self.lengths, "depths": self.depths, "anchors": self.anchors,
+                "n_source_tokens": self.n_source_tokens, "n_with_tokens": self.n_with_tokens,
+                "with_logprob": self.with_logprob, "without_logprob": self.without_logprob}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "GainMapScores":
+        return cls(np.asarray(state["lengths"]), np.asarray(state["depths"]), np.asarray(state["anchors"]),
+                   int(state["n_source_tokens"]), int(state["n_with_tokens"]), np.asarray(state["with_logprob"]),
+                   np.asarray(state["without_logprob"]))
+
+    def __repr__(self) -> str:  # compact: what --log_samples writes
+        per_length = self.gain().mean(axis=1)
+        return (f"GainMapScores(tokens={self.n_source_tokens}, gain per length="
+                f"{{{', '.join(f'{int(L)}: {g:+.4f}' for L, g in zip(self.lengths, per_length))}}})")
+
+
+def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
+    """All uncached ``retrieval_gain_map`` requests: build the ladders, check lengths, score."""
+    cases = []
+    for text, spec in items:
+        case = case_for_text(ctx.tokenizer, text, spec, [int(x) for x in spec["lengths"]])
+        try:
+            harness.check_length(case.max_with_length, ctx.max_length, spec)
+        except engine.ScoringError as err:
+            raise engine.ScoringError(f"retrieval_gain_map: {err} Or lower --metadata max_context / context_lengths "
+                                      f"(now up to {spec['lengths'][-1]}).") from err
+        cases.append(case)
+
+    # without the context: every distinct [BOS] Q A of every document, batched
+    pad = ctx.tokenizer.pad_token_id if getattr(ctx.tokenizer, "pad_token_id", None) is not None else 0
+    batch = min(int(spec.get("without_batch_size") or ctx.batch_size) for _, spec in items) if items else 1
+    distinct: dict[tuple, int] = {}  # (sequence, scored tokens) -> index: one anchor at several lengths is read once
+    for case in cases:
+        for rung in case.without:
+            for w in rung:
+                distinct.setdefault((tuple(w), case.answer_tokens), len(distinct))
+    seqs = [list(w) for w, _ in distinct]
+    counts = [r for _, r in distinct]
+    scored = harness.with_batch_backoff(
+        lambda bs: engine.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs, pad_token_id=pad),
+        batch, "the without-context pass (sequences)") if seqs else []
+
+    out = []
+    for case, (_, spec) in zip(cases, items):
+        nL, nD, n = case.anchors.shape
+        rungs = [(len(case.lead) + L, case.continuations[i]) for i, L in enumerate(case.lengths)]
+        ladder = engine.score_prefix_ladder(ctx.model, case.prefix, rungs, n_scored=case.answer_tokens,
+                                            chunk_size=int(spec["chunk_size"]))
+        w = np.stack([np.stack([res.logprob for res in rung]) for rung in ladder])
+        wo = np.stack([np.stack([scored[distinct[(tuple(x), case.answer_tokens)]].logprob for x in rung])
+                       for rung in case.without])
+        shape = (nL, nD, n, case.answer_tokens)
+        out.append(GainMapScores(np.asarray(case.lengths, dtype=np.int64), np.asarray(case.depths, dtype=np.int64),
+                                 case.anchors, case.n_source_tokens, case.max_with_length,
+                                 w.reshape(shape).astype(np.float32), wo.reshape(shape).astype(np.float32)))
+        ctx.progress(1)
+    return out
+
+
+harness.register_request_kind(KIND, serve, GainMapScores.from_state, n_tokens=lambda r: r.n_with_tokens)
+harness.install()
+harness.on_results_saved(KIND, gainmap.save_beside_results)
+
+
+# ------------------------------------------------------------------ the task
+
+
+def default_ladder(s: dict, n_tokens: list[int], extra_tokens: int, model_max_length: int | None) -> list[int]:
+    """min_context doubled while L fits: every document has L tokens, the with-context sequence
+    (L + ``extra_tokens``) fits the model unless allow_beyond_max_length, and L <= max_context."""
+    cap = min(n_tokens)
+    if s["max_context"]:
+        cap = min(cap, s["max_context"])
+    if model_max_length and not s["allow_beyond_max_length"]:
+        cap = min(cap, model_max_length - extra_tokens)
+    lengths, L = [], s["min_context"]
+    while L <= cap:
+        lengths.append(L)
+        L *= 2
+    if not lengths:
+        raise SettingsError(f"retrieval_gain_map: no context length of the default ladder (from min_context "
+                            f"{s['min_context']}) fits: the shortest document has {min(n_tokens)} tokens, the model's "
+                            f"maximum length is {model_max_length} ({extra_tokens} tokens go to BOS, separator, Q "
+                            f"and A); lower min_context or give `context_lengths`")
+    return lengths
+
+
+class RetrievalGainMapTask(LongContextTask):
+    resolve_settings = staticmethod(resolve_settings)
+
+    def download(self, dataset_kwargs=None, **kwargs) -> None:
+        self.dataset, self.provenance = govreport_documents(self.settings)
+        s = self.settings
+        self.model_max_length = None
+        if s["context_lengths"]:
+            self.lengths = list(s["context_lengths"])
+        else:
+            from .forgetting_curve import resolve_model_max_length
+
+            name = s["tokenizer"] or s["pretrained"]
+            if not isinstance(name, str) or not name:
+                raise SettingsError("retrieval_gain_map: the default ladder counts the documents' tokens with the "
+                                    "model's tokenizer: give --model_args pretrained=... or --metadata "
+                                    "'{\"context_lengths\": [1024, 2048, ...]}'")
+            tok = data.load_tokenizer(name, "the tokenizer that sets the retrieval_gain_map ladder",
+                                      revision=s["revision"], trust_remote_code=s["trust_remote_code"])
+            self.model_max_length = resolve_model_max_length(s, tok)
+            n_tokens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in self.dataset["test"]["text"]]
+            sep = len(tok(s["separator"], add_special_tokens=False)["input_ids"]) if s["separator"] else 0
+            extra = len(lead_token_ids(tok, s["bos"])) + sep + s["query_tokens"] + s["answer_tokens"]
+            self.lengths = default_ladder(s, n_tokens, extra, self.model_max_length)
+            check_ladder(self.lengths, s)
+        self.width = max(5, len(str(max(self.lengths))))
+        self.depth_width = max(2, len(str(max(s["depths"]))))
+
+    def _record_settings(self) -> None:
+        s = self.settings
+        rec = SETTINGS.record(s)
+        rec.update(task_kind=KIND, lengths_used=self.lengths, model_max_length=self.model_max_length,
+                   metric_name_width=self.width, data=self.provenance,
+                   anchor_rule="a = round(p/100 (L - q - r)), halves up")
+        self._store_settings(rec)
+
+    def _spec(self) -> dict:
+        s = self.settings
+        spec = {k: s[k] for k in SCORING_KEYS}
+        spec.update(kind=KIND, lengths=self.lengths, depths=list(s["depths"]), chunk_size=s["chunk_size"],
+                    without_batch_size=s["without_batch_size"], allow_beyond_max_length=s["allow_beyond_max_length"])
+        return spec
+
+    def construct_requests(self, doc, ctx, **kwargs):
+        kwargs.pop("apply_chat_template", None)
+        kwargs.pop("chat_template", None)
+        return [Instance(harness.REQUEST_TYPE, doc, (doc["text"], self._spec()), 0, **kwargs)]
+
+    # ---------------------------------------------------------------- metric names
+
+    def cell_name(self, length: int, depth: int) -> str:
+        return gainmap.cell_metric(length, depth, self.width, self.depth_width)
+
+    def length_name(self, length: int) -> str:
+        return gainmap.length_metric(length, self.width)
+
+    def process_results(self, doc, results):
+        scores = results[0]
+        if scores.lengths.tolist() != self.lengths or scores.depths.tolist() != list(self.settings["depths"]):
+            raise engine.ScoringError("retrieval_gain_map: a result does not hold this run's ladder")
+        gain = scores.gain()
+        out = {}
+        for i, L in enumerate(self.lengths):
+            for j, d in enumerate(self.settings["depths"]):
+                out[self.cell_name(L, d)] = float(gain[i, j])
+            out[self.length_name(L)] = float(gain[i].mean())
+        out["gain"] = float(gain.mean())
+        per_length = tuple(float(g) for g in gain.mean(axis=1))
+        out["effective_length"] = per_length
+        out["effective_length_abs"] = per_length
+        return out
+
+    def aggregation(self):
+        s = self.settings
+        mean = harness.aggregation_fn("mean")
+        agg = {self.cell_name(L, d): mean for L in self.lengths for d in s["depths"]}
+        agg.update({self.length_name(L): mean for L in self.lengths})
+        agg["gain"] = mean
+        # partials of module-level functions: they pickle; a threshold statistic gets no stderr
+        agg["effective_length"] = functools.partial(gainmap.effective_length_from_docs, lengths=tuple(self.lengths),
+                                                    fraction=s["effective_fraction"], rule=s["effective_rule"],
+                                                    base_minimum=s["effective_threshold"])
+        agg["effective_length_abs"] = functools.partial(gainmap.effective_length_abs_from_docs,
+                                                        lengths=tuple(self.lengths),
+                                                        threshold=s["effective_threshold"], rule=s["effective_rule"])
+        return agg
+
+    def higher_is_better(self):
+        return {name: True for name in self.aggregation()}

@@ -1,0 +1,57 @@
+#!/usr/bin/env python
+"""Draw retrieval-gain maps (context length x depth heatmaps) from lm-eval results JSON files.
+
+Several files (or several gain-map tasks in one file): the models side by side, on ONE diverging
+colour scale centred at 0 (blue: the context helps, red: it hurts), so colours compare across
+models; each panel marks its effective context lengths.
+
+    python scripts/plot_retrieval_gain_map.py results/MODEL/results_DATE.json -o map.png
+    python scripts/plot_retrieval_gain_map.py a.json b.json --label "model A" --label "model B" -o both.png
+
+(``lm_eval --output_path DIR`` already writes ``results_DATE_retrieval_gain_map.png`` beside each
+results file; this script is for redrawing and for comparing models.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lm_eval_longctx import gainmap, plotting
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="results JSON files written by lm_eval --output_path")
+    p.add_argument("-o", "--out", required=True, help="output PNG")
+    p.add_argument("--task", default=None, help="task name in the results (default: every gain-map task of each file)")
+    p.add_argument("--label", action="append", default=None,
+                   help="panel label per map, in order (default: the model name recorded in the results)")
+    p.add_argument("--title", default=None)
+    p.add_argument("--limit", type=float, default=None,
+                   help="colour scale runs from -LIMIT to +LIMIT (default: the largest |gain| of all maps)")
+    args = p.parse_args(argv)
+
+    maps = []
+    for path in args.results:
+        with open(path, encoding="utf-8") as f:
+            results = json.load(f)
+        tasks = [args.task] if args.task else gainmap.gain_map_tasks(results)
+        if not tasks:
+            p.error(f"{path} holds no retrieval-gain map (no gain@L..._d.. metrics)")
+        for task in tasks:
+            label = plotting.model_label(results, default=path)
+            maps.append(gainmap.map_from_results(results, task, label if len(tasks) == 1 else f"{label} / {task}"))
+    if args.label:
+        if len(args.label) != len(maps):
+            p.error(f"{len(args.label)} labels for {len(maps)} maps")
+        for m, label in zip(maps, args.label):
+            m.label = label
+    out = gainmap.plot_gain_maps(maps, args.out, title=args.title, limit=args.limit)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
