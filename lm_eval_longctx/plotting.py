@@ -53,6 +53,30 @@ def _short(name: str) -> str:
     return name
 
 
+def labelled_from_results(paths, task, find_tasks, build, labels, what: str, error) -> list:
+    """What the plot scripts draw, one item per (results file, task): ``build(results, task, label)`` for the
+    ``task`` given or every task ``find_tasks(results)`` finds; ``labels`` (one per item) replace the model
+    names. ``error(message)`` reports a file without ``what`` or a wrong number of labels."""
+    import json
+
+    items = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            results = json.load(f)
+        tasks = [task] if task else find_tasks(results)
+        if not tasks:
+            error(f"{path} holds no {what}")
+        for t in tasks:
+            label = model_label(results, default=path)
+            items.append(build(results, t, label if len(tasks) == 1 else f"{label} / {t}"))
+    if labels:
+        if len(labels) != len(items):
+            error(f"{len(labels)} labels for {len(items)} plotted results")
+        for item, label in zip(items, labels):
+            item.label = label
+    return items
+
+
 def model_label(results: dict, default: str = "model") -> str:
     """The model's name as the harness recorded it (results saved by the CLI carry ``model_name``)."""
     if results.get("model_name"):

@@ -14,7 +14,6 @@ results file; this script is for redrawing and for comparing models.)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from lm_eval_longctx import plotting
@@ -33,21 +32,9 @@ def main(argv=None) -> int:
                    "(default: when the lengths were spaced geometrically)")
     args = p.parse_args(argv)
 
-    curves = []
-    for path in args.results:
-        with open(path, encoding="utf-8") as f:
-            results = json.load(f)
-        tasks = [args.task] if args.task else plotting.forgetting_curve_tasks(results)
-        if not tasks:
-            p.error(f"{path} holds no forgetting curve (no copy_acc@LENGTH metrics)")
-        for task in tasks:
-            label = plotting.model_label(results, default=path)
-            curves.append(plotting.curve_from_results(results, task, label if len(tasks) == 1 else f"{label} / {task}"))
-    if args.label:
-        if len(args.label) != len(curves):
-            p.error(f"{len(args.label)} labels for {len(curves)} curves")
-        for c, label in zip(curves, args.label):
-            c.label = label
+    curves = plotting.labelled_from_results(args.results, args.task, plotting.forgetting_curve_tasks,
+                                            plotting.curve_from_results, args.label,
+                                            "forgetting curve (no copy_acc@LENGTH metrics)", p.error)
     out = plotting.plot_forgetting_curves(curves, args.out, title=args.title, log_x=args.log_x)
     print(f"wrote {out}")
     return 0

@@ -15,7 +15,6 @@ results file; this script is for redrawing and for comparing models.)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from lm_eval_longctx import gainmap, plotting
@@ -33,21 +32,8 @@ def main(argv=None) -> int:
                    help="colour scale runs from -LIMIT to +LIMIT (default: the largest |gain| of all maps)")
     args = p.parse_args(argv)
 
-    maps = []
-    for path in args.results:
-        with open(path, encoding="utf-8") as f:
-            results = json.load(f)
-        tasks = [args.task] if args.task else gainmap.gain_map_tasks(results)
-        if not tasks:
-            p.error(f"{path} holds no retrieval-gain map (no gain@L..._d.. metrics)")
-        for task in tasks:
-            label = plotting.model_label(results, default=path)
-            maps.append(gainmap.map_from_results(results, task, label if len(tasks) == 1 else f"{label} / {task}"))
-    if args.label:
-        if len(args.label) != len(maps):
-            p.error(f"{len(args.label)} labels for {len(maps)} maps")
-        for m, label in zip(maps, args.label):
-            m.label = label
+    maps = plotting.labelled_from_results(args.results, args.task, gainmap.gain_map_tasks, gainmap.map_from_results,
+                                          args.label, "retrieval-gain map (no gain@L..._d.. metrics)", p.error)
     out = gainmap.plot_gain_maps(maps, args.out, title=args.title, limit=args.limit)
     print(f"wrote {out}")
     return 0
