@@ -1,7 +1,6 @@
 """The paired gate: per-document values from --log_samples files, the paired bootstrap against a slow reference,
 the same-documents check, the fallbacks, and a real run of two checkpoints through `lm_eval --log_samples`."""
 
-import copy
 import hashlib
 import json
 import math
@@ -14,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_longctx import metrics, paired, reporting
+from lm_eval_longctx import metrics, paired
 from lm_eval_longctx.cli import main
 
 DATE_RUN, DATE_BASE = "2026-01-02T00-00-00.000001", "2026-01-01T00-00-00.000001"
