@@ -287,6 +287,19 @@ def _scored_counts(sequences: list[torch.Tensor], n_scored, min_context: int) ->
     return counts
 
 
+def _extend_cache(model, ids_dev: torch.Tensor, start: int, stop: int, chunk_size: int, past):
+    """Feed ``ids_dev[:, start:stop]`` into the KV cache ``past``, ``chunk_size`` tokens per forward (only the
+    last column's logits are computed); returns the cache. A model without a cache cannot share a prefix."""
+    for a in range(start, stop, chunk_size):
+        b = min(a + chunk_size, stop)
+        logits, out = _forward_logits(model, ids_dev[:, a:b], 1, use_cache=True, past_key_values=past)
+        if getattr(out, "past_key_values", None) is None:
+            raise ScoringError(f"{type(model).__name__} returned no KV cache, so a prefix cannot be shared")
+        past = out.past_key_values
+        del logits, out
+    return past
+
+
 @torch.no_grad()
 def score_continuations(
     model,
@@ -327,15 +340,7 @@ def score_continuations(
     if held > 0:
         from transformers import DynamicCache
 
-        past = DynamicCache()
-        prefix_dev = prefix.to(device)[None]
-        for a in range(0, held, chunk_size):
-            b = min(a + chunk_size, held)
-            logits, out = _forward_logits(model, prefix_dev[:, a:b], 1, use_cache=True, past_key_values=past)
-            if getattr(out, "past_key_values", None) is None:
-                raise ScoringError(f"{type(model).__name__} returned no KV cache, so a prefix cannot be shared")
-            past = out.past_key_values
-            del logits, out
+        past = _extend_cache(model, prefix.to(device)[None], 0, held, chunk_size, DynamicCache())
 
     results = []
     for c, k in zip(conts, counts):
@@ -516,13 +521,7 @@ def score_prefix_ladder(
     out = []
     for p, conts, counts in plan:
         held = p - 1
-        for a in range(filled, held, chunk_size):
-            b = min(a + chunk_size, held)
-            logits, res = _forward_logits(model, seq_dev[:, a:b], 1, use_cache=True, past_key_values=past)
-            if getattr(res, "past_key_values", None) is None:
-                raise ScoringError(f"{type(model).__name__} returned no KV cache, so a prefix cannot be shared")
-            past = res.past_key_values
-            del logits, res
+        past = _extend_cache(model, seq_dev, filled, held, chunk_size, past)
         filled = max(filled, held)
         rung = []
         for c, k in zip(conts, counts):

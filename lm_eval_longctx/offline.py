@@ -50,8 +50,12 @@ def train_tokenizer(texts: list[str], vocab_size: int = 2048, kind: str = "bpe")
 
 
 def random_llama(vocab_size: int, seed: int = 0, hidden_size: int = 64, num_hidden_layers: int = 2,
-                 max_position_embeddings: int = 16384, **config):
-    """A small LlamaForCausalLM with random weights (float32, eval mode)."""
+                 max_position_embeddings: int = 16384, head_scale: float = 1.0, **config):
+    """A small LlamaForCausalLM with random weights (float32, eval mode).
+
+    ``head_scale`` multiplies the output head: default-initialised random models predict nearly
+    uniformly (every log-prob about -log(vocab)), so checks of agreement between two scoring paths
+    would compare near-equal values; a scale such as 20 makes the predictions peaked."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -59,7 +63,11 @@ def random_llama(vocab_size: int, seed: int = 0, hidden_size: int = 64, num_hidd
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
                       num_hidden_layers=num_hidden_layers, num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=max_position_embeddings, **config)
-    return LlamaForCausalLM(cfg).float().eval()
+    model = LlamaForCausalLM(cfg).float().eval()
+    if head_scale != 1.0:
+        with torch.no_grad():
+            model.lm_head.weight.mul_(head_scale)
+    return model
 
 
 # Larger random weights than the usual 0.02 make a random model's predictions depend on its

@@ -81,9 +81,8 @@ def build_lm(args, texts, tmp: Path):
     model = offline.random_llama(args.vocab_size, seed=args.seed, hidden_size=args.hidden_size,
                                  num_hidden_layers=args.layers, max_position_embeddings=16384,
                                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                                 pad_token_id=tokenizer.pad_token_id)
-    with torch.no_grad():  # peaked predictions, so the agreement check is not between near-uniform values
-        model.lm_head.weight.mul_(20.0)
+                                 pad_token_id=tokenizer.pad_token_id,
+                                 head_scale=20.0)  # peaked: the agreement check is not between near-uniform values
     model.save_pretrained(tmp / "model")
     tokenizer.save_pretrained(tmp / "model")
     return HFLM(pretrained=str(tmp / "model"), dtype=args.dtype, device=args.device, batch_size=args.hf_batch_size)

@@ -200,9 +200,8 @@ def main(argv=None) -> int:
         model = offline.random_llama(args.vocab_size, seed=args.seed, hidden_size=args.hidden_size,
                                      num_hidden_layers=args.layers, max_position_embeddings=16384,
                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                                     pad_token_id=tokenizer.pad_token_id)
-        with torch.no_grad():  # peaked predictions, so the agreement check is not between near-uniform values
-            model.lm_head.weight.mul_(20.0)
+                                     pad_token_id=tokenizer.pad_token_id,
+                                     head_scale=20.0)  # peaked: the agreement check is not between near-uniform values
         model.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
         del model
