@@ -93,7 +93,7 @@ DEMO_BUDGETS = {
             "num_lines": [10, 20, 40, 80],
             "num_cases": 10,
         },
-        "targets": {"copy_gap_lengths": 3, "copy_gap_min": 0.30},
+        "targets": {"copy_gap_lengths": 3, "copy_gap_min": 0.30, "fine_memory_min": 32},
     },
     "ci": {
         "chars_per_doc": 12_000,
@@ -113,7 +113,7 @@ DEMO_BUDGETS = {
             "num_lines": [5, 10],
             "num_cases": 3,
         },
-        "targets": {"copy_gap_lengths": 2, "copy_gap_min": 0.30},
+        "targets": {"copy_gap_lengths": 2, "copy_gap_min": 0.30, "fine_memory_min": 16},
     },
 }
 
@@ -246,7 +246,8 @@ def _target(name: str, description: str, value, threshold, passed, note: str = "
             "passed": bool(passed), **({"note": note} if note else {})}
 
 
-def check_targets(metrics: dict, copy_gap_lengths: int = 3, copy_gap_min: float = 0.30) -> list[dict]:
+def check_targets(metrics: dict, copy_gap_lengths: int = 3, copy_gap_min: float = 0.30,
+                  fine_memory_min: int = 0) -> list[dict]:
     """The demo's targets, from ``{task: {metric: {"value", "stderr"}}}``. A missing or non-finite
     metric fails its target (with a note); nothing is raised."""
     targets = []
@@ -263,6 +264,13 @@ def check_targets(metrics: dict, copy_gap_lengths: int = 3, copy_gap_min: float 
         gap = sum(gaps) / len(gaps)
         targets.append(_target("copy_gap", desc, gap, copy_gap_min, gap >= copy_gap_min,
                                "per length: " + ", ".join(f"l={r['length']}: {g:+.3f}" for r, g in zip(rows, gaps))))
+
+    if fine_memory_min:
+        fine = _value(metrics.get("forgetting_curve", {}), "fine_memory_length")
+        targets.append(_target("fine_memory_length",
+                               f"forgetting_curve: fine memory length (copy accuracy > 0.99) >= {fine_memory_min}",
+                               fine, fine_memory_min, fine is not None and fine >= fine_memory_min,
+                               "" if fine is not None else "metric missing or not finite"))
 
     gain = _value(metrics.get("retrieval_gain", {}), "retrieval_gain")
     targets.append(_target("retrieval_gain", "retrieval_gain: nll_without - nll_with > 0", gain, 0.0,
@@ -299,7 +307,7 @@ def summarize(results: dict, budget: str = "full") -> dict:
     if "forgetting_curve" in per_task:
         headlines["forgetting_curve"]["curve"] = _curve(per_task["forgetting_curve"])
     t = DEMO_BUDGETS.get(budget, DEMO_BUDGETS["full"])["targets"]
-    targets = check_targets(per_task, t["copy_gap_lengths"], t["copy_gap_min"])
+    targets = check_targets(per_task, t["copy_gap_lengths"], t["copy_gap_min"], t.get("fine_memory_min", 0))
     return {"headlines": headlines, "metrics": per_task, "missing_tasks": missing, "non_finite": non_finite,
             "targets": targets, "targets_passed": all(x["passed"] for x in targets)}
 

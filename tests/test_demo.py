@@ -285,8 +285,10 @@ def test_ci_demo_reads_the_embedded_corpus_and_reports_targets(ci_run):
     # the forgetting curve's stream is every row
     fc = results["configs"]["forgetting_curve"]["metadata"]["longctx_settings"]
     assert fc["data"]["num_rows"] == len(texts) and fc["lengths"] == md["lengths"]
-    assert [t["name"] for t in s["targets"]] == ["copy_gap", "retrieval_gain", "longppl_below_ppl"]
+    assert [t["name"] for t in s["targets"]] == ["copy_gap", "fine_memory_length", "retrieval_gain",
+                                                 "longppl_below_ppl"]
     assert all(isinstance(t["passed"], bool) for t in s["targets"])
+    assert s["targets_passed"], s["targets"]  # the packaged model meets them at this budget too
     # --check: exit 1 exactly when a target failed
     assert ci_run["rc"] == (0 if s["targets_passed"] else 1)
     assert s["command"].startswith("lm_eval run --tasks longppl_govreport,forgetting_curve,retrieval_gain,retrieval_gain_map,"
@@ -298,3 +300,15 @@ def test_packaged_model_meets_the_targets_on_the_ci_budget(ci_run):
     if not ci_run["packaged"]:
         pytest.skip("the packaged demo model is not built (lm_eval_longctx/demo_assets/model)")
     assert ci_run["summary"]["targets_passed"], ci_run["summary"]["targets"]
+
+
+def test_fine_memory_length_target():
+    m = _metrics([0.9] * 4, [0.1] * 4, 1.0, 2.0, 3.0)
+    m["forgetting_curve"]["fine_memory_length"] = {"value": 256, "stderr": "N/A"}
+    names = lambda res: {t["name"]: t["passed"] for t in res}  # noqa: E731
+    assert names(demo.check_targets(m, 3, 0.3, fine_memory_min=64))["fine_memory_length"] is True
+    assert names(demo.check_targets(m, 3, 0.3, fine_memory_min=512))["fine_memory_length"] is False
+    assert "fine_memory_length" not in names(demo.check_targets(m, 3, 0.3))  # 0: no target
+    del m["forgetting_curve"]["fine_memory_length"]
+    res = [t for t in demo.check_targets(m, 3, 0.3, fine_memory_min=64) if t["name"] == "fine_memory_length"]
+    assert not res[0]["passed"] and res[0]["note"]
