@@ -26,15 +26,15 @@ def main(argv=None) -> int:
     if args.command == "demo":
         return run_validate_mode(args) if args.validate else run_demo(args)
     if args.command == "validate":
-        from .validation import run_from_args
+        from .demo.known_answer import run_from_args
 
         return run_from_args(args)
     if args.command == "tasks-dir":
-        from ._discovery import task_configs_dir
+        from .harness.discovery import task_configs_dir
 
         print(task_configs_dir())
         return 0
-    from .reporting import EXIT_UNUSABLE, UnusableInput
+    from .report.results import EXIT_UNUSABLE, UnusableInput
 
     try:
         return {"gate": run_gate, "leaderboard": run_leaderboard, "correlate": run_correlate}[args.command](args)
@@ -52,7 +52,7 @@ def _command_of(argv) -> str | None:
 
 
 # --------------------------------------------------------------------------- reporting subcommands
-# The logic lives in lm_eval_longctx/reporting.py; scripts/regression_gate.py, scripts/leaderboard.py and
+# The logic lives in lm_eval_longctx/report/results.py; scripts/regression_gate.py, scripts/leaderboard.py and
 # scripts/verify_correlation.py call these same subcommands.
 
 GATE_HELP = """Compare a results JSON (or a folder of them) with a baseline. Exit 0: pass; 1: a metric regressed;
@@ -85,7 +85,7 @@ def add_gate_parser(sub) -> None:
 
 
 def run_gate(args) -> int:
-    from . import reporting
+    from .report import results as reporting
 
     config = reporting.load_gate_config(args.config) if args.config else reporting.GateConfig()
     if args.z is not None:
@@ -121,7 +121,7 @@ def add_leaderboard_parser(sub) -> None:
 
 
 def run_leaderboard(args) -> int:
-    from . import reporting
+    from .report import results as reporting
 
     board = reporting.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
     md = board.markdown()
@@ -151,7 +151,7 @@ def add_correlate_parser(sub) -> None:
 def run_correlate(args) -> int:
     import json
 
-    from . import reporting
+    from .report import results as reporting
 
     if args.results:
         if not args.metric:
@@ -184,7 +184,7 @@ def run_correlate(args) -> int:
 
 
 # --------------------------------------------------------------------------- demo
-# The logic lives in lm_eval_longctx/demo.py (the embedded corpus in embedded.py).
+# The logic lives in lm_eval_longctx/demo/run.py (the embedded corpus in embedded.py).
 
 DEMO_HELP = """Run longppl_govreport, forgetting_curve, retrieval_gain, retrieval_gain_map and longeval_lines on the
 embedded default (the packaged demo model and documents built from pydoc_data.topics), offline, through lm-eval's own
@@ -200,7 +200,7 @@ def add_demo_parser(sub, full: bool = True) -> None:
                        description=DEMO_HELP)
     if not full:
         return
-    from .demo import DEFAULT_OUT, DEMO_BUDGETS
+    from .demo.run import DEFAULT_OUT, DEMO_BUDGETS
 
     g.add_argument("--out", default=f"./{DEFAULT_OUT}", help=f"output folder (default ./{DEFAULT_OUT})")
     g.add_argument("--model", default=None, metavar="DIR",
@@ -224,7 +224,7 @@ def add_validate_parser(sub, full: bool = True) -> None:
     g = sub.add_parser("validate", help="known-answer validation: do the metrics rank models of known memory "
                                         "distance correctly? (scripts/validate_metrics.py)")
     if full:
-        from .validation import add_arguments
+        from .demo.known_answer import add_arguments
 
         add_arguments(g)
 
@@ -233,7 +233,7 @@ def run_validate_mode(args) -> int:
     """``demo --validate``: the validation at the demo's budget, into the demo's output folder."""
     import argparse
 
-    from .validation import add_arguments, run_from_args
+    from .demo.known_answer import add_arguments, run_from_args
 
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -244,7 +244,7 @@ def run_validate_mode(args) -> int:
 def run_demo(args) -> int:
     import json
 
-    from .demo import DemoError, run_demo as demo
+    from .demo.run import DemoError, run_demo as demo
 
     try:
         extra = json.loads(args.metadata) if args.metadata else None
@@ -267,7 +267,7 @@ def run_demo(args) -> int:
 
 
 # --------------------------------------------------------------------------- key-token viewer
-# The logic lives in lm_eval_longctx/viewer.py (the export in token_export.py).
+# The logic lives in lm_eval_longctx/report/viewer.py (the export in token_export.py).
 
 VIEW_HELP = """Write one self-contained HTML page (no network) showing the key tokens of a longppl_govreport per-token
 export (--metadata '{"export_tokens": "DIR"}'): every token shaded by the evaluator's LSD, key tokens outlined, the
@@ -289,7 +289,7 @@ def add_view_parser(sub) -> None:
 
 
 def run_view(args) -> int:
-    from .viewer import ViewerError, build_page
+    from .report.viewer import ViewerError, build_page
 
     if len(args.exports) > 2:
         print("error: give one export, or two for a diff", file=sys.stderr)

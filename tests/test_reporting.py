@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lm_eval_longctx import reporting
+from lm_eval_longctx.report import results as reporting
 from lm_eval_longctx.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -410,7 +410,7 @@ def test_unit_identified_by_content():
 
 def test_diagnostic_metrics_have_no_direction():
     """Counts and diagnostics must not fail a gate by default: their declared direction is None."""
-    from lm_eval_longctx import harness
+    from lm_eval_longctx.harness import glue as harness
     from lm_eval_longctx.tasks import longeval, retrieval_gain  # noqa: F401  (registers their metrics)
 
     assert harness.METRICS["n_key_tokens"][1] is None
@@ -422,7 +422,7 @@ def test_diagnostic_metrics_have_no_direction():
     assert retrieval_gain.METRICS["retrieval_gain"][1] is True
     import yaml
 
-    cfg = yaml.safe_load((ROOT / "task_configs" / "longppl_govreport.yaml").read_text().replace("!function", ""))
+    cfg = yaml.safe_load((ROOT / "lm_eval_longctx" / "task_configs" / "longppl_govreport.yaml").read_text().replace("!function", ""))
     hib = {m["metric"]: m["higher_is_better"] for m in cfg["metric_list"]}
     assert hib == {"longppl": False, "ppl": False, "key_token_fraction": None, "n_key_tokens": None}
 

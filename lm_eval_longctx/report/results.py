@@ -12,7 +12,7 @@ A results file, as lm-eval 0.4.x writes it::
      "config": {"model_args": ...}, "model_name": ...}
 
 With ``--log_samples`` a ``samples_<task>_<date_id>.jsonl`` sits beside ``results_<date_id>.json``; the gate then
-compares the runs document by document (:mod:`lm_eval_longctx.paired`).
+compares the runs document by document (:mod:`lm_eval_longctx.report.paired`).
 
 Anything that makes an input unusable (unreadable or malformed file or field, a baseline metric missing from the
 run or not a finite number, settings that differ, other documents, a file that cannot be written) raises
