@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from lm_eval_longctx.data.documents import embedded_corpus as embedded
+    from lm_eval_longctx.data import embedded_corpus as embedded
     from lm_eval_longctx.report import paired
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from lm_eval_longctx.data.documents import embedded_corpus as embedded
+    from lm_eval_longctx.data import embedded_corpus as embedded
     from lm_eval_longctx.report import paired
 
 

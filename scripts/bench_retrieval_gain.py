@@ -65,7 +65,7 @@ if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing the
     sys.path.insert(0, str(REPO_ROOT))
 
 from lm_eval_longctx.harness import glue as harness
-from lm_eval_longctx.demo.run import offline  # noqa: E402
+from lm_eval_longctx.demo import offline  # noqa: E402
 from lm_eval_longctx.tasks import retrieval_gain as rg  # noqa: E402
 
 TARGET_SPEEDUP = 1.8

@@ -159,7 +159,7 @@ def child(args) -> int:
     import torch
     from lm_eval.models.huggingface import HFLM
 
-    from lm_eval_longctx.demo.run import offline
+    from lm_eval_longctx.demo import offline
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
         return child(args)
     import torch
 
-    from lm_eval_longctx.demo.run import offline
+    from lm_eval_longctx.demo import offline
 
     texts = offline.python_reference_documents(args.docs, args.chars_per_doc)
     spec = settings(args)

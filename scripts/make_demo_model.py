@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from lm_eval_longctx.demo.run import model as demo_model
+from lm_eval_longctx.demo import model as demo_model
 
 
 def is_demo_model_folder(path: Path) -> bool:

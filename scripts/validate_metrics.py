@@ -16,7 +16,7 @@ Writes OUT/validation.json, OUT/validation.md and OUT/forgetting_curves.png (the
 import argparse
 import sys
 
-from lm_eval_longctx.demo.run import known_answer as validation
+from lm_eval_longctx.demo import known_answer as validation
 
 
 def main(argv=None) -> int:

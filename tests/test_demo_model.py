@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx.demo.run import model as dm
+from lm_eval_longctx.demo import model as dm
 from lm_eval_longctx.demo.offline import train_tokenizer
 
 

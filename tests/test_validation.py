@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from lm_eval_longctx.metrics import per_token as metrics
-from lm_eval_longctx.demo.run import known_answer as validation
+from lm_eval_longctx.demo import known_answer as validation
 from lm_eval_longctx.demo.known_answer import MetricSpec, Units
 
 PPL = MetricSpec("x", "x", "t", "f", "perplexity", False, "orders")
@@ -73,7 +73,7 @@ def test_memory_lengths_match_the_task_aggregation(spec):
 
 def test_effective_length_matches_the_task_aggregation():
     """Against gainmap.effective_length_from_docs over per-document gain-per-length tuples, as the task aggregates."""
-    from lm_eval_longctx.metrics.per_token import gain_map as gainmap
+    from lm_eval_longctx.metrics import gain_map as gainmap
 
     rng = np.random.default_rng(3)
     lengths = [128, 512, 2048]

@@ -22,7 +22,7 @@ import pytest
 from lm_eval_longctx import cli
 from lm_eval_longctx.demo import run as demo
 from lm_eval_longctx.tasks import token_export
-from lm_eval_longctx.demo.run import known_answer as validation
+from lm_eval_longctx.demo import known_answer as validation
 from lm_eval_longctx.report import viewer
 
 TASK = "longppl_govreport"

@@ -1,0 +1,97 @@
+"""Fixed start-up cost that lm_eval_longctx adds to `lm_eval` and that `lm-eval-longctx --help` costs.
+
+Each command runs REPEATS times in a fresh interpreter, alternating the hook on and off
+(LM_EVAL_LONGCTX_DISABLE_HOOK=1), and the medians are printed with their ratio. The machine may be shared:
+compare medians, and rerun when the spread is large. `-X importtime` then attributes the import time of
+the modules that are ours (lm_eval_longctx*, _lm_eval_longctx*) and of the modules that are imported only
+because of us (present with the hook, absent without).
+
+    python scripts/bench_startup.py [--repeats 7] [--skip-ls]
+
+Run it in the environment where the package is installed (pip install .), so the start-up hook is active.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+DISABLE = "LM_EVAL_LONGCTX_DISABLE_HOOK"
+OURS = re.compile(r"^_?lm_eval_longctx")
+
+
+def _bin(name: str) -> str:
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    return here if os.path.exists(here) else (shutil.which(name) or name)
+
+
+def _env(hook: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != DISABLE}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if not hook:
+        env[DISABLE] = "1"
+    return env
+
+
+def wall(cmd: list[str], hook: bool) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=_env(hook), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited with {proc.returncode}")
+    return elapsed
+
+
+def import_times(cmd: list[str], hook: bool) -> dict[str, tuple[int, int]]:
+    """module -> (self us, cumulative us) from -X importtime (cmd[0] must be the python executable)."""
+    proc = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=_env(hook), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    out = {}
+    for line in proc.stderr.splitlines():
+        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|(\s*)(\S+)", line)
+        if m:
+            out[m.group(4)] = (int(m.group(1)), int(m.group(2)))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--skip-ls", action="store_true", help="skip `lm-eval ls tasks` (it indexes every built-in YAML)")
+    args = ap.parse_args()
+    py = sys.executable
+    lm_eval_main = [py, "-m", "lm_eval"]
+    commands = {
+        "python -c pass": [py, "-c", "pass"],
+        "lm_eval --help": [*lm_eval_main, "--help"],
+        "lm-eval ls tasks": [*lm_eval_main, "ls", "tasks"],
+        "lm-eval-longctx --help": [py, "-m", "lm_eval_longctx", "--help"],
+        "lm-eval-longctx gate --help": [py, "-m", "lm_eval_longctx", "gate", "--help"],
+    }
+    if args.skip_ls:
+        del commands["lm-eval ls tasks"]
+    print(f"{'command':30s} {'hook on (s)':>12s} {'hook off (s)':>13s} {'on/off':>7s}   ours in -X importtime (ms)")
+    for name, cmd in commands.items():
+        on, off = [], []
+        for _ in range(args.repeats):
+            on.append(wall(cmd, True))
+            off.append(wall(cmd, False))
+        t_on, t_off = import_times(cmd, True), import_times(cmd, False)
+        ours_self = sum(s for m, (s, _) in t_on.items() if OURS.match(m)) / 1000
+        only_with_hook = sorted(set(t_on) - set(t_off))
+        extra = sum(t_on[m][0] for m in only_with_hook if not OURS.match(m)) / 1000
+        mon, moff = statistics.median(on), statistics.median(off)
+        print(f"{name:30s} {mon:12.3f} {moff:13.3f} {mon / moff:7.3f}   ours {ours_self:6.1f}, "
+              f"other modules imported only with the hook {extra:6.1f}"
+              + (f" ({', '.join(m for m in only_with_hook if not OURS.match(m))[:120]})" if extra else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
