@@ -52,7 +52,7 @@ def _command_of(argv) -> str | None:
 
 
 # --------------------------------------------------------------------------- reporting subcommands
-# The logic lives in lm_eval_longctx/report/results.py; scripts/regression_gate.py, scripts/leaderboard.py and
+# The logic lives in lm_eval_longctx/report/ (gate.py, leaderboard.py, correlate.py); scripts/regression_gate.py, scripts/leaderboard.py and
 # scripts/verify_correlation.py call these same subcommands.
 
 GATE_HELP = """Compare a results JSON (or a folder of them) with a baseline. Exit 0: pass; 1: a metric regressed;
@@ -86,20 +86,21 @@ def add_gate_parser(sub) -> None:
 
 def run_gate(args) -> int:
     from .report import results as reporting
+    from .report import gate as report_gate
 
-    config = reporting.load_gate_config(args.config) if args.config else reporting.GateConfig()
+    config = report_gate.load_gate_config(args.config) if args.config else report_gate.GateConfig()
     if args.z is not None:
-        config.z = reporting.check_z(args.z, "--z")
+        config.z = report_gate.check_z(args.z, "--z")
     if args.unpaired:
         config.paired = False
     if args.n_resamples is not None:
-        config.n_resamples = reporting.check_n_resamples(args.n_resamples, "--n-resamples")
+        config.n_resamples = report_gate.check_n_resamples(args.n_resamples, "--n-resamples")
     if args.seed is not None:
         if args.seed < 0:
             raise reporting.UnusableInput("--seed must be >= 0")
         config.seed = args.seed
     config.ignore_settings = list(config.ignore_settings) + list(args.ignore_setting)
-    report = reporting.compare(reporting.load_run(args.results), reporting.load_run(args.baseline), config)
+    report = report_gate.compare(reporting.load_run(args.results), reporting.load_run(args.baseline), config)
     text = report.markdown()
     print(text)
     if args.summary:
@@ -122,8 +123,9 @@ def add_leaderboard_parser(sub) -> None:
 
 def run_leaderboard(args) -> int:
     from .report import results as reporting
+    from .report import leaderboard as report_leaderboard
 
-    board = reporting.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
+    board = report_leaderboard.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
     md = board.markdown()
     print(md)
     if args.csv:
@@ -152,22 +154,24 @@ def run_correlate(args) -> int:
     import json
 
     from .report import results as reporting
+    from .report import correlate as report_correlate
+    from .report import leaderboard as report_leaderboard
 
     if args.results:
         if not args.metric:
             raise reporting.UnusableInput("--metric task/metric is required with --results")
-        board = reporting.build_leaderboard(args.results, [args.metric], one_row_per_model=True)
+        board = report_leaderboard.build_leaderboard(args.results, [args.metric], one_row_per_model=True)
         if args.metric not in board.metrics:
             raise reporting.UnusableInput(f"no metric {args.metric!r} in the results (found {board.metrics})")
         scores = board.column(args.metric)
     else:
-        scores = reporting.read_score_csv(args.scores, args.metric, args.model_column)
-    bench = reporting.read_score_csv(args.benchmark, args.benchmark_column, args.model_column)
+        scores = report_correlate.read_score_csv(args.scores, args.metric, args.model_column)
+    bench = report_correlate.read_score_csv(args.benchmark, args.benchmark_column, args.model_column)
     if args.n_resamples < 1:
         raise reporting.UnusableInput("--n-resamples must be >= 1")
     if args.seed < 0:
         raise reporting.UnusableInput("--seed must be >= 0")
-    res = reporting.correlate(scores, bench, n_resamples=args.n_resamples, seed=args.seed)
+    res = report_correlate.correlate(scores, bench, n_resamples=args.n_resamples, seed=args.seed)
     res = {"metric": args.metric, "benchmark": args.benchmark_column or Path(args.benchmark).stem, **res}
     pe, sp, ci, sk = res["pearson"], res["spearman"], res["spearman_bootstrap_ci"], res["skipped_spearman"]
     print(f"models: {res['n_models']}")

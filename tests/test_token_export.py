@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lm_eval_longctx.report import results as reporting
+from lm_eval_longctx.report import gate as report_gate
 from lm_eval_longctx.tasks import token_export
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import brute_force_doc, load
@@ -138,7 +139,7 @@ def test_export_changes_no_number_and_reads_cached_judgements(exported, docs, mo
     # a run with an export and one without are comparable by the regression gate
     runs = [reporting.Run(metrics={}, settings={TASK: r["configs"][TASK]["metadata"]["longctx_settings"]},
                           versions={TASK: 1}, n_samples={TASK: 4}, model="m") for r in (plain, again)]
-    assert reporting.settings_differences(runs[0], runs[1], [TASK]) == {}
+    assert report_gate.settings_differences(runs[0], runs[1], [TASK]) == {}
 
 
 def test_self_evaluator_export(model_dirs, docs, tmp_path):

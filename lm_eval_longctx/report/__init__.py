@@ -1,5 +1,5 @@
-"""Report tools over results files: regression gate, leaderboard and correlation check (``results.py``),
-the paired per-document test (``paired.py``), the token viewer (``viewer.py``) and pictures (``pictures/``).
+"""Report tools over results files: reading them (``results.py``), the regression gate (``gate.py``), the
+leaderboard (``leaderboard.py``), the correlation check (``correlate.py``), the paired per-document test (``paired.py``), the token viewer (``viewer.py``) and pictures (``pictures/``).
 
 May import: numpy, scipy, matplotlib (inside functions only, when a picture is drawn), yaml, the metrics
 layer, ``tasks.token_export`` (the export's file format) and the basics. No torch, no transformers, no
