@@ -48,16 +48,28 @@ def wall(cmd: list[str], hook: bool) -> float:
     return elapsed
 
 
-def import_times(cmd: list[str], hook: bool) -> dict[str, tuple[int, int]]:
-    """module -> (self us, cumulative us) from -X importtime (cmd[0] must be the python executable)."""
+def ours_cumulative_ms(cmd: list[str], hook: bool) -> tuple[float, list[str]]:
+    """-X importtime (cmd[0] must be the python executable): the cumulative import time of our modules that no
+    other module of ours imported (so stdlib modules first imported by ours count as ours), and the modules
+    imported under them that are not ours."""
     proc = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=_env(hook), stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
-    out = {}
+    rows = []
     for line in proc.stderr.splitlines():
-        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|(\s*)(\S+)", line)
+        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
         if m:
-            out[m.group(4)] = (int(m.group(1)), int(m.group(2)))
-    return out
+            rows.append((len(m.group(3)) // 2, m.group(4), int(m.group(2))))
+    # the output is post-order: a row's parent is the next row one level up
+    total, under, parents = 0, [], {}
+    for i in range(len(rows) - 1, -1, -1):
+        level, name, cumulative = rows[i]
+        parents[level] = name
+        inside_ours = any(OURS.match(parents.get(k, "")) for k in range(level))
+        if OURS.match(name) and not inside_ours:
+            total += cumulative
+        elif inside_ours and not OURS.match(name):
+            under.append(name)
+    return total / 1000, under
 
 
 def main() -> int:
@@ -76,20 +88,20 @@ def main() -> int:
     }
     if args.skip_ls:
         del commands["lm-eval ls tasks"]
-    print(f"{'command':30s} {'hook on (s)':>12s} {'hook off (s)':>13s} {'on/off':>7s}   ours in -X importtime (ms)")
+    print(f"{'command':30s} {'hook on (s)':>12s} {'hook off (s)':>13s} {'on/off':>7s}   "
+          "ours in -X importtime, median ms (hook on / off)")
     for name, cmd in commands.items():
-        on, off = [], []
+        on, off, imp_on, imp_off, under = [], [], [], [], set()
         for _ in range(args.repeats):
             on.append(wall(cmd, True))
             off.append(wall(cmd, False))
-        t_on, t_off = import_times(cmd, True), import_times(cmd, False)
-        ours_self = sum(s for m, (s, _) in t_on.items() if OURS.match(m)) / 1000
-        only_with_hook = sorted(set(t_on) - set(t_off))
-        extra = sum(t_on[m][0] for m in only_with_hook if not OURS.match(m)) / 1000
+            ms, below = ours_cumulative_ms(cmd, True)
+            imp_on.append(ms)
+            under.update(below)
+            imp_off.append(ours_cumulative_ms(cmd, False)[0])
         mon, moff = statistics.median(on), statistics.median(off)
-        print(f"{name:30s} {mon:12.3f} {moff:13.3f} {mon / moff:7.3f}   ours {ours_self:6.1f}, "
-              f"other modules imported only with the hook {extra:6.1f}"
-              + (f" ({', '.join(m for m in only_with_hook if not OURS.match(m))[:120]})" if extra else ""))
+        print(f"{name:30s} {mon:12.3f} {moff:13.3f} {mon / moff:7.3f}   {statistics.median(imp_on):6.2f} / "
+              f"{statistics.median(imp_off):6.2f}" + (f"  (incl. {', '.join(sorted(under))[:100]})" if under else ""))
     return 0
 
 
