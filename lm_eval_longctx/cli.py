@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -152,6 +151,7 @@ def add_correlate_parser(sub) -> None:
 
 def run_correlate(args) -> int:
     import json
+    from pathlib import Path  # here, not at module level: `lm-eval-longctx --help` needs no pathlib
 
     from .report import results as reporting
     from .report import correlate as report_correlate
