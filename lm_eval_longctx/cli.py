@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -26,15 +25,15 @@ def main(argv=None) -> int:
     if args.command == "demo":
         return run_validate_mode(args) if args.validate else run_demo(args)
     if args.command == "validate":
-        from .validation import run_from_args
+        from .demo.known_answer import run_from_args
 
         return run_from_args(args)
     if args.command == "tasks-dir":
-        from ._discovery import task_configs_dir
+        from .harness.discovery import task_configs_dir
 
         print(task_configs_dir())
         return 0
-    from .reporting import EXIT_UNUSABLE, UnusableInput
+    from .report.results import EXIT_UNUSABLE, UnusableInput
 
     try:
         return {"gate": run_gate, "leaderboard": run_leaderboard, "correlate": run_correlate}[args.command](args)
@@ -52,7 +51,7 @@ def _command_of(argv) -> str | None:
 
 
 # --------------------------------------------------------------------------- reporting subcommands
-# The logic lives in lm_eval_longctx/reporting.py; scripts/regression_gate.py, scripts/leaderboard.py and
+# The logic lives in lm_eval_longctx/report/ (gate.py, leaderboard.py, correlate.py); scripts/regression_gate.py, scripts/leaderboard.py and
 # scripts/verify_correlation.py call these same subcommands.
 
 GATE_HELP = """Compare a results JSON (or a folder of them) with a baseline. Exit 0: pass; 1: a metric regressed;
@@ -85,21 +84,22 @@ def add_gate_parser(sub) -> None:
 
 
 def run_gate(args) -> int:
-    from . import reporting
+    from .report import results as reporting
+    from .report import gate as report_gate
 
-    config = reporting.load_gate_config(args.config) if args.config else reporting.GateConfig()
+    config = report_gate.load_gate_config(args.config) if args.config else report_gate.GateConfig()
     if args.z is not None:
-        config.z = reporting.check_z(args.z, "--z")
+        config.z = report_gate.check_z(args.z, "--z")
     if args.unpaired:
         config.paired = False
     if args.n_resamples is not None:
-        config.n_resamples = reporting.check_n_resamples(args.n_resamples, "--n-resamples")
+        config.n_resamples = report_gate.check_n_resamples(args.n_resamples, "--n-resamples")
     if args.seed is not None:
         if args.seed < 0:
             raise reporting.UnusableInput("--seed must be >= 0")
         config.seed = args.seed
     config.ignore_settings = list(config.ignore_settings) + list(args.ignore_setting)
-    report = reporting.compare(reporting.load_run(args.results), reporting.load_run(args.baseline), config)
+    report = report_gate.compare(reporting.load_run(args.results), reporting.load_run(args.baseline), config)
     text = report.markdown()
     print(text)
     if args.summary:
@@ -121,9 +121,10 @@ def add_leaderboard_parser(sub) -> None:
 
 
 def run_leaderboard(args) -> int:
-    from . import reporting
+    from .report import results as reporting
+    from .report import leaderboard as report_leaderboard
 
-    board = reporting.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
+    board = report_leaderboard.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
     md = board.markdown()
     print(md)
     if args.csv:
@@ -150,24 +151,27 @@ def add_correlate_parser(sub) -> None:
 
 def run_correlate(args) -> int:
     import json
+    from pathlib import Path  # here, not at module level: `lm-eval-longctx --help` needs no pathlib
 
-    from . import reporting
+    from .report import results as reporting
+    from .report import correlate as report_correlate
+    from .report import leaderboard as report_leaderboard
 
     if args.results:
         if not args.metric:
             raise reporting.UnusableInput("--metric task/metric is required with --results")
-        board = reporting.build_leaderboard(args.results, [args.metric], one_row_per_model=True)
+        board = report_leaderboard.build_leaderboard(args.results, [args.metric], one_row_per_model=True)
         if args.metric not in board.metrics:
             raise reporting.UnusableInput(f"no metric {args.metric!r} in the results (found {board.metrics})")
         scores = board.column(args.metric)
     else:
-        scores = reporting.read_score_csv(args.scores, args.metric, args.model_column)
-    bench = reporting.read_score_csv(args.benchmark, args.benchmark_column, args.model_column)
+        scores = report_correlate.read_score_csv(args.scores, args.metric, args.model_column)
+    bench = report_correlate.read_score_csv(args.benchmark, args.benchmark_column, args.model_column)
     if args.n_resamples < 1:
         raise reporting.UnusableInput("--n-resamples must be >= 1")
     if args.seed < 0:
         raise reporting.UnusableInput("--seed must be >= 0")
-    res = reporting.correlate(scores, bench, n_resamples=args.n_resamples, seed=args.seed)
+    res = report_correlate.correlate(scores, bench, n_resamples=args.n_resamples, seed=args.seed)
     res = {"metric": args.metric, "benchmark": args.benchmark_column or Path(args.benchmark).stem, **res}
     pe, sp, ci, sk = res["pearson"], res["spearman"], res["spearman_bootstrap_ci"], res["skipped_spearman"]
     print(f"models: {res['n_models']}")
@@ -184,7 +188,7 @@ def run_correlate(args) -> int:
 
 
 # --------------------------------------------------------------------------- demo
-# The logic lives in lm_eval_longctx/demo.py (the embedded corpus in embedded.py).
+# The logic lives in lm_eval_longctx/demo/run.py (the embedded corpus in embedded.py).
 
 DEMO_HELP = """Run longppl_govreport, forgetting_curve, retrieval_gain, retrieval_gain_map and longeval_lines on the
 embedded default (the packaged demo model and documents built from pydoc_data.topics), offline, through lm-eval's own
@@ -200,7 +204,7 @@ def add_demo_parser(sub, full: bool = True) -> None:
                        description=DEMO_HELP)
     if not full:
         return
-    from .demo import DEFAULT_OUT, DEMO_BUDGETS
+    from .demo.run import DEFAULT_OUT, DEMO_BUDGETS
 
     g.add_argument("--out", default=f"./{DEFAULT_OUT}", help=f"output folder (default ./{DEFAULT_OUT})")
     g.add_argument("--model", default=None, metavar="DIR",
@@ -224,7 +228,7 @@ def add_validate_parser(sub, full: bool = True) -> None:
     g = sub.add_parser("validate", help="known-answer validation: do the metrics rank models of known memory "
                                         "distance correctly? (scripts/validate_metrics.py)")
     if full:
-        from .validation import add_arguments
+        from .demo.known_answer import add_arguments
 
         add_arguments(g)
 
@@ -233,7 +237,7 @@ def run_validate_mode(args) -> int:
     """``demo --validate``: the validation at the demo's budget, into the demo's output folder."""
     import argparse
 
-    from .validation import add_arguments, run_from_args
+    from .demo.known_answer import add_arguments, run_from_args
 
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -244,7 +248,7 @@ def run_validate_mode(args) -> int:
 def run_demo(args) -> int:
     import json
 
-    from .demo import DemoError, run_demo as demo
+    from .demo.run import DemoError, run_demo as demo
 
     try:
         extra = json.loads(args.metadata) if args.metadata else None
@@ -267,7 +271,7 @@ def run_demo(args) -> int:
 
 
 # --------------------------------------------------------------------------- key-token viewer
-# The logic lives in lm_eval_longctx/viewer.py (the export in token_export.py).
+# The logic lives in lm_eval_longctx/report/viewer.py (the export in token_export.py).
 
 VIEW_HELP = """Write one self-contained HTML page (no network) showing the key tokens of a longppl_govreport per-token
 export (--metadata '{"export_tokens": "DIR"}'): every token shaded by the evaluator's LSD, key tokens outlined, the
@@ -289,7 +293,7 @@ def add_view_parser(sub) -> None:
 
 
 def run_view(args) -> int:
-    from .viewer import ViewerError, build_page
+    from .report.viewer import ViewerError, build_page
 
     if len(args.exports) > 2:
         print("error: give one export, or two for a diff", file=sys.stderr)

@@ -16,7 +16,7 @@ Design (cheap: each model scores each document once; the gate decisions are then
   corpus perplexity of both models on them, z = 1.96, tolerance 0 (the gate's defaults). Unpaired: regressed iff
   worse > z * sqrt(se_run^2 + se_base^2), each se a bootstrap over the documents (as the harness reports it,
   ``--se-resamples`` resamples). Paired: regressed iff the 95% CI of the change from
-  :func:`lm_eval_longctx.paired.paired_bootstrap` (``--resamples``) lies above 0 (the gate's own function).
+  :func:`lm_eval_longctx.report.paired.paired_bootstrap` (``--resamples``) lies above 0 (the gate's own function).
 * False alarms: the same variant, but on each document the two models' values are put in random order (a fair
   coin per document and decision), so the runs differ document by document as much as the variant differs from
   the baseline while neither is worse in expectation; the share of decisions flagged "regressed" (one-sided:
@@ -37,16 +37,18 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from lm_eval_longctx import embedded, paired
+    from lm_eval_longctx.data import embedded_corpus as embedded
+    from lm_eval_longctx.report import paired
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from lm_eval_longctx import embedded, paired
+    from lm_eval_longctx.data import embedded_corpus as embedded
+    from lm_eval_longctx.report import paired
 
 
 def demo_model_dir() -> str:
     from importlib import resources
 
-    return str(resources.files("lm_eval_longctx") / "demo_assets" / "model")
+    return str(resources.files("lm_eval_longctx") / "demo" / "assets" / "model")
 
 
 def score_pool(model, ids, batch_size: int) -> np.ndarray:

@@ -59,7 +59,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from lm_eval_longctx import engine  # noqa: E402
+from lm_eval_longctx.engine import scoring as engine  # noqa: E402
 
 PATHS = ("long", "truncated", "full")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -2,7 +2,7 @@
 
 One step = forward + loss + backward + SGD step, on one batch of --batch-size sequences of
 --seq-len tokens. Plain CE is ``F.cross_entropy`` on the logits; LongCE adds the no-grad short pass
-over the reference windows (K = --trunc-len, d = --stride; ``lm_eval_longctx.longce``). The short
+over the reference windows (K = --trunc-len, d = --stride; ``lm_eval_longctx.training.longce``). The short
 pass forwards about (L - K) / d windows of K + d tokens each, i.e. roughly (L - K)(K + d) / (d L)
 times the long pass's tokens, without backward: the paper reports about +80% step time at
 K = 4096, d = 1024 (L = 32k). Reports the best of --repeats timed steps (after --warmup untimed ones)
@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lm_eval_longctx.longce import LongCELoss  # noqa: E402
-from lm_eval_longctx.offline import random_llama  # noqa: E402
+from lm_eval_longctx.training.longce import LongCELoss  # noqa: E402
+from lm_eval_longctx.demo.offline import random_llama  # noqa: E402
 
 
 def main(argv=None) -> dict:

@@ -92,7 +92,7 @@ def settings(args):
 
 
 def without_pass(lm, cases, batch):
-    from lm_eval_longctx import engine
+    from lm_eval_longctx.engine import scoring as engine
 
     distinct = {}
     for c in cases:
@@ -108,7 +108,8 @@ def without_pass(lm, cases, batch):
 
 def run_path(name, lm, texts, spec, args, stock_reqs):
     """Per-cell answer NLLs (with, without) of every document: arrays [docs, lengths, depths]."""
-    from lm_eval_longctx import engine, harness
+    from lm_eval_longctx.engine import scoring as engine
+    from lm_eval_longctx.harness import glue as harness
     from lm_eval_longctx.tasks import retrieval_gain_map as rgm
 
     shape = (len(texts), len(spec["lengths"]), len(spec["depths"]))
@@ -158,7 +159,7 @@ def child(args) -> int:
     import torch
     from lm_eval.models.huggingface import HFLM
 
-    from lm_eval_longctx import offline
+    from lm_eval_longctx.demo import offline
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -185,7 +186,7 @@ def main(argv=None) -> int:
         return child(args)
     import torch
 
-    from lm_eval_longctx import offline
+    from lm_eval_longctx.demo import offline
 
     texts = offline.python_reference_documents(args.docs, args.chars_per_doc)
     spec = settings(args)

@@ -8,7 +8,7 @@ hits are computed two ways:
 * **straightforward**: what lm-eval's ``HFLM._loglikelihood_tokens`` does: one forward over the
   whole input (``ids[:-1]``), full ``[seq, vocab]`` logits, ``F.log_softmax(logits, dim=-1)`` in
   float32 over all of them, then a gather of the targets (and an argmax for the greedy hits);
-* **engine**: ``lm_eval_longctx.engine.score_long``: KV-cache chunks of ``--chunk-size`` tokens,
+* **engine**: ``lm_eval_longctx.engine.scoring.score_long``: KV-cache chunks of ``--chunk-size`` tokens,
   only one chunk's logits alive at a time, float32 log-softmax in blocks of about ``LOGPROB_BLOCK_BYTES``.
 
 For each (length, path) it reports the wall time (the best of ``--repeats`` timed runs, after one
@@ -67,7 +67,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(REPO_ROOT))
 
-from lm_eval_longctx.engine import score_long  # noqa: E402
+from lm_eval_longctx.engine.scoring import score_long  # noqa: E402
 
 PATHS = ("straightforward", "engine")
 TARGET_LENGTH = 8192

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lm_eval_longctx import token_export, viewer
+from lm_eval_longctx.tasks import token_export
+from lm_eval_longctx.report import viewer
 
 WORDS = ("the of and to a in for is on that by this with be are as it from at an or was report agency federal "
          "program funds department fiscal year data system plan management review office state costs").split()

@@ -28,7 +28,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from lm_eval_longctx import engine, key_tokens  # noqa: E402
+from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.keytokens import evaluator as key_tokens  # noqa: E402
 
 
 def save_model(path: Path, layers: int, hidden: int, vocab: int) -> None:

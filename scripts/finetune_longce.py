@@ -2,7 +2,7 @@
 
 LongCE (LongPPL paper, section 4) up-weights the tokens whose prediction gains from long context:
 w_t = min(exp(loss_short_t - loss_full_t), gamma) for t >= K (1 before), computed by
-``lm_eval_longctx.longce`` with a no-grad short pass of the model being trained over the LongPPL
+``lm_eval_longctx.training.longce`` with a no-grad short pass of the model being trained over the LongPPL
 reference windows (K = --trunc-len, d = --stride). The whole integration is ``LongCETrainer``:
 
     class LongCETrainer(Trainer):
@@ -42,8 +42,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lm_eval_longctx.longce import DEFAULT_STRIDE, DEFAULT_TRUNC_LEN, LongCELoss  # noqa: E402
-from lm_eval_longctx.longce import SETTINGS as LONGCE_SETTINGS  # noqa: E402
+from lm_eval_longctx.training.longce import DEFAULT_STRIDE, DEFAULT_TRUNC_LEN, LongCELoss  # noqa: E402
+from lm_eval_longctx.training.longce import SETTINGS as LONGCE_SETTINGS  # noqa: E402
 from lm_eval_longctx.settings import add_arguments  # noqa: E402
 
 
@@ -72,7 +72,7 @@ def make_trainer_class():
 
 def tiny_demo(workdir: Path) -> tuple[str, list[str]]:
     """A tiny random Llama + tokenizer and a few text files, all built locally."""
-    from lm_eval_longctx.offline import python_reference_documents, random_llama, train_tokenizer
+    from lm_eval_longctx.demo.offline import python_reference_documents, random_llama, train_tokenizer
 
     docs = python_reference_documents(n_docs=2, chars_per_doc=6_000)
     tokenizer = train_tokenizer(docs, vocab_size=300)

@@ -4,9 +4,9 @@
     python scripts/make_demo_model.py                       # regenerate the shipped model
     python scripts/make_demo_model.py --variant short OUT   # a validation variant (rope_theta 1e4)
 
-The shipped checkpoint lives in lm_eval_longctx/demo_assets/model (float16 safetensors, tokenizer,
+The shipped checkpoint lives in lm_eval_longctx/demo/assets/model (float16 safetensors, tokenizer,
 recipe.json with the recipe, seed, parameter count and training time). The recipe is
-lm_eval_longctx.demo_model.Recipe with DEMO_RECIPE; see that module for the circuit. Training text is
+lm_eval_longctx.demo.model.Recipe with DEMO_RECIPE; see that module for the circuit. Training text is
 the standard library's docstrings and sources (the demo evaluates on pydoc_data.topics, held out).
 Run with 2 threads on a 2-core machine: about 8 minutes (488-498 s measured for the variants).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from lm_eval_longctx import demo_model
+from lm_eval_longctx.demo import model as demo_model
 
 
 def is_demo_model_folder(path: Path) -> bool:

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from lm_eval_longctx.offline import build_demo
+from lm_eval_longctx.demo.offline import build_demo
 
 
 def main(argv=None) -> int:

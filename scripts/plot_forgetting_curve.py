@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lm_eval_longctx import plotting
+from lm_eval_longctx.report.pictures import forgetting_curve as plotting
 
 
 def main(argv=None) -> int:

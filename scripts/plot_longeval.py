@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lm_eval_longctx import longeval_plot
+from lm_eval_longctx.report.pictures import longeval as longeval_plot
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,9 +38,11 @@ from pathlib import Path
 
 import torch
 
-from lm_eval_longctx import data, key_tokens, keyspans
+from lm_eval_longctx.data import documents as data
+from lm_eval_longctx.keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
+from lm_eval_longctx.keytokens import span_files
 from lm_eval_longctx.settings import add_arguments
-from lm_eval_longctx.task_settings import LONGPPL
+from lm_eval_longctx.tasks.settings import LONGPPL
 
 SETTING_OPTIONS = ["evaluator", "evaluator_revision", "trunc_len", "sliding_window", "alpha", "beta",
                    "evaluator_dtype", "chunk_size", "evaluator_trust_remote_code", "dataset_path", "dataset_revision",
@@ -55,13 +57,13 @@ def check_output(out: Path, overwrite: bool) -> None:
             raise SystemExit(f"error: {out} is not empty; pass --overwrite to replace a span folder written by this "
                              "script, or choose a new folder")
         try:
-            keyspans.read_manifest(out)
+            span_files.read_manifest(out)
         except keyspans.KeySpanFormatError:
             ours = False
         else:
-            ours = (out / keyspans.MANIFEST).is_file()
+            ours = (out / span_files.MANIFEST).is_file()
         if not ours:
-            raise SystemExit(f"error: {out} holds no {keyspans.MANIFEST} of this script: it is not replaced, even "
+            raise SystemExit(f"error: {out} holds no {span_files.MANIFEST} of this script: it is not replaced, even "
                              "with --overwrite (nothing there was changed)")
 
 
@@ -112,18 +114,18 @@ def main(argv=None) -> int:
                                            chunk_size=args.chunk_size, batch_size=args.batch_size,
                                            max_length=max_length, identity=identity)
             spans = key_tokens.judge_from_scores(scores, args.alpha, args.beta).spans
-            keyspans.write_span_file(shard / f"slice_{i}.txt", spans)
+            span_files.write_span_file(shard / f"slice_{i}.txt", spans)
             print(f"[rank {rank}] document {i}: {len(scores.token_ids)} evaluator tokens, {len(spans)} key spans",
                   file=sys.stderr)
         barrier()  # every rank's share is on disk
         if rank == 0:
-            all_spans = [keyspans.read_span_file(shard / f"slice_{i}.txt") for i in range(len(docs.texts))]
+            all_spans = [span_files.read_span_file(shard / f"slice_{i}.txt") for i in range(len(docs.texts))]
             manifest = {"evaluator": args.evaluator, "evaluator_identity": identity, "evaluator_dtype": dtype,
                         "trunc_len": args.trunc_len, "sliding_window": args.sliding_window, "alpha": args.alpha,
                         "beta": args.beta, "span_algorithm_version": key_tokens.SPAN_ALGORITHM_VERSION,
                         **docs.provenance}
             new = tmp / "spans"
-            keyspans.write_span_dir(new, all_spans, docs.texts, manifest)
+            span_files.write_span_dir(new, all_spans, docs.texts, manifest)
             if out.exists():  # a span folder of ours (checked above): swap, then drop the old one with tmp
                 out.rename(tmp / "previous")
             new.rename(out)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Regenerate (or, with --check, verify) the settings tables in README.md and docs/*.md from the
-settings declarations (lm_eval_longctx/task_settings.py, lm_eval_longctx/longce.py).
+settings declarations (lm_eval_longctx/tasks/settings.py, lm_eval_longctx/training/longce.py).
 
     python scripts/settings_tables.py          # rewrite the tables in place
     python scripts/settings_tables.py --check  # exit 1 when a table differs from its declaration
@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lm_eval_longctx.task_settings import render_settings_tables  # noqa: E402
+from lm_eval_longctx.tasks.settings import render_settings_tables  # noqa: E402
 
 
 def documents() -> list[Path]:

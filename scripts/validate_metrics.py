@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Known-answer validation: do the metrics rank models whose memory distance is known by construction?
 
-Builds the demo model's variants (lm_eval_longctx.demo_model.VARIANTS: ``long`` rope_theta 1e6, ``short``
+Builds the demo model's variants (lm_eval_longctx.demo.model.VARIANTS: ``long`` rope_theta 1e6, ``short``
 rope_theta 1e4, ``none`` without the copy circuit; same tokenizer, recipe and seed), runs the four tasks on each
-through the harness (lm_eval_longctx.demo.run_demo, offline), and prints a table: each metric's value per
+through the harness (lm_eval_longctx.demo.run.run_demo, offline), and prints a table: each metric's value per
 model, the paired bootstrap CI of each difference between neighbours, and whether the metric orders the models
 as constructed (long > short > none). LongPPL's key tokens are judged by the long model for every model.
 
@@ -16,7 +16,7 @@ Writes OUT/validation.json, OUT/validation.md and OUT/forgetting_curves.png (the
 import argparse
 import sys
 
-from lm_eval_longctx import validation
+from lm_eval_longctx.demo import known_answer as validation
 
 
 def main(argv=None) -> int:

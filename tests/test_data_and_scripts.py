@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_longctx import data, keyspans
+from lm_eval_longctx.data import documents as data
+from lm_eval_longctx.keytokens import span_files
 from tests.harness_utils import run_task, write_docs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def test_precomputed_spans_reproduce_the_evaluator_run(tmp_path, model_dirs, cor
                     "--out", str(out), "--data-files", docs, "--num-docs", "2", "--device", "cpu",
                     "--trunc-len", "40", "--sliding-window", "16", "--alpha", "0.5", "--beta", "-10"],
                    check=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
-    manifest = json.loads((out / keyspans.MANIFEST).read_text())
+    manifest = json.loads((out / span_files.MANIFEST).read_text())
     assert manifest["trunc_len"] == 40 and manifest["evaluator"] == model_dirs["b"]
     from_dir = run_task("longppl_govreport", model_dirs["a"], {"data_files": docs, "key_spans_dir": str(out)})
     direct = run_task("longppl_govreport", model_dirs["a"], {"data_files": docs, "evaluator": model_dirs["b"],
@@ -60,7 +61,7 @@ def test_precomputed_spans_reproduce_the_evaluator_run(tmp_path, model_dirs, cor
 
 
 def test_offline_demo_builds(tmp_path):
-    from lm_eval_longctx.offline import build_demo
+    from lm_eval_longctx.demo.offline import build_demo
 
     info = build_demo(tmp_path / "demo", n_docs=2, chars_per_doc=3000, vocab_size=400)
     assert Path(info["model"], "config.json").is_file()

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_longctx import cli, data, demo, embedded
+from lm_eval_longctx import cli
+from lm_eval_longctx.data import documents as data
+from lm_eval_longctx.demo import run as demo
+from lm_eval_longctx.data import embedded_corpus as embedded
 
 # ------------------------------------------------------------------ embedded corpus
 
@@ -70,7 +73,7 @@ def test_full_budget_documents_are_long_enough_for_longppl_with_the_demo_tokeniz
     keeps documents of >= 16384 tokens; retrieval gain's default reads the first 8192)."""
     from transformers import AutoTokenizer
 
-    from lm_eval_longctx.demo_model import packaged_model_dir
+    from lm_eval_longctx.demo.model import packaged_model_dir
 
     if not (Path(packaged_model_dir()) / "tokenizer.json").is_file():
         pytest.skip("the packaged demo model is not built")
@@ -196,7 +199,7 @@ def test_python_m_demo_help():
 
 def _packaged_model():
     try:
-        from lm_eval_longctx.demo_model import packaged_model_dir
+        from lm_eval_longctx.demo.model import packaged_model_dir
     except ImportError:
         return None
     path = Path(packaged_model_dir())
@@ -212,7 +215,7 @@ def demo_model_dir(tmp_path_factory):
     packaged = _packaged_model()
     if packaged is not None:
         return str(packaged), {}, True
-    from lm_eval_longctx.offline import build_demo
+    from lm_eval_longctx.demo.offline import build_demo
 
     built = build_demo(tmp_path_factory.mktemp("demo_model"), n_docs=2, chars_per_doc=20_000)
     return built["model"], {"beta": -20.0}, False
@@ -298,7 +301,7 @@ def test_ci_demo_reads_the_embedded_corpus_and_reports_targets(ci_run):
 
 def test_packaged_model_meets_the_targets_on_the_ci_budget(ci_run):
     if not ci_run["packaged"]:
-        pytest.skip("the packaged demo model is not built (lm_eval_longctx/demo_assets/model)")
+        pytest.skip("the packaged demo model is not built (lm_eval_longctx/demo/assets/model)")
     assert ci_run["summary"]["targets_passed"], ci_run["summary"]["targets"]
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx import demo_model as dm
-from lm_eval_longctx.offline import train_tokenizer
+from lm_eval_longctx.demo import model as dm
+from lm_eval_longctx.demo.offline import train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_packaged_model_copies_exactly_within_its_reach():
     near the LM level (0.29 / 0.23)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lm_eval_longctx import data
+    from lm_eval_longctx.data import documents as data
     from pydoc_data.topics import topics
 
     path = dm.packaged_model_dir()

@@ -1,4 +1,4 @@
-"""The lazy task-discovery hook (lm_eval_longctx/_discovery.py) and the .pth line that setup.py ships.
+"""The lazy task-discovery hook (lm_eval_longctx/harness/discovery.py) and the .pth line that setup.py ships.
 
 Every check runs in a fresh interpreter (subprocess), so patches and sys.modules never leak between
 tests. Only one test builds lm-eval's real TaskIndex, which scans every built-in YAML and takes
@@ -76,11 +76,11 @@ print(json.dumps({
 
 
 def test_import_is_cheap_and_installs_one_finder(tmp_path):
-    code = "import sys\nbefore = set(sys.modules)\nimport lm_eval_longctx._discovery\npackage_file = None\n"
+    code = "import sys\nbefore = set(sys.modules)\nimport lm_eval_longctx.harness.discovery\npackage_file = None\n"
     out = _run(code + _MODULES_REPORT, cwd=tmp_path)
     assert out["heavy"] == []
     # Start-up cost guard: the package __init__ must stay empty of imports.
-    assert set(out["new"]) <= {"lm_eval_longctx", "lm_eval_longctx._discovery"}, out["new"]
+    assert set(out["new"]) <= {"lm_eval_longctx", "lm_eval_longctx.harness", "lm_eval_longctx.harness.discovery"}, out["new"]
     assert out["finders"] == ["_ManagerImportHook"]
 
 
@@ -133,7 +133,7 @@ def test_real_index_contains_our_tasks_and_user_include_path_wins(tmp_path):
         f"""
         import json, site, sys
         site.addsitedir({str(site_dir)!r})
-        import lm_eval_longctx._discovery as d
+        import lm_eval_longctx.harness.discovery as d
         real = d.task_configs_dir()
         d.task_configs_dir = lambda: {str(ours)!r}  # the wrapper looks it up at call time
         lm_eval_before = "lm_eval" in sys.modules
@@ -164,7 +164,7 @@ def test_real_index_contains_our_tasks_and_user_include_path_wins(tmp_path):
 
 _RECORDER = """
 import importlib, json, os, sys
-import lm_eval_longctx._discovery as d
+import lm_eval_longctx.harness.discovery as d
 lm_eval_before = "lm_eval" in sys.modules
 import lm_eval.tasks.manager as m
 
@@ -268,8 +268,7 @@ def test_wheel_ships_the_pth_at_the_root(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "setup.py"):
         shutil.copy2(ROOT / name, src / name)
-    for name in ("lm_eval_longctx", "task_configs"):
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "lm_eval_longctx", src / "lm_eval_longctx", ignore=shutil.ignore_patterns("__pycache__"))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
          "-w", str(tmp_path / "dist"), str(src)],
@@ -284,5 +283,153 @@ def test_wheel_ships_the_pth_at_the_root(tmp_path):
         assert zf.read(pth).decode("ascii") == _setup_constant("PTH_CONTENT")
     assert pth in names
     assert any(line.startswith(pth + ",") for line in record.splitlines())
-    assert "lm_eval_longctx/_discovery.py" in names
+    assert "lm_eval_longctx/harness/discovery.py" in names
     assert "lm_eval_longctx/task_configs/__init__.py" in names
+    assert f"{_setup_constant('START_NAME')}" in names
+    assert "lm_eval_longctx/demo/assets/model/model.safetensors" in names
+    assert "lm_eval_longctx/task_configs/longppl_govreport.yaml" in names
+    packages = {p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "lm_eval_longctx").rglob("__init__.py")}
+    assert {p for p in packages if f"{p}/__init__.py" not in names} == set(), "a layer folder is missing from the wheel"
+
+
+# ---------------------------------------------------------------- PEP 829 (.start) and the entry point of PR #4015
+
+_FAKE_MANAGER = '''
+class TaskManager:
+    def __init__(self, verbosity="INFO", include_path=None, include_defaults=True, metadata=None):
+        self.include_path = include_path
+'''
+
+
+def _fake_lm_eval(root: Path, manager_source: str = _FAKE_MANAGER) -> Path:
+    """A stand-in ``lm_eval`` whose TaskManager records the include_path it was given (no lm-eval needed)."""
+    (root / "lm_eval" / "tasks").mkdir(parents=True)
+    (root / "lm_eval" / "__init__.py").write_text("")
+    (root / "lm_eval" / "tasks" / "__init__.py").write_text("")
+    (root / "lm_eval" / "tasks" / "manager.py").write_text(manager_source)
+    return root
+
+
+_START_CHECK = """
+import json, os, site, sys
+site_dir = sys.argv[1]
+site.addsitedir(site_dir)  # what site.py does at start-up: .pth import lines, and .start files on 3.15+
+if sys.version_info < (3, 15):
+    # PEP 829's .start processing, done by hand where site.py does not know it: one entry point a line
+    import pkgutil
+    for line in open(os.path.join(site_dir, {start!r}), encoding="utf-8-sig"):
+        if line.strip() and not line.startswith("#"):
+            pkgutil.resolve_name(line.strip())()
+finders = [type(f).__name__ for f in sys.meta_path if getattr(f, "_lm_eval_longctx_hook", False)]
+pinned = sorted(m for m in sys.modules if m.startswith("lm_eval_longctx"))
+from lm_eval.tasks.manager import TaskManager
+print(json.dumps({{"version": list(sys.version_info[:2]), "finders": finders, "pinned": pinned,
+                  "include_path": TaskManager(include_path="/user").include_path}}))
+"""
+
+
+def _startup_dir(tmp_path: Path) -> Path:
+    site_dir = _site_dir_with_pth(tmp_path)
+    (site_dir / _setup_constant("START_NAME")).write_text(_setup_constant("START_CONTENT"), encoding="ascii")
+    return site_dir
+
+
+def _interpreters():
+    """Python 3.10+ interpreters on this machine (PATH, then pyenv's versions folder)."""
+    import glob
+    import shutil
+
+    found = {}
+    for minor in range(10, 16):
+        candidates = [shutil.which(f"python3.{minor}")]
+        root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+        candidates += sorted(glob.glob(os.path.join(root, "versions", f"3.{minor}.*", "bin", f"python3.{minor}")))
+        for exe in filter(None, candidates):
+            if subprocess.run([exe, "-c", "pass"], capture_output=True).returncode == 0:
+                found[f"3.{minor}"] = exe
+                break
+    return found
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"])
+def test_pth_and_start_files_install_the_hook_once(tmp_path, version):
+    """Both start-up files in one site dir, on each Python found here: one finder, the package not pinned,
+    our folder first in TaskManager's include_path (before the user's)."""
+    exe = _interpreters().get(version)
+    if exe is None:
+        pytest.skip(f"no Python {version} on this machine")
+    site_dir = _startup_dir(tmp_path)
+    fake = _fake_lm_eval(tmp_path / "fake")
+    env = {k: v for k, v in os.environ.items() if k != DISABLE}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(fake)])
+    # -S: no site-packages of that interpreter (and no installed copy of our hook); the site dir is added by hand
+    proc = subprocess.run([exe, "-S", "-c", _START_CHECK.format(start=_setup_constant("START_NAME")), str(site_dir)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["version"] == [int(x) for x in version.split(".")]
+    assert out["finders"] == ["_ManagerImportHook"]  # one, though both files ran
+    assert out["pinned"] == [], "the start-up hook must not pin the package in sys.modules"
+    ours = str((ROOT / "lm_eval_longctx" / "task_configs").resolve())
+    assert out["include_path"] == [ours, "/user"]
+
+
+def test_start_file_names_a_callable_that_resolves():
+    """PEP 829 syntax: every non-comment line is `pkg.mod:callable` (the colon part is mandatory)."""
+    import pkgutil
+
+    lines = [x.strip() for x in _setup_constant("START_CONTENT").splitlines() if x.strip() and not x.startswith("#")]
+    assert lines and all(":" in x for x in lines)
+    for line in lines:
+        assert callable(pkgutil.resolve_name(line))
+    assert _setup_constant("START_NAME")[:-len(".start")] == _setup_constant("PTH_NAME")[:-len(".pth")], (
+        "the .start file must match the .pth file's name, or Python 3.15+ runs both")
+
+
+def test_hook_steps_aside_when_lm_eval_reads_the_entry_point(tmp_path):
+    """An lm-eval with PR #4015 scans the lm_eval.tasks entry point itself: the hook must not add the folder
+    a second time."""
+    fake = _fake_lm_eval(tmp_path / "fake", _FAKE_MANAGER + "\ndef discover_plugin_task_paths():\n    return []\n")
+    code = f"""
+        import json, sys
+        sys.path.insert(0, {str(fake)!r})
+        import lm_eval_longctx.harness.discovery as d
+        d.install()
+        from lm_eval.tasks.manager import TaskManager
+        print(json.dumps({{"include_path": TaskManager(include_path="/user").include_path,
+                          "finders": sum(getattr(f, "_lm_eval_longctx_hook", False) for f in sys.meta_path)}}))
+        """
+    out = _run(code, cwd=tmp_path)
+    assert out == {"include_path": "/user", "finders": 0}
+
+
+def test_installed_entry_point_resolves_to_the_yaml_folder(tmp_path):
+    """Install the wheel into a folder and resolve `lm_eval.tasks` the way upstream PR #4015 does
+    (importlib.metadata, then importlib.util.find_spec of the value): the folder of our task YAMLs."""
+    pytest.importorskip("setuptools", minversion="70.1")
+    import shutil
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "lm_eval_longctx", src / "lm_eval_longctx", ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                           "-q", "--target", str(target), str(src)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    code = f"""
+        import importlib.metadata as md, importlib.util, json, os, sys
+        sys.path.insert(0, {str(target)!r})
+        eps = [ep for ep in md.entry_points(group="lm_eval.tasks") if ep.dist.name == "lm_eval_longctx"
+               and os.path.realpath(str(ep.dist.locate_file(""))) == os.path.realpath({str(target)!r})]
+        spec = importlib.util.find_spec(eps[0].value.split(":")[0])
+        folder = list(spec.submodule_search_locations)[0]
+        print(json.dumps({{"n": len(eps), "name": eps[0].name, "value": eps[0].value, "folder": folder,
+                          "yamls": sorted(f for f in os.listdir(folder) if f.endswith(".yaml"))}}))
+        """
+    env = {"PYTHONPATH": ""}
+    out = _run(code, cwd=tmp_path, **env)
+    assert out["n"] == 1 and out["value"] == "lm_eval_longctx.task_configs"
+    assert Path(out["folder"]).resolve() == (target / "lm_eval_longctx" / "task_configs").resolve()
+    assert sorted(p.name for p in (ROOT / "lm_eval_longctx" / "task_configs").glob("*.yaml")) == out["yamls"]

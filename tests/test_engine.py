@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx.engine import ScoringError, score_long, score_truncated, truncated_windows
+from lm_eval_longctx.engine.scoring import ScoringError, score_long, score_truncated, truncated_windows
 from tests.tiny import tiny_llama
 
 TOL = 1e-4
@@ -174,7 +174,7 @@ def test_model_without_kv_cache_gets_a_clear_error(model):
 
 def test_blocked_logprobs_equal_one_log_softmax(model, monkeypatch):
     """Blocks of a few rows (as with a large vocabulary) give the same numbers as one block."""
-    from lm_eval_longctx import engine
+    from lm_eval_longctx.engine import scoring as engine
 
     ids = mixed_ids(model, 45, seed=9)
     ref_lp, ref_g = full_forward_scores(model, ids)

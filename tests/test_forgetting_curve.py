@@ -13,7 +13,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lm_eval_longctx import data, engine, metrics, plotting
+from lm_eval_longctx.data import documents as data
+from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.metrics import per_token as metrics
+from lm_eval_longctx.report.pictures import forgetting_curve as plotting
 from tests import tiny
 from tests.harness_utils import run_task
 
@@ -339,7 +342,7 @@ def test_a_failing_length_is_reported_and_the_others_still_run(trained_dir, corp
 
 
 def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, monkeypatch):
-    from lm_eval_longctx import harness
+    from lm_eval_longctx.harness import glue as harness
     from lm_eval_longctx.tasks import forgetting_curve as fc
 
     stream = np.arange(3, 400) % 250 + 3
@@ -404,7 +407,7 @@ def test_png_beside_saved_results_and_plot_script(run, tmp_path):
     pytest.importorskip("matplotlib")
     from lm_eval.loggers import EvaluationTracker
 
-    from lm_eval_longctx import harness
+    from lm_eval_longctx.harness import glue as harness
 
     harness.install()
     results = {k: v for k, v in run.items() if k != "samples"}

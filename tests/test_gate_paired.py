@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_longctx import metrics, paired
+from lm_eval_longctx.metrics import per_token as metrics
+from lm_eval_longctx.report import paired
 from lm_eval_longctx.cli import main
 
 DATE_RUN, DATE_BASE = "2026-01-02T00-00-00.000001", "2026-01-01T00-00-00.000001"

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from lm_eval_longctx import engine, harness
+from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.harness import glue as harness
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import brute_force_doc, load
 

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx import keyspans, metrics
+from lm_eval_longctx.keytokens import spans_to_tokens as keyspans
+from lm_eval_longctx.keytokens import span_files
+from lm_eval_longctx.metrics import per_token as metrics
 
 REFERENCE_SPANS = Path(__file__).resolve().parents[2] / "shared" / "reference-data" / "longppl-key-spans"
 
@@ -99,18 +101,18 @@ def test_tokens_sharing_a_character_span_match_the_reference():
 
 def test_span_text_round_trip_and_strict_parsing(tmp_path):
     spans = [(0, 5), (7, 19), (1000, 1003)]
-    text = keyspans.format_span_text(spans)
+    text = span_files.format_span_text(spans)
     assert text == "[0, 5];[7, 19];[1000, 1003]"
-    assert keyspans.parse_span_text(text) == spans
-    assert keyspans.parse_span_text("") == []
+    assert span_files.parse_span_text(text) == spans
+    assert span_files.parse_span_text("") == []
     for bad in ["__import__('os').system('true')", "[1, 2]; (3, 4)", "[1, 2, 3]", "[5, 1]", "[1,2];;[3,4]"]:
         with pytest.raises(keyspans.KeySpanFormatError):
-            keyspans.parse_span_text(bad)
+            span_files.parse_span_text(bad)
     with pytest.raises(FileNotFoundError):
-        keyspans.read_span_file(tmp_path / "missing.txt")
+        span_files.read_span_file(tmp_path / "missing.txt")
     with pytest.raises(FileNotFoundError, match="slice_1.txt"):
-        keyspans.write_span_file(tmp_path / "d" / "slice_0.txt", spans)
-        keyspans.read_span_dir(tmp_path / "d", ["x" * 2000, "y" * 2000])
+        span_files.write_span_file(tmp_path / "d" / "slice_0.txt", spans)
+        span_files.read_span_dir(tmp_path / "d", ["x" * 2000, "y" * 2000])
 
 
 @pytest.mark.skipif(not REFERENCE_SPANS.is_dir(), reason="shared/reference-data is not present")
@@ -120,7 +122,7 @@ def test_all_reference_span_files_parse():
     assert len(files) == 150
     empty = []
     for f in files:
-        spans = keyspans.read_span_file(f)
+        spans = span_files.read_span_file(f)
         if not spans:
             empty.append(f"{f.parent.name}/{f.name}")
             continue
@@ -132,7 +134,7 @@ def test_all_reference_span_files_parse():
     for evaluator in ("Meta-Llama-3.1-8B", "Mistral-Large-Instruct-2407", "Qwen2-72B-Instruct"):
         # no manifest: accepted with a warning, unverified (the GovReport texts are not here: long stand-ins)
         with pytest.warns(UserWarning, match="no key_spans.json"):
-            folder = keyspans.read_span_dir(REFERENCE_SPANS / evaluator, ["x" * 200_000] * 50)
+            folder = span_files.read_span_dir(REFERENCE_SPANS / evaluator, ["x" * 200_000] * 50)
         assert len(folder.spans) == 50 and folder.manifest is None and folder.verified is False
 
 

@@ -1,4 +1,4 @@
-"""LongCE (lm_eval_longctx.longce) against a brute-force per-window computation on tiny random models."""
+"""LongCE (lm_eval_longctx.training.longce) against a brute-force per-window computation on tiny random models."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lm_eval_longctx.longce import LongCELoss, longce_loss, short_context_ce
+from lm_eval_longctx.training.longce import LongCELoss, longce_loss, short_context_ce
 from tests.tiny import tiny_llama
 
 K, D, GAMMA = 8, 3, 5.0

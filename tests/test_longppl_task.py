@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lm_eval_longctx import keyspans
+from lm_eval_longctx.keytokens import span_files
 from tests.harness_utils import run_task, write_docs
 
 K, D, ALPHA, BETA = 48, 20, 0.5, -10.0
@@ -170,7 +170,7 @@ def test_spans_are_cached_and_reusable_as_a_spans_dir(evaluator_run, brute, mode
     # the same spans, given as a reference-format directory, give the same LongPPL
     spans_dir = tmp_path / "spans"
     for i, (*_, spans, _soft) in enumerate(brute):
-        keyspans.write_span_file(spans_dir / f"slice_{i}.txt", [tuple(x) for x in spans])
+        span_files.write_span_file(spans_dir / f"slice_{i}.txt", [tuple(x) for x in spans])
     res2 = run_task(TASK, model_dirs["a"], {"data_files": docs[1], "key_spans_dir": str(spans_dir)})
     assert res2["results"][TASK]["longppl,none"] == pytest.approx(res["results"][TASK]["longppl,none"], rel=1e-6)
     assert res2["configs"][TASK]["metadata"]["longctx_settings"]["key_source"] == "spans_dir"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from transformers.tokenization_python import PythonBackend
 
-from lm_eval_longctx import keyspans
+from lm_eval_longctx.keytokens import spans_to_tokens as keyspans
 from tests import tiny
 
 NON_ASCII = ("Zoë's café — naïve 東京の空 🙂👍🏽 e\u0301 «quoted» ½ ĳ "

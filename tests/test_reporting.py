@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lm_eval_longctx import reporting
+from lm_eval_longctx.report import results as reporting
+from lm_eval_longctx.report import correlate as report_correlate
+from lm_eval_longctx.report import gate as report_gate
 from lm_eval_longctx.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,15 +103,15 @@ def test_tolerance_must_also_be_exceeded(tmp_path):
 
 
 def test_tolerance_semantics_unit():
-    cfg = reporting.parse_gate_config({"z": 1.0, "default": {"abs": 0.01, "rel": 0.1}})
+    cfg = report_gate.parse_gate_config({"z": 1.0, "default": {"abs": 0.01, "rel": 0.1}})
     base = reporting.Run({"t/m": reporting.Metric(1.0, 0.0, True)}, {}, {}, {}, "b")
     for value, status in [(0.95, "ok"), (0.89, "regressed"), (1.05, "ok"), (1.11, "improved")]:
         run = reporting.Run({"t/m": reporting.Metric(value, 0.0, True)}, {}, {}, {}, "r")
-        assert reporting.compare(run, base, cfg).rows[0].status == status, value
+        assert report_gate.compare(run, base, cfg).rows[0].status == status, value
     # informational metric (no direction) is never gated, whatever it does
     base = reporting.Run({"t/n": reporting.Metric(1.0, None, None)}, {}, {}, {}, "b")
     run = reporting.Run({"t/n": reporting.Metric(100.0, None, None)}, {}, {}, {}, "r")
-    assert reporting.compare(run, base).rows[0].status == "not gated"
+    assert report_gate.compare(run, base).rows[0].status == "not gated"
 
 
 def test_mismatched_settings_refuse(tmp_path, capsys):
@@ -207,12 +209,12 @@ def synthetic_models(n=15, seed=0):
 def test_correlation_detects_built_metric_and_not_a_shuffled_one():
     models, bench, longppl, shuffled = synthetic_models()
     b = dict(zip(models, bench))
-    res = reporting.correlate(dict(zip(models, longppl)), b, n_resamples=2000, seed=1)
+    res = report_correlate.correlate(dict(zip(models, longppl)), b, n_resamples=2000, seed=1)
     assert res["spearman"]["rho"] < -0.8 and res["spearman"]["p"] < 0.01 and res["pearson"]["r"] < -0.8
     assert res["spearman_bootstrap_ci"]["high"] < 0  # CI excludes 0
     assert res["skipped_spearman"]["rho"] < -0.8
     assert res["spearman"]["rho"] == pytest.approx(stats.spearmanr(longppl, bench).statistic)
-    null = reporting.correlate(dict(zip(models, shuffled)), b, n_resamples=2000, seed=1)
+    null = report_correlate.correlate(dict(zip(models, shuffled)), b, n_resamples=2000, seed=1)
     assert null["spearman"]["p"] > 0.05
     assert null["spearman_bootstrap_ci"]["low"] < 0 < null["spearman_bootstrap_ci"]["high"]
 
@@ -221,29 +223,29 @@ def test_skipped_spearman_removes_a_gross_outlier():
     models, bench, longppl, _ = synthetic_models(seed=3)
     longppl = longppl.copy()
     longppl[0], bench[0] = 60.0, 80.0  # one broken model far from the cloud, against the trend
-    res = reporting.correlate(dict(zip(models, longppl)), dict(zip(models, bench)), n_resamples=200)
+    res = report_correlate.correlate(dict(zip(models, longppl)), dict(zip(models, bench)), n_resamples=200)
     assert "model_0" in res["skipped_spearman"]["removed"]
     assert res["skipped_spearman"]["rho"] < res["spearman"]["rho"]  # stronger (more negative) without it
     # clean data: nothing removed
     x = np.arange(10.0)
-    assert not reporting.projection_outliers(x, 2 * x + 1).any()
+    assert not report_correlate.projection_outliers(x, 2 * x + 1).any()
     # bivariate normal data: the default (boxplot) rule flags few points, about 4-5% (Wilcox's outpro default)
     rng = np.random.default_rng(0)
-    rate = np.mean([reporting.projection_outliers(*rng.normal(size=(2, 15))).mean() for _ in range(100)])
+    rate = np.mean([report_correlate.projection_outliers(*rng.normal(size=(2, 15))).mean() for _ in range(100)])
     assert 0.0 < rate < 0.08
-    assert reporting.projection_outliers(x, 2 * x + 1, rule="mad").shape == (10,)
+    assert report_correlate.projection_outliers(x, 2 * x + 1, rule="mad").shape == (10,)
 
 
 def test_bootstrap_is_seeded_and_counts():
     x, y = np.arange(8.0), np.array([1, 3, 2, 5, 4, 7, 6, 8.0])
-    a = reporting.bootstrap_spearman_ci(x, y, n_resamples=500, seed=7)
-    assert a == reporting.bootstrap_spearman_ci(x, y, n_resamples=500, seed=7)
+    a = report_correlate.bootstrap_spearman_ci(x, y, n_resamples=500, seed=7)
+    assert a == report_correlate.bootstrap_spearman_ci(x, y, n_resamples=500, seed=7)
     assert a["n_resamples"] == 500 and -1 <= a["low"] <= a["high"] <= 1
     # the row-wise Spearman matches scipy's on each resample
     rng = np.random.default_rng(0)
     xs, ys = rng.normal(size=(5, 9)), rng.normal(size=(5, 9))
     ref = [stats.spearmanr(p, q).statistic for p, q in zip(xs, ys)]
-    np.testing.assert_allclose(reporting._row_spearman(xs, ys), ref, atol=1e-12)
+    np.testing.assert_allclose(report_correlate._row_spearman(xs, ys), ref, atol=1e-12)
 
 
 def test_correlate_cli_writes_submission_json(tmp_path, capsys):
@@ -399,10 +401,10 @@ def test_unit_identified_by_content():
     a = reporting.flatten({"data": {"data_files": "/x", "texts_sha256": "h"}})
     b = reporting.flatten({"data": {"data_files": "/y", "texts_sha256": "h"}})
     c = reporting.flatten({"data": {"data_files": "/y", "texts_sha256": None}})
-    assert reporting.identified_by_content("data.data_files", a, b)
-    assert not reporting.identified_by_content("data.data_files", a, c)
-    assert not reporting.identified_by_content("data.data_files", c, c)  # no hash recorded: the path counts
-    assert not reporting.identified_by_content("data.num_docs", a, b)  # not a path key
+    assert report_gate.identified_by_content("data.data_files", a, b)
+    assert not report_gate.identified_by_content("data.data_files", a, c)
+    assert not report_gate.identified_by_content("data.data_files", c, c)  # no hash recorded: the path counts
+    assert not report_gate.identified_by_content("data.num_docs", a, b)  # not a path key
 
 
 # ------------------------------------------------------------------------------------------------ directions
@@ -410,7 +412,7 @@ def test_unit_identified_by_content():
 
 def test_diagnostic_metrics_have_no_direction():
     """Counts and diagnostics must not fail a gate by default: their declared direction is None."""
-    from lm_eval_longctx import harness
+    from lm_eval_longctx.harness import glue as harness
     from lm_eval_longctx.tasks import longeval, retrieval_gain  # noqa: F401  (registers their metrics)
 
     assert harness.METRICS["n_key_tokens"][1] is None
@@ -422,7 +424,7 @@ def test_diagnostic_metrics_have_no_direction():
     assert retrieval_gain.METRICS["retrieval_gain"][1] is True
     import yaml
 
-    cfg = yaml.safe_load((ROOT / "task_configs" / "longppl_govreport.yaml").read_text().replace("!function", ""))
+    cfg = yaml.safe_load((ROOT / "lm_eval_longctx" / "task_configs" / "longppl_govreport.yaml").read_text().replace("!function", ""))
     hib = {m["metric"]: m["higher_is_better"] for m in cfg["metric_list"]}
     assert hib == {"longppl": False, "ppl": False, "key_token_fraction": None, "n_key_tokens": None}
 
@@ -531,11 +533,11 @@ def test_exact_permutation_p_values_with_few_models():
         y[0] = y[1]  # a tie in the ranks
         for stat, fn in (("pearson", lambda a, b: stats.pearsonr(a, b).statistic),
                          ("spearman", lambda a, b: stats.spearmanr(a, b).statistic)):
-            got = reporting.permutation_test(x, y, stat)
+            got = report_correlate.permutation_test(x, y, stat)
             assert got["method"].startswith("exact permutation")
             assert got["p"] == pytest.approx(brute_force_permutation_p(x, y, fn), abs=1e-12)
     # perfectly ordered, 5 models: exactly 2 of 120 pairings reach |rho| = 1 -> p = 1/60 (asymptotic p: ~1e-24)
-    res = reporting.correlate({f"m{i}": float(i) for i in range(5)}, {f"m{i}": -float(i) for i in range(5)},
+    res = report_correlate.correlate({f"m{i}": float(i) for i in range(5)}, {f"m{i}": -float(i) for i in range(5)},
                               n_resamples=200)
     assert res["spearman"]["rho"] == pytest.approx(-1.0) and res["spearman"]["p"] == pytest.approx(2 / 120)
     assert res["spearman"]["p_asymptotic"] < 1e-6
@@ -543,8 +545,8 @@ def test_exact_permutation_p_values_with_few_models():
     # many models: Monte Carlo permutations, seeded, close to the exact t-test p under normal data
     x, y = rng.normal(size=(2, 30))
     y = y + 0.5 * x
-    mc = reporting.permutation_test(x, y, "pearson", seed=3)
-    assert mc["method"].startswith("Monte Carlo") and mc == reporting.permutation_test(x, y, "pearson", seed=3)
+    mc = report_correlate.permutation_test(x, y, "pearson", seed=3)
+    assert mc["method"].startswith("Monte Carlo") and mc == report_correlate.permutation_test(x, y, "pearson", seed=3)
     assert mc["p"] == pytest.approx(stats.pearsonr(x, y).pvalue, abs=0.01)
 
 
@@ -563,7 +565,7 @@ def test_an_unexpected_failure_is_exit_2_not_1(tmp_path, capsys, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(reporting, "compare", boom)
+    monkeypatch.setattr(report_gate, "compare", boom)
     assert gate(tmp_path, results_json(), results_json()) == 2
     assert "error: gate failed: RuntimeError: disk on fire" in capsys.readouterr().err
 

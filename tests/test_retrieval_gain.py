@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx import engine, harness
+from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.harness import glue as harness
 from lm_eval_longctx.tasks import retrieval_gain as rg
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import load

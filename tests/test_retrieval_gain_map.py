@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx import engine, gainmap, harness
+from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.metrics import gain_map as gainmap
+from lm_eval_longctx.report.pictures import gain_map as gain_map_pictures
+from lm_eval_longctx.harness import glue as harness
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import retrieval_gain_map as rgm
 from tests.harness_utils import run_task, write_docs
@@ -324,7 +327,7 @@ def test_png_beside_saved_results_and_plot_script(model_dirs, docs, tmp_path):
     png = saved.with_name(f"{saved.stem}_{TASK}.png")
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    m = gainmap.map_from_results(json.loads(saved.read_text()))
+    m = gain_map_pictures.map_from_results(json.loads(saved.read_text()))
     assert m.lengths.tolist() == MD["context_lengths"] and m.depths.tolist() == MD["depths"]
     assert m.gain[1, 2] == pytest.approx(run["results"][TASK]["gain@L00120_d100,none"])
     assert m.fraction == 0.5 and m.threshold == 0.5
@@ -348,7 +351,8 @@ def test_png_beside_saved_results_and_plot_script(model_dirs, docs, tmp_path):
 def known_answer_runs(root: Path, lengths=(256, 1024, 4096), depths=(0, 50, 90)):
     """The task through the harness on the untrained known-answer variants (steps 0: the copy circuit
     alone, built in seconds), on 2 embedded documents."""
-    from lm_eval_longctx import demo_model, embedded
+    from lm_eval_longctx.demo import model as demo_model
+    from lm_eval_longctx.data import embedded_corpus as embedded
 
     texts = embedded.embedded_documents(chars_per_doc=30_000, n_docs=2)
     data_file = write_docs(root / "docs.jsonl", texts)

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx import engine, key_tokens, keyspans
+from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.keytokens import evaluator as key_tokens
+from lm_eval_longctx.keytokens import span_files
 from tests.harness_utils import TASK_DIR, write_docs
 from tests.tiny import tiny_llama
 
@@ -197,15 +199,15 @@ def span_setup(tmp_path_factory, model_dirs, corpus_texts):
 
 def test_manifest_counts_and_checksums(span_setup):
     _, _, single, _ = span_setup
-    manifest = json.loads((single / keyspans.MANIFEST).read_text())
-    assert manifest["n_docs"] == 4 and manifest["format"] == keyspans.MANIFEST_FORMAT
+    manifest = json.loads((single / span_files.MANIFEST).read_text())
+    assert manifest["n_docs"] == 4 and manifest["format"] == span_files.MANIFEST_FORMAT
     for key in ("evaluator", "evaluator_identity", "evaluator_dtype", "trunc_len", "sliding_window", "alpha",
                 "beta", "span_algorithm_version", "texts_sha256"):
         assert key in manifest
     assert sorted(manifest["slice_sha256"]) == [f"slice_{i}.txt" for i in range(4)]
     for name, digest in manifest["slice_sha256"].items():
-        assert keyspans.file_sha256(single / name) == digest
-    assert sorted(p.name for p in single.iterdir()) == sorted([keyspans.MANIFEST, *manifest["slice_sha256"]])
+        assert span_files.file_sha256(single / name) == digest
+    assert sorted(p.name for p in single.iterdir()) == sorted([span_files.MANIFEST, *manifest["slice_sha256"]])
     assert not [p for p in single.parent.iterdir() if p.name.startswith(".single.")]
 
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx import reporting, token_export
+from lm_eval_longctx.report import results as reporting
+from lm_eval_longctx.report import gate as report_gate
+from lm_eval_longctx.tasks import token_export
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import brute_force_doc, load
 
@@ -137,7 +139,7 @@ def test_export_changes_no_number_and_reads_cached_judgements(exported, docs, mo
     # a run with an export and one without are comparable by the regression gate
     runs = [reporting.Run(metrics={}, settings={TASK: r["configs"][TASK]["metadata"]["longctx_settings"]},
                           versions={TASK: 1}, n_samples={TASK: 4}, model="m") for r in (plain, again)]
-    assert reporting.settings_differences(runs[0], runs[1], [TASK]) == {}
+    assert report_gate.settings_differences(runs[0], runs[1], [TASK]) == {}
 
 
 def test_self_evaluator_export(model_dirs, docs, tmp_path):
@@ -196,7 +198,7 @@ def test_setting_parsing():
 
 
 def test_validation_gives_each_variant_its_own_export(tmp_path, monkeypatch):
-    from lm_eval_longctx import demo, validation
+    from lm_eval_longctx.demo import run as demo, known_answer as validation
 
     seen = []
 
@@ -218,7 +220,7 @@ def test_validation_gives_each_variant_its_own_export(tmp_path, monkeypatch):
 
 
 def _scored(text, rng):
-    from lm_eval_longctx import engine
+    from lm_eval_longctx.engine import scoring as engine
 
     words = text.split(" ")
     starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]])
@@ -231,7 +233,8 @@ def _scored(text, rng):
 def test_judgements_without_per_token_numbers(tmp_path):
     """Key spans from files carry no evaluator numbers; older cache entries carry LSD but no LCL: the export
     keeps what there is, and the key flags still come from the spans."""
-    from lm_eval_longctx import key_tokens, keyspans, viewer
+    from lm_eval_longctx.keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
+    from lm_eval_longctx.report import viewer
 
     rng = np.random.default_rng(0)
     text = " ".join(f"w{i}" for i in range(40))

@@ -12,7 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_longctx import harness, key_tokens, keyspans, output_dirs, task_settings
+from lm_eval_longctx.harness import glue as harness
+from lm_eval_longctx.keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
+from lm_eval_longctx.keytokens import span_files
+from lm_eval_longctx.keytokens import cache as span_cache
+from lm_eval_longctx import output_dirs
+from lm_eval_longctx.tasks import settings as task_settings
 from lm_eval_longctx.settings import SettingsError
 from tests import tiny
 from tests.harness_utils import run_task, write_docs
@@ -145,7 +150,7 @@ def evaluated_spans(docs, model_dirs):
 
 
 def _span_folder(path, docs, spans, **manifest):
-    keyspans.write_span_dir(path, spans, docs[0], {"evaluator": "some/evaluator", "trunc_len": K,
+    span_files.write_span_dir(path, spans, docs[0], {"evaluator": "some/evaluator", "trunc_len": K,
                                                    "sliding_window": D, "alpha": 0.5, "beta": -10.0, **manifest})
     return str(path)
 
@@ -169,34 +174,34 @@ def test_a_mixed_or_changed_span_folder_is_refused(docs, evaluated_spans, tmp_pa
     b = Path(_span_folder(tmp_path / "b", docs, [s[: len(s) // 2] for s in evaluated_spans], alpha=1.0))
     (a / "slice_1.txt").write_bytes((b / "slice_1.txt").read_bytes())  # one file from another folder
     with pytest.raises(keyspans.KeySpanFormatError, match="slice_1.txt does not match the checksum"):
-        keyspans.read_span_dir(a, docs[0])
-    assert keyspans.read_span_dir(b, docs[0]).verified
+        span_files.read_span_dir(a, docs[0])
+    assert span_files.read_span_dir(b, docs[0]).verified
 
 
 def test_span_files_are_checked_against_their_texts(docs, evaluated_spans, tmp_path):
     folder = tmp_path / "plain"
     for i, s in enumerate(evaluated_spans):
-        keyspans.write_span_file(folder / f"slice_{i}.txt", s)
+        span_files.write_span_file(folder / f"slice_{i}.txt", s)
     with pytest.warns(UserWarning, match="no key_spans.json"):
-        assert keyspans.read_span_dir(folder, docs[0]).verified is False
+        assert span_files.read_span_dir(folder, docs[0]).verified is False
     (folder / "slice_2.txt").write_text(f"[0, 5];[10, {len(docs[0][2]) + 1}]")
     with pytest.raises(keyspans.KeySpanFormatError, match=r"slice_2.txt: item 1 .* ends beyond the document"):
-        keyspans.read_span_dir(folder, docs[0])
+        span_files.read_span_dir(folder, docs[0])
     (folder / "slice_2.txt").write_text("[10, 12];[3, 5]")
     with pytest.raises(keyspans.KeySpanFormatError, match="sorted by start"):
-        keyspans.read_span_dir(folder, docs[0])
+        span_files.read_span_dir(folder, docs[0])
     (folder / "slice_2.txt").write_bytes(b"[1, 2]\xff\xfe")
     with pytest.raises(keyspans.KeySpanFormatError, match="slice_2.txt: not UTF-8"):
-        keyspans.read_span_dir(folder, docs[0])
-    (folder / keyspans.MANIFEST).write_text("{not json")
+        span_files.read_span_dir(folder, docs[0])
+    (folder / span_files.MANIFEST).write_text("{not json")
     with pytest.raises(keyspans.KeySpanFormatError, match="key_spans.json: not a JSON manifest"):
-        keyspans.read_span_dir(folder, docs[0])
+        span_files.read_span_dir(folder, docs[0])
 
 
 def test_a_folder_without_manifest_is_recorded_as_unverified(docs, model_dirs, evaluated_spans, tmp_path):
     folder = tmp_path / "reference_layout"
     for i, s in enumerate(evaluated_spans):
-        keyspans.write_span_file(folder / f"slice_{i}.txt", s)
+        span_files.write_span_file(folder / f"slice_{i}.txt", s)
     with pytest.warns(UserWarning, match="key_spans_verified: false"):
         res = run_task(LONGPPL, model_dirs["a"], {"data_files": docs[1], "key_spans_dir": str(folder)})
     rec = res["configs"][LONGPPL]["metadata"]["longctx_settings"]
@@ -211,7 +216,7 @@ def _judgement(rng, n=50):
 
 
 def test_a_tampered_or_truncated_cache_entry_is_a_miss_never_a_value(tmp_path):
-    cache = key_tokens.SpanCache(tmp_path)
+    cache = span_cache.SpanCache(tmp_path)
     j = _judgement(np.random.default_rng(0))
     key = cache.key("text", {"k": 1})
     cache.put(key, j, {"k": 1})
@@ -243,7 +248,7 @@ def test_a_tampered_or_truncated_cache_entry_is_a_miss_never_a_value(tmp_path):
 
 def _hammer(directory: str, seed: int, rounds: int) -> int:
     """Write and read the same few keys over and over; return how many reads were wrong."""
-    cache = key_tokens.SpanCache(directory)
+    cache = span_cache.SpanCache(directory)
     rng = np.random.default_rng(seed)
     wrong = 0
     for r in range(rounds):
@@ -313,7 +318,7 @@ def test_a_moved_hub_revision_is_another_evaluator_offline_too(model_dirs, tmp_p
     (base / "refs" / "main").write_text(b)  # the branch moved
     second = key_tokens.evaluator_identity("org/evaluator")
     assert second["commit"] == b
-    cache = key_tokens.SpanCache(tmp_path)
+    cache = span_cache.SpanCache(tmp_path)
     assert cache.key("t", {"evaluator": first}) != cache.key("t", {"evaluator": second})
     assert key_tokens.evaluator_identity("org/evaluator", revision=a)["commit"] == a
 
@@ -333,7 +338,7 @@ def test_an_evaluator_shorter_than_the_documents_is_an_error_on_misses_and_hits(
                                  seed=2, max_position_embeddings=128)
     evaluated = tiny.save_tiny_model(tmp_path / "evaluated", corpus_texts, seed=1)
     md = _md(docs, evaluator=short, span_cache_dir=str(tmp_path / "cache"))
-    from lm_eval_longctx.engine import ScoringError
+    from lm_eval_longctx.engine.scoring import ScoringError
 
     with pytest.raises(ScoringError, match="longer than its maximum length 128"):
         run_task(LONGPPL, evaluated, md)
@@ -359,7 +364,7 @@ def test_the_length_check_runs_on_cache_hits(model_dirs):
     from lm_eval.api.instance import Instance
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lm_eval_longctx.engine import ScoringError
+    from lm_eval_longctx.engine.scoring import ScoringError
 
     class Stub:
         rank, batch_size, max_length = 0, 1, 16

@@ -1,4 +1,4 @@
-"""Known-answer validation (``lm_eval_longctx.validation``): the paired bootstrap against independent
+"""Known-answer validation (``lm_eval_longctx.demo.known_answer``): the paired bootstrap against independent
 computations, the metrics recomputed from samples against ``metrics``, the ordering verdict, reading the
 harness's files, and the whole pipeline on untrained (steps=0) variants through the harness."""
 
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lm_eval_longctx import metrics, validation
-from lm_eval_longctx.validation import MetricSpec, Units
+from lm_eval_longctx.metrics import per_token as metrics
+from lm_eval_longctx.demo import known_answer as validation
+from lm_eval_longctx.demo.known_answer import MetricSpec, Units
 
 PPL = MetricSpec("x", "x", "t", "f", "perplexity", False, "orders")
 MEAN = MetricSpec("x", "x", "t", "f", "mean", True, "orders")
@@ -72,7 +73,7 @@ def test_memory_lengths_match_the_task_aggregation(spec):
 
 def test_effective_length_matches_the_task_aggregation():
     """Against gainmap.effective_length_from_docs over per-document gain-per-length tuples, as the task aggregates."""
-    from lm_eval_longctx import gainmap
+    from lm_eval_longctx.metrics import gain_map as gainmap
 
     rng = np.random.default_rng(3)
     lengths = [128, 512, 2048]

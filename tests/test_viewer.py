@@ -19,7 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_longctx import cli, demo, token_export, validation, viewer
+from lm_eval_longctx import cli
+from lm_eval_longctx.demo import run as demo
+from lm_eval_longctx.tasks import token_export
+from lm_eval_longctx.demo import known_answer as validation
+from lm_eval_longctx.report import viewer
 
 TASK = "longppl_govreport"
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)

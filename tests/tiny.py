@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from lm_eval_longctx.offline import random_llama, train_tokenizer
+from lm_eval_longctx.demo.offline import random_llama, train_tokenizer
 
 
 WORDS = (

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from lm_eval.api.task import ConfigurableTask
 
-from .. import data, harness, token_export
+from ..data import documents as data
+from ..harness import glue as harness
+from . import token_export
 
 
 class LongContextTask(ConfigurableTask):

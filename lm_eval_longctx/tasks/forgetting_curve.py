@@ -25,7 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import data, engine, harness, metrics, plotting, task_settings
+from ..data import documents as data
+from ..engine import scoring as engine
+from ..harness import glue as harness
+from ..metrics import per_token as metrics
+from ..report.pictures import forgetting_curve as plotting
+from . import settings as task_settings
 from ..settings import BOOLEAN, SettingsError, integer
 from .base import LongContextTask
 

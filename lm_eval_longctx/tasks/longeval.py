@@ -1,6 +1,6 @@
 """LongEval "lines" (LongChat): answer-token perplexity beside retrieval accuracy.
 
-Two tasks over the same test cases (``lm_eval_longctx.longeval_data``), run together as the group
+Two tasks over the same test cases (``lm_eval_longctx.data.longeval_cases``), run together as the group
 ``longeval_lines``:
 
 * ``longeval_lines_ppl`` (our ``longctx_scores`` requests, ``--model hf``): the reference response
@@ -40,8 +40,12 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import (engine, harness, keyspans, longeval_data, longeval_words, metrics, task_settings,
-               token_export)
+from ..engine import scoring as engine
+from ..harness import glue as harness
+from ..keytokens import spans_to_tokens as keyspans
+from ..data import longeval_cases as longeval_data, longeval_words
+from ..metrics import per_token as metrics
+from . import settings as task_settings, token_export
 from .base import LongContextTask
 
 log = logging.getLogger("lm_eval_longctx")

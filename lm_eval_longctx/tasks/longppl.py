@@ -18,7 +18,12 @@ from pathlib import Path
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import harness, key_tokens, keyspans, metrics, task_settings, token_export
+from ..harness import glue as harness
+from ..keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
+from ..keytokens import span_files
+from ..keytokens import cache as span_cache
+from ..metrics import per_token as metrics
+from . import settings as task_settings, token_export
 from ..settings import SettingsError
 from .base import LongContextTask, govreport_documents
 
@@ -70,7 +75,7 @@ class LongPPLTask(LongContextTask):
         self.evaluator_identity = None
         self.evaluator_max_length = None
         if s["key_source"] == "spans_dir":
-            self.span_folder = keyspans.read_span_dir(s["key_spans_dir"], list(self.dataset["test"]["text"]),
+            self.span_folder = span_files.read_span_dir(s["key_spans_dir"], list(self.dataset["test"]["text"]),
                                                       self.provenance["texts_sha256"])
             self._settings_from_manifest(self.span_folder.manifest)
         elif s["key_source"] == "evaluator":
@@ -92,7 +97,7 @@ class LongPPLTask(LongContextTask):
             if key in s.explicit and s[key] != manifest[key]:
                 raise SettingsError(
                     f"longppl_govreport: --metadata {key} = {s[key]!r}, but {self.settings['key_spans_dir']} holds "
-                    f"spans computed with {key} = {manifest[key]!r} (its {keyspans.MANIFEST}); remove {key} from "
+                    f"spans computed with {key} = {manifest[key]!r} (its {span_files.MANIFEST}); remove {key} from "
                     "the metadata or precompute spans with that value")
             s[key] = manifest[key]
 
@@ -196,11 +201,11 @@ class LongPPLTask(LongContextTask):
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-    def _span_cache(self) -> key_tokens.SpanCache:
+    def _span_cache(self) -> span_cache.SpanCache:
         d = str(self.settings["span_cache_dir"])
         if d.lower() in ("off", "none"):
-            return key_tokens.SpanCache(None)
-        return key_tokens.SpanCache(key_tokens.default_cache_dir() if d == "default" else d)
+            return span_cache.SpanCache(None)
+        return span_cache.SpanCache(span_cache.default_cache_dir() if d == "default" else d)
 
     def _judge_with_evaluator(self, text: str) -> key_tokens.EvaluatorJudgement:
         s = self.settings

@@ -29,7 +29,10 @@ from fractions import Fraction
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import engine, harness, metrics, task_settings, token_export
+from ..engine import scoring as engine
+from ..harness import glue as harness
+from ..metrics import per_token as metrics
+from . import settings as task_settings, token_export
 from ..settings import SettingsError
 from .base import LongContextTask, govreport_documents
 

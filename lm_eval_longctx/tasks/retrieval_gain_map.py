@@ -32,7 +32,12 @@ from fractions import Fraction
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from .. import data, engine, gainmap, harness, task_settings
+from ..data import documents as data
+from ..engine import scoring as engine
+from ..metrics import gain_map as gainmap
+from ..report.pictures import gain_map as gain_map_pictures
+from ..harness import glue as harness
+from . import settings as task_settings
 from ..settings import BOOLEAN, SettingsError
 from .base import LongContextTask, govreport_documents
 from .retrieval_gain import lead_token_ids
@@ -217,7 +222,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
 
 harness.register_request_kind(KIND, serve, GainMapScores.from_state, n_tokens=lambda r: r.n_with_tokens)
 harness.install()
-harness.on_results_saved(KIND, gainmap.save_beside_results)
+harness.on_results_saved(KIND, gain_map_pictures.save_beside_results)
 
 
 # ------------------------------------------------------------------ the task

@@ -211,7 +211,7 @@ def _per_token(target_values: np.ndarray, fill) -> np.ndarray:
 def longppl_arrays(doc: dict, scored, judgement, key_idx: np.ndarray, alpha: float, beta: float,
                    soft_gamma: float | None = None) -> dict:
     """The longppl_govreport file of one document (see the module docstring)."""
-    from . import metrics
+    from ..metrics import per_token as metrics
 
     lp = np.asarray(scored.long.logprob, dtype=np.float32)
     n = len(scored.token_ids)
@@ -249,7 +249,7 @@ def longppl_arrays(doc: dict, scored, judgement, key_idx: np.ndarray, alpha: flo
             lcl = np.where(np.isnan(lsd), nan, ev_long[j]).astype(np.float32)
         else:
             # without LCL the spans decide: an evaluator token is key when a key span holds it
-            from . import keyspans
+            from ..keytokens import spans_to_tokens as keyspans
 
             ev_key = np.zeros(len(ev_off), dtype=bool)
             ev_key[keyspans.tokens_inside_spans(ev_off, judgement.spans)] = True
@@ -264,7 +264,7 @@ def longppl_arrays(doc: dict, scored, judgement, key_idx: np.ndarray, alpha: flo
 
 
 def retrieval_gain_arrays(doc: dict, scores) -> dict:
-    from . import metrics
+    from ..metrics import per_token as metrics
 
     gain, nll_with, nll_without = metrics.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
     return {"doc_id": np.asarray(int(doc["doc_id"])), **_text_fields(doc["text"]),
@@ -276,7 +276,7 @@ def retrieval_gain_arrays(doc: dict, scores) -> dict:
 
 
 def longeval_arrays(doc: dict, scores) -> dict:
-    from . import metrics
+    from ..metrics import per_token as metrics
 
     offsets = np.asarray(scores.offsets, dtype=np.int64).reshape(-1, 2)
     lp = np.asarray(scores.logprob, dtype=np.float32)
@@ -350,7 +350,7 @@ def iter_documents(folder: str | Path) -> Iterator[dict]:
 
 def longppl_from_export(folder: str | Path) -> dict:
     """Corpus LongPPL and PPL recomputed from the per-token arrays (key flags and log-probs)."""
-    from . import metrics
+    from ..metrics import per_token as metrics
 
     pairs_key, pairs_all = [], []
     for d in iter_documents(task_folder(folder, "longppl_govreport")):

@@ -2,10 +2,20 @@
 
 lm-eval 0.4.13 discovers tasks only by scanning its own ``lm_eval/tasks/**.yaml`` and the
 ``include_path`` handed to ``TaskManager``. It never reads the ``lm_eval.tasks`` entry point
-(that arrives with upstream PR #4015). To make the bare command
+(upstream PR #4015, open, adds that; no release has it). To make the bare command
 ``lm_eval --tasks longppl_govreport --model hf ...`` and ``lm-eval ls tasks`` work after
-``pip install``, the wheel ships ``lm_eval_longctx_discovery.pth`` into site-packages (see
-``setup.py``). At interpreter start-up ``site`` runs its single line, which imports this module.
+``pip install``, the wheel ships two start-up files into site-packages (see ``setup.py``):
+
+* ``lm_eval_longctx_discovery.pth``: its ``import`` line calls :func:`_startup_from_pth`. Pythons up to
+  3.14 run it; 3.15 to 3.17 run it only when no matching ``.start`` file exists (PEP 829), later
+  releases ignore ``import`` lines in ``.pth`` files.
+* ``lm_eval_longctx_discovery.start`` (PEP 829, Python 3.15+): the entry point
+  ``lm_eval_longctx.harness.discovery:_startup_from_pth``. Its presence makes 3.15+ skip the ``.pth``
+  file's ``import`` line, so the hook runs once on every Python; older Pythons ignore ``.start`` files.
+  (Running both would still be harmless: :func:`install` is idempotent.)
+
+When lm-eval itself reads the ``lm_eval.tasks`` entry point (PR #4015's
+``lm_eval.tasks.manager.discover_plugin_task_paths``), the hook steps aside and patches nothing.
 
 Importing this module is cheap: it imports only ``sys`` and ``os``. It does not import lm_eval,
 torch or transformers. It puts a ``sys.meta_path`` finder in front that does nothing until
@@ -45,7 +55,7 @@ Other rules:
 The explicit route needs no hook and works everywhere, including ``python -S`` and installs that
 skip the ``.pth``::
 
-    lm_eval --include_path "$(python -c 'from lm_eval_longctx._discovery import task_configs_dir as d; print(d())')" ...
+    lm_eval --include_path "$(python -c 'from lm_eval_longctx.harness.discovery import task_configs_dir as d; print(d())')" ...
 """
 
 import os
@@ -58,7 +68,7 @@ _TARGET = "lm_eval.tasks.manager"
 # Marker attribute set on our finder and on the patched __init__. It is looked up by name and not
 # by class identity, so the checks still work after this module has been reloaded.
 _MARK = "_lm_eval_longctx_hook"
-_CANONICAL = "lm_eval_longctx._discovery"
+_CANONICAL = "lm_eval_longctx.harness.discovery"
 _ALIAS = "_lm_eval_longctx_discovery_hook"  # where the .pth-loaded copy lives in sys.modules
 
 
@@ -71,16 +81,7 @@ def task_configs_dir() -> str:
     """Absolute path of the folder that holds our task YAMLs (package ``lm_eval_longctx.task_configs``)."""
     from importlib import resources
 
-    try:
-        root = resources.files("lm_eval_longctx.task_configs")
-    except ModuleNotFoundError:
-        # A source checkout used without `pip install` (e.g. pytest from the repo root): the
-        # top-level task_configs/ folder is mapped into the package only when it is installed.
-        here = os.path.dirname(os.path.abspath(__file__))
-        candidate = os.path.join(os.path.dirname(here), "task_configs")
-        if os.path.isfile(os.path.join(candidate, "__init__.py")):
-            return candidate
-        raise
+    root = resources.files("lm_eval_longctx.task_configs")
     # A plain directory gives a pathlib.Path. A zipped install gives a Traversable that is not
     # os.PathLike; lm-eval cannot glob inside it anyway, so the TypeError is allowed to surface.
     return os.path.abspath(os.fspath(root))
@@ -132,6 +133,9 @@ def _patch_task_manager(manager_module) -> bool:
         return False
     if getattr(original, _MARK, False):
         return True  # already patched: idempotent
+    if reads_task_entry_points(manager_module):
+        _log().debug("lm-eval reads the lm_eval.tasks entry point itself; discovery hook not applied")
+        return False
 
     import functools
     import inspect
@@ -165,6 +169,13 @@ def _patch_task_manager(manager_module) -> bool:
     setattr(__init__, _MARK, True)
     task_manager.__init__ = __init__
     return True
+
+
+def reads_task_entry_points(manager_module) -> bool:
+    """Whether this lm-eval scans ``lm_eval.tasks`` entry points itself (upstream PR #4015), so that our
+    folder would be added twice (every task then overrides itself, with a warning each)."""
+    return callable(getattr(manager_module, "discover_plugin_task_paths", None)) or (
+        getattr(manager_module, "TASKS_ENTRY_POINT_GROUP", None) == "lm_eval.tasks")
 
 
 def _remove_finders() -> None:
@@ -279,13 +290,15 @@ def install() -> bool:
 
 
 def _startup_from_pth() -> None:
-    """Entry point of the ``.pth`` line: install, then detach the package from ``sys.modules``."""
+    """Entry point of the ``.pth`` line and of the ``.start`` file: install, then detach the package from
+    ``sys.modules``."""
     install()
     me = sys.modules.get(__name__)
     if me is not None and __name__ == _CANONICAL:
         sys.modules.setdefault(_ALIAS, me)  # keeps the first hook visible (and referenced) under a private name
-        for name in (_CANONICAL, _CANONICAL.rpartition(".")[0]):
-            sys.modules.pop(name, None)
+        parts = _CANONICAL.split(".")
+        for depth in range(len(parts), 0, -1):  # this module, then lm_eval_longctx.harness, then lm_eval_longctx
+            sys.modules.pop(".".join(parts[:depth]), None)
 
 
 try:

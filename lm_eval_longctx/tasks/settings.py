@@ -5,9 +5,12 @@ No lm-eval import: scripts and docs read these declarations too."""
 
 from __future__ import annotations
 
-from . import data, engine, key_tokens, longeval_data, metrics
-from .settings import (BOOLEAN, MAPPING, TEXT, TEXT_OR_LIST, Declaration, Setting, choice, integer, integer_list,
-                       number)
+from ..data import documents as data
+from ..engine import scoring as engine
+from ..keytokens import evaluator as key_tokens
+from ..data import longeval_cases as longeval_data
+from ..metrics import per_token as metrics
+from ..settings import (BOOLEAN, MAPPING, TEXT, TEXT_OR_LIST, Declaration, Setting, choice, integer, integer_list, number)
 
 CHUNK_SIZE_DOC = "tokens per forward of the chunked long pass (KV cache)"
 ALLOW_BEYOND_DOC = "score sequences longer than the model's maximum length instead of stopping with an error"
@@ -204,7 +207,7 @@ TABLE_END = "<!-- /settings -->"
 
 
 def all_declarations() -> dict:
-    from . import longce  # torch: imported only for the docs
+    from ..training import longce  # torch: imported only for the docs
 
     return {**TASK_DECLARATIONS, longce.SETTINGS.owner: longce.SETTINGS}
 

@@ -37,7 +37,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import embedded, output_dirs
+from ..data import embedded_corpus as embedded
+from .. import output_dirs
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -126,7 +127,7 @@ class DemoError(RuntimeError):
 
 
 def default_model_dir() -> Path:
-    from .demo_model import packaged_model_dir
+    from .model import packaged_model_dir
 
     return Path(packaged_model_dir())
 
@@ -162,7 +163,7 @@ def budget_metadata(budget: str, corpus_path, extra_metadata: dict | None = None
 def harness_argv(model_dir, metadata: dict, results_dir, batch_size: int, device: str = "cpu",
                  limit: float | None = None, tasks=TASKS) -> list[str]:
     """The ``lm_eval`` arguments (after the program name) of the demo run."""
-    from ._discovery import task_configs_dir
+    from ..harness.discovery import task_configs_dir
 
     argv = ["run", "--tasks", ",".join(tasks), "--model", "hf",
             "--model_args", f"pretrained={model_dir},dtype=float32", "--device", device,
@@ -183,9 +184,8 @@ def _offline_environment() -> None:
 
 def run_harness(argv: list[str]) -> Path:
     """Run lm-eval's CLI entry point in this process with ``argv``; return the results JSON it saved."""
-    from lm_eval.__main__ import cli_evaluate
-
-    from . import harness
+    from ..harness import glue as harness
+    from ..harness.glue import cli_evaluate
 
     harness.install()  # the results-saved hook: where the results JSON went
     saved: list[Path] = []

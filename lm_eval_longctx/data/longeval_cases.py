@@ -32,7 +32,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import errors, longeval_words
+from .. import errors
+from . import longeval_words
 
 log = logging.getLogger("lm_eval_longctx")
 

@@ -22,7 +22,7 @@ import platform
 import sys
 from pathlib import Path
 
-from .data import texts_sha256
+from .documents import texts_sha256
 
 SOURCE = "pydoc_data.topics"
 LICENCE = "PSF-2.0 (Python Software Foundation License)"

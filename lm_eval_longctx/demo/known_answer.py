@@ -34,7 +34,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import metrics, output_dirs
+from ..metrics import per_token as metrics
+from .. import output_dirs
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -153,7 +154,7 @@ def read_jsonl(path) -> list[dict]:
 
 def read_run(results_file) -> RunFiles:
     """The results JSON (checked by ``reporting.load_results``) and every samples file beside it."""
-    from .reporting import load_results
+    from ..report.results import load_results
 
     results = load_results(results_file)
     samples = {task: read_jsonl(p) for task, p in samples_files(results_file).items()}
@@ -297,7 +298,7 @@ def metric_value(spec: MetricSpec, units: Units, idx: np.ndarray | None = None):
             res = [metrics.coarse_memory_length(units.lengths, c[:, 0], c[:, 1], p["margin"], p["rule"]) for c in flat]
         out = np.asarray(res, dtype=np.float64).reshape(curve.shape[:-2])
     elif spec.kind == "effective":
-        from .gainmap import effective_length
+        from ..metrics.gain_map import effective_length
 
         curve = v.mean(axis=-2)  # [..., lengths]
         flat = curve.reshape(-1, curve.shape[-1])
@@ -488,7 +489,7 @@ def format_table(rows: list[dict], order: Sequence[str], labels: dict | None = N
 def _variant_dir_is_current(path: Path, name: str, steps, tokenizer_dir=None) -> bool:
     """Whether ``path`` holds variant ``name`` built with this recipe (and, when given, this tokenizer), so it
     need not be rebuilt. (A change of the construction code itself is not detected: pass ``rebuild``.)"""
-    from . import demo_model
+    from . import model as demo_model
 
     rec = path / "recipe.json"
     if not (rec.is_file() and (path / "config.json").is_file()):
@@ -515,7 +516,7 @@ def _variant_dir_is_current(path: Path, name: str, steps, tokenizer_dir=None) ->
 def _tokenizer_dir(out: Path, tokenizer_dir, log_fn) -> Path:
     """The tokenizer every variant shares: the given one, else the packaged demo model's, else a stand-in
     trained here as the packaged one is (until the packaged model exists)."""
-    from . import demo_model
+    from . import model as demo_model
 
     if tokenizer_dir is not None:
         return Path(tokenizer_dir)
@@ -536,7 +537,7 @@ def build_models(out_dir, variants: Sequence[str], steps=None, tokenizer_dir=Non
                  log_fn=print) -> dict[str, Path]:
     """``{variant: checkpoint folder}`` under ``out_dir/models``; a folder already holding the same recipe and
     tokenizer is reused (a full-recipe variant takes minutes to train)."""
-    from . import demo_model
+    from . import model as demo_model
 
     out = Path(out_dir)
     tok = _tokenizer_dir(out, tokenizer_dir, log_fn)
@@ -553,7 +554,7 @@ def build_models(out_dir, variants: Sequence[str], steps=None, tokenizer_dir=Non
 
 def variant_labels(variants: Sequence[str]) -> dict[str, str]:
     """Table / legend labels: the variant and its knob (``long (rope_theta 1e6)``, ``none (no copy circuit)``)."""
-    from . import demo_model
+    from . import model as demo_model
 
     out = {}
     for v in variants:
@@ -571,7 +572,7 @@ def _power(x: float) -> str:
 def plot_curves(runs: dict[str, RunFiles], order: Sequence[str], out_path, labels: dict | None = None):
     """The forgetting curves of all models on one figure (``plotting.plot_forgetting_curves``); None without
     matplotlib."""
-    from . import plotting
+    from ..report.pictures import forgetting_curve as plotting
 
     labels = labels or {}
     curves = [plotting.curve_from_results(runs[m].results, "forgetting_curve", labels.get(m, m)) for m in order
@@ -603,7 +604,7 @@ def run_validation(out_dir, budget: str = "full", steps=None, variants: Sequence
     Writes ``out_dir/validation.json`` (everything), ``out_dir/validation.md`` (the table) and
     ``out_dir/forgetting_curves.png``; returns the JSON's content.
     """
-    from . import demo, demo_model
+    from . import run as demo, model as demo_model
 
     t0 = time.perf_counter()
     out = Path(out_dir).resolve()
@@ -707,7 +708,7 @@ def plot_command(report: dict, out_png: str = "forgetting_curves.png") -> str:
 
 def add_arguments(p) -> None:
     """The options of ``scripts/validate_metrics.py`` (and of a ``demo --validate`` mode)."""
-    from . import demo_model
+    from . import model as demo_model
 
     p.add_argument("out", nargs="?", default="lm_eval_longctx_validation",
                    help="output folder: models/, runs/<variant>/, validation.json, validation.md, "

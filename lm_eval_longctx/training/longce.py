@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lm_eval_longctx.engine import score_truncated
-from lm_eval_longctx.settings import BOOLEAN, Declaration, Setting, integer, number
+from ..engine.scoring import score_truncated
+from ..settings import BOOLEAN, Declaration, Setting, integer, number
 
 IGNORE_INDEX = -100
 # LongCE's settings, declared once: LongCELoss and scripts/finetune_longce.py parse and check them here.

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-PACKAGED_MODEL = Path(__file__).resolve().parent / "demo_assets" / "model"
+PACKAGED_MODEL = Path(__file__).resolve().parent / "assets" / "model"
 
 
 def packaged_model_dir() -> Path:

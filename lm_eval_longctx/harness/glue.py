@@ -26,7 +26,11 @@ from typing import Callable
 
 import numpy as np
 
-from . import engine, key_tokens, keyspans, metrics, settings
+from ..engine import scoring as engine
+from ..keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
+from ..keytokens import cache as span_cache
+from ..metrics import per_token as metrics
+from .. import settings
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -104,7 +108,7 @@ def model_identity(lm) -> dict | None:
         from pathlib import Path
 
         if Path(str(name)).is_dir():
-            identity["files_sha256"] = key_tokens.folder_fingerprint(name, key_tokens.default_cache_dir().parent)
+            identity["files_sha256"] = key_tokens.folder_fingerprint(name, span_cache.default_cache_dir().parent)
         elif getattr(config, "_commit_hash", None):
             identity["commit"] = config._commit_hash
         else:
@@ -375,7 +379,7 @@ def install() -> None:
 def _install_model_creation_hooks(HFLM) -> None:
     import inspect
 
-    from ._discovery import watch_model_creation
+    from .discovery import watch_model_creation
 
     hf_keys = [k for k, p in inspect.signature(HFLM.__init__).parameters.items()
                if k != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
@@ -389,7 +393,7 @@ def note_evaluated_model(task_name: str) -> None:
     from lm_eval.api.model import LM
     from lm_eval.models.huggingface import HFLM
 
-    from ._discovery import LAST_MODEL_ATTR, MODEL_ARGS_ATTR
+    from .discovery import LAST_MODEL_ATTR, MODEL_ARGS_ATTR
 
     settings.add_external_keys("model_args of the evaluated model", getattr(LM, MODEL_ARGS_ATTR, ()))
     cls = getattr(LM, LAST_MODEL_ATTR, None)
@@ -465,3 +469,10 @@ def _install_results_saved_hook() -> None:
 
     save_results_aggregated._longctx_wrapped = True
     EvaluationTracker.save_results_aggregated = save_results_aggregated
+
+
+def cli_evaluate():
+    """lm-eval's command-line entry point, what the ``lm_eval`` console script calls (reads ``sys.argv``)."""
+    from lm_eval.__main__ import cli_evaluate as run
+
+    return run()

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import errors
+from .. import errors
 
 # The LongPPL paper's data (see README "LongPPL" and the reference spec).
 GOVREPORT_DATASET = "emozilla/govreport-test-tokenized"

@@ -1,6 +1,6 @@
 """Per-document values from lm-eval ``--log_samples`` files, and the paired bootstrap of the regression gate.
 
-numpy only (and :mod:`lm_eval_longctx.metrics`, numpy only): no lm-eval, no torch.
+numpy only (and :mod:`lm_eval_longctx.metrics.per_token`, numpy only): no lm-eval, no torch.
 
 lm-eval 0.4.13 writes, beside ``results_<date_id>.json``, one ``samples_<task>_<date_id>.jsonl`` per task. Each line
 is one document under one filter::
@@ -29,7 +29,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from . import metrics as M
+from ..metrics import per_token as M
 
 # lm-eval's date_id: datetime.now().isoformat().replace(":", "-"), at the end of the results file's stem
 DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
@@ -136,7 +136,7 @@ def check_same_documents(task: str, run: TaskSamples, base: TaskSamples) -> None
 # ------------------------------------------------------------------------------------ aggregations
 #
 # Each aggregation maps a stack of resampled per-document values, shape (resamples, docs[, k]), to one corpus
-# value per resample. They match lm_eval_longctx.metrics (the tasks' own aggregations) and lm-eval's mean.
+# value per resample. They match lm_eval_longctx.metrics.per_token (the tasks' own aggregations) and lm-eval's mean.
 
 
 def _mean(x):

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import metrics, token_export
+from ..metrics import per_token as metrics
+from ..tasks import token_export
 
 LSD_RANGE = 4.0  # the colour scale saturates at |LSD| = 4 (alpha is 2 by default)
 DNLL_RANGE = 4.0

@@ -1,0 +1,7 @@
+"""Data layer: loading and generating the documents and samples the tasks read (GovReport selection,
+PG-19 stream and forgetting-curve samples in ``documents.py``; the embedded corpus; LongEval cases and
+their word lists).
+
+May import: numpy, datasets, transformers (tokenizers only), fsspec and the basics. No model, no engine,
+never lm-eval.
+"""

@@ -1,0 +1,230 @@
+"""Read lm-eval results JSONs (``--output_path``): what the regression gate (``gate.py``), the leaderboard
+(``leaderboard.py``) and the correlation check (``correlate.py``) share.
+
+Pure functions over the harness's own output files (no lm-eval, no torch), used by
+``lm-eval-longctx gate|leaderboard|correlate`` and the ``scripts/`` wrappers.
+
+A results file, as lm-eval 0.4.x writes it::
+
+    {"results": {task: {"metric,filter": value, "metric_stderr,filter": value | "N/A", "alias": ...}},
+     "higher_is_better": {task: {metric: bool | None}},
+     "configs": {task: {..., "metadata": {"longctx_settings": {...}}}},
+     "versions": {task: ...}, "n-samples": {task: {"original": n, "effective": n}},
+     "config": {"model_args": ...}, "model_name": ...}
+
+With ``--log_samples`` a ``samples_<task>_<date_id>.jsonl`` sits beside ``results_<date_id>.json``; the gate then
+compares the runs document by document (:mod:`lm_eval_longctx.report.paired`).
+
+Anything that makes an input unusable (unreadable or malformed file or field, a baseline metric missing from the
+run or not a finite number, settings that differ, other documents, a file that cannot be written) raises
+:class:`UnusableInput`; the CLI turns it into exit code 2 with the message, so that exit 1 means "regressed" only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
+DEFAULT_Z = 1.96
+
+
+class UnusableInput(ValueError):
+    """The inputs cannot be compared (malformed file, missing metric, settings that differ): exit code 2."""
+
+
+# ----------------------------------------------------------------------------------------------- files
+
+
+def read_text(path, what: str = "file") -> str:
+    """A UTF-8 text file (a byte-order mark is allowed); any failure is :class:`UnusableInput` naming the file."""
+    p = Path(path)
+    try:
+        return p.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError as e:
+        raise UnusableInput(f"{p}: no such {what}") from e
+    except OSError as e:
+        raise UnusableInput(f"{p}: cannot read the {what}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise UnusableInput(f"{p}: the {what} is not UTF-8 text ({e.reason} at byte {e.start})") from e
+
+
+def write_text(path, text: str, append: bool = False, what: str = "output") -> None:
+    """Write (or append) text; a missing folder or any other failure is :class:`UnusableInput` naming the file."""
+    try:
+        with open(path, "a" if append else "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    except OSError as e:
+        raise UnusableInput(f"{path}: cannot write the {what}: {e.strerror or e}") from e
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+@dataclass
+class Metric:
+    value: float
+    stderr: float | None  # None: the harness wrote "N/A" (no stderr for this aggregation) or none at all
+    higher_is_better: bool | None  # None: informational metric (e.g. token counts); never gated
+    invalid: str | None = None  # the raw value when it is not a number (null, a string, ...): never compared
+
+
+@dataclass
+class Run:
+    """One model's results: tasks merged from one or more results files."""
+
+    metrics: dict[str, Metric]  # "task/metric" (filter appended as ",filter" when it is not "none")
+    settings: dict[str, dict]  # task -> configs.<task>.metadata.longctx_settings (or {} when absent)
+    versions: dict[str, object]
+    n_samples: dict[str, object]  # task -> n-samples.<task>.effective
+    model: str
+    sources: dict[str, str] = field(default_factory=dict)  # task -> file it came from
+
+
+def split_name(name: str) -> tuple[str, str, str]:
+    """"task/metric[,filter]" -> (task, metric, filter)."""
+    task, rest = name.split("/", 1)
+    metric, _, filt = rest.partition(",")
+    return task, metric, filt or "none"
+
+
+def find_results_files(path) -> list[Path]:
+    """A results JSON, or every ``results_*.json`` under a folder (lm-eval's naming), sorted by name (= time)."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = sorted(p.rglob("results_*.json"), key=lambda f: (f.name, str(f)))
+        if not files:
+            files = sorted(p.rglob("*.json"), key=lambda f: (f.name, str(f)))
+        if not files:
+            raise UnusableInput(f"{p}: no results JSON files in this folder")
+        return files
+    raise UnusableInput(f"{p}: no such file or folder" if not p.exists() else f"{p}: not a regular file or folder")
+
+
+def load_results(path) -> dict:
+    """Parse one results file and check it has the harness's shape."""
+    p = Path(path)
+    text = read_text(p, "results file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UnusableInput(f"{p}: malformed JSON ({e})") from e
+    if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+        raise UnusableInput(f"{p}: not an lm-eval results file (no top-level 'results' object)")
+    for key in ("higher_is_better", "configs", "versions", "n-samples"):
+        if key in data and not isinstance(data[key], dict):
+            raise UnusableInput(f"{p}: '{key}' is not an object")
+    return data
+
+
+def model_name(data: dict, fallback: str = "") -> str:
+    """``model_name`` as the harness records it, else ``pretrained=`` from the model_args, else ``fallback``."""
+    name = data.get("model_name")
+    if isinstance(name, str) and name:
+        return name
+    args = (data.get("config") or {}).get("model_args")
+    if isinstance(args, dict) and args.get("pretrained"):
+        return str(args["pretrained"])
+    if isinstance(args, str):
+        for part in args.split(","):
+            k, _, v = part.partition("=")
+            if k.strip() == "pretrained" and v:
+                return v.strip()
+    return fallback
+
+
+def _number(x):
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x)
+
+
+def _finite_number(x):
+    v = _number(x)
+    return v if v is not None and math.isfinite(v) else None
+
+
+def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
+    """Flatten ``results`` into ``{"task/metric": Metric}`` (stderr and direction attached).
+
+    A value that is not a number (null, a string, a list) is kept with ``invalid`` set, so that a tool that uses it
+    can refuse it by name; a malformed stderr or direction is an error at once."""
+    hib_all = data.get("higher_is_better") or {}
+    out = {}
+    for task, entries in data["results"].items():
+        if not isinstance(entries, dict):
+            raise UnusableInput(f"{source}: results.{task} is not an object")
+        hib = hib_all.get(task) or {}
+        if not isinstance(hib, dict):
+            raise UnusableInput(f"{source}: higher_is_better.{task} is not an object")
+        for key, raw in entries.items():
+            if "," not in key or "_stderr," in key:
+                continue  # "alias", "name", ... and the stderr entries (read below)
+            metric, filt = key.split(",", 1)
+            value = _number(raw)
+            invalid = None if value is not None else json.dumps(raw)
+            se_key = f"{metric}_stderr,{filt}"
+            se_raw = entries.get(se_key)
+            se = None
+            if se_raw is not None and se_raw != "N/A":
+                se = _number(se_raw)
+                if se is None or se < 0:
+                    raise UnusableInput(f"{source}: results.{task}.{se_key} is {json.dumps(se_raw)}, not a stderr "
+                                        f"(a number >= 0 or \"N/A\")")
+                if not math.isfinite(se):
+                    se = None  # lm-eval's bootstrap can give NaN on tiny samples: no estimate, as "N/A"
+            direction = hib.get(metric)
+            if direction is not None and not isinstance(direction, bool):
+                raise UnusableInput(f"{source}: higher_is_better.{task}.{metric} is {json.dumps(direction)}, "
+                                    "not true, false or null")
+            name = f"{task}/{metric}" if filt == "none" else f"{task}/{metric},{filt}"
+            out[name] = Metric(float("nan") if value is None else value, se, direction, invalid)
+    return out
+
+
+def load_run(path) -> Run:
+    """A results file, or a folder of them merged per task (the newest file, by lm-eval's timestamped name, wins).
+
+    A folder whose files name different models is refused: their results are not one run."""
+    files = find_results_files(path)
+    run = Run({}, {}, {}, {}, "")
+    names: dict[str, list[str]] = {}
+    for f in files:
+        data = load_results(f)
+        names.setdefault(model_name(data), []).append(f.name)
+        for task in data["results"]:
+            run.sources[task] = str(f)
+            run.metrics = {k: v for k, v in run.metrics.items() if not k.startswith(task + "/")}
+            cfg = (data.get("configs") or {}).get(task) or {}
+            settings = (cfg.get("metadata") or {}).get("longctx_settings") if isinstance(cfg, dict) else None
+            run.settings[task] = settings if isinstance(settings, dict) else {}
+            run.versions[task] = (data.get("versions") or {}).get(task)
+            ns = (data.get("n-samples") or {}).get(task)
+            run.n_samples[task] = ns.get("effective") if isinstance(ns, dict) else None
+        run.metrics.update(metrics_of(data, str(f)))
+    named = {k: v for k, v in names.items() if k}
+    if len(named) > 1:
+        detail = "; ".join(f"{m!r} in {', '.join(fs[:3])}{' ...' if len(fs) > 3 else ''}" for m, fs in named.items())
+        raise UnusableInput(f"{path}: results of {len(named)} different models ({detail}); give the gate one "
+                            "model's folder or file")
+    run.model = next(iter(named), "") or Path(path).name
+    return run
+
+
+# ----------------------------------------------------------------------------------------------- gate config
+
+
+def flatten(d, prefix: str = "") -> dict:
+    """Nested dicts -> {"a.b.c": leaf}; lists and scalars are leaves."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
