@@ -69,7 +69,7 @@ def add_gate_parser(sub) -> None:
                        description=GATE_HELP)
     g.add_argument("results", help="results JSON of the run (lm_eval --output_path), or a folder of them")
     g.add_argument("--baseline", required=True, help="baseline results JSON, or a folder of them")
-    g.add_argument("--config", default=None, help="tolerances, JSON or YAML (see docs/report-tools.md)")
+    g.add_argument("--config", default=None, help="tolerances, JSON or YAML (see docs/tools/report-tools.md)")
     g.add_argument("--z", type=float, default=None,
                    help="significance in standard errors (overrides the config's z; default 1.96, i.e. a 95%% CI)")
     g.add_argument("--unpaired", action="store_true",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Collect lm-eval results JSONs into one leaderboard table (Markdown and CSV).
 
-Same as `lm-eval-longctx leaderboard ...` (see README); `--help` lists the options.
+Same as `lm-eval-longctx leaderboard ...` (see docs/tools/report-tools.md); `--help` lists the options.
 """
 
 import sys

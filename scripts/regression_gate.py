@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Checkpoint regression gate over lm-eval results JSONs (exit 0 pass / 1 regression / 2 unusable input).
 
-Same as `lm-eval-longctx gate ...` (see README); `--help` lists the options.
+Same as `lm-eval-longctx gate ...` (see docs/tools/report-tools.md); `--help` lists the options.
 """
 
 import sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Regenerate (or, with --check, verify) the settings tables in README.md and docs/*.md from the
+"""Regenerate (or, with --check, verify) the settings tables in README.md and docs/**/*.md from the
 settings declarations (lm_eval_longctx/tasks/settings.py, lm_eval_longctx/training/longce.py).
 
     python scripts/settings_tables.py          # rewrite the tables in place
@@ -19,7 +19,7 @@ from lm_eval_longctx.tasks.settings import render_settings_tables  # noqa: E402
 
 
 def documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def main(argv=None) -> int:

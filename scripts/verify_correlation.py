@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Correlate a metric with a downstream benchmark (Pearson, Spearman, skipped Spearman, bootstrap CI).
 
-Same as `lm-eval-longctx correlate ...` (see README); `--help` lists the options.
+Same as `lm-eval-longctx correlate ...` (see docs/tools/report-tools.md); `--help` lists the options.
 """
 
 import sys

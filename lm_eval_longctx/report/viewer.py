@@ -14,7 +14,7 @@ fonts) built from a per-token export of ``longppl_govreport`` (``token_export.py
 Size: each document's arrays are embedded as base64 (raw little-endian typed arrays, gzip-compressed
 when the page would otherwise be large: the browser inflates them with its built-in
 ``DecompressionStream``), and a document is decoded and rendered only when it is opened, so the page
-holds the DOM of one document at a time. Measured sizes and times: docs/token-export-and-viewer.md.
+holds the DOM of one document at a time. Measured sizes and times: docs/tools/token-export-and-viewer.md.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def _allow_beyond() -> Setting:
 
 def _export_tokens(tasks: str = "") -> Setting:
     return Setting("export_tokens", TEXT, None, f"{tasks}folder for the per-token export (one .npz per document, "
-                   "docs/token-export-and-viewer.md); a non-empty folder it did not write is refused", optional=True,
+                   "docs/tools/token-export-and-viewer.md); a non-empty folder it did not write is refused", optional=True,
                    affects_numbers=False)
 
 

@@ -5,7 +5,7 @@
 beside ``DIR/<task>/manifest.json`` (format tag, task, the task's settings record with the data's
 hashes, and a description of every array). Nothing is accumulated across documents: memory is one
 document's arrays, which the task already holds. The files are plain numpy archives (no pickles):
-``numpy.load(path)`` reads them without this package (see docs/token-export-and-viewer.md).
+``numpy.load(path)`` reads them without this package (see docs/tools/token-export-and-viewer.md).
 
 The export never changes a number: the task records only its folder (``export_tokens`` in the
 settings record). It never writes into a folder it did not create: a task folder that exists and is
