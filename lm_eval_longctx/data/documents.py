@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import errors
 
-# The LongPPL paper's data (see README "LongPPL" and the reference spec).
+# The LongPPL paper's data (see docs/tasks/longppl_govreport.md).
 GOVREPORT_DATASET = "emozilla/govreport-test-tokenized"
 GOVREPORT_SPLIT = "test"
 GOVREPORT_DECODE_TOKENIZER = "NousResearch/Llama-2-7b-hf"
@@ -174,7 +174,7 @@ def load_govreport(
 
 # ---------------------------------------------------------------- forgetting curve
 #
-# The Forgetting Curve paper's data (1azybug/ForgettingCurve, README "forgetting_curve"): PG-19 test
+# The Forgetting Curve paper's data (1azybug/ForgettingCurve; docs/tasks/forgetting_curve.md): PG-19 test
 # books, each as title + "\n" and text + "\n", tokenized by the evaluated model's tokenizer and
 # concatenated into one token stream T; samples are cut from T.
 

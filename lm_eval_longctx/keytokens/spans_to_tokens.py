@@ -1,6 +1,6 @@
 """Key-token character spans: choosing them, mapping them across tokenizers, reading/writing files.
 
-Follows the LongPPL reference exactly (see README "LongPPL"):
+Follows the LongPPL reference exactly (see docs/tasks/longppl_govreport.md):
 * key evaluator tokens become character spans (offset mapping); spans that touch exactly
   (next.start == prev.end) are merged, others stay separate;
 * an evaluated-model token is key iff its character span lies inside one key span;
