@@ -34,7 +34,7 @@ and a float32 log-softmax over them for every request). Against it: on CPU with 
 narrow, attention dominates, and a chunked prefill (an explicit mask per chunk) costs about 1.3x
 one causal forward; ``--chunk-size 8192`` (one chunk) removes that.
 
-Target (from the issue): with 2 queries per document at 8192 tokens, the task path is >= 1.8x
+Target: with 2 queries per document at 8192 tokens, the task path is >= 1.8x
 faster than stock HFLM.
 
 Command (from the repository root)::

@@ -15,7 +15,7 @@ tokenizer come from CPython's reference topics, as in ``bench_retrieval_gain.py`
 * **stock HFLM** ``loglikelihood`` (``HFLM._loglikelihood_tokens``, what ``--model hf`` runs for
   standard requests after tokenizing): one full forward per (document, cell), context [BOS] x[0:L] Q,
   continuation A, with full [sequence, vocab] logits; its requests are built outside the timed region;
-* **reference**: what the issue's target is stated against, one long pass of L_max plus the query
+* **reference**: what the target is stated against, one long pass of L_max plus the query
   tokens: ``score_continuations`` with the prefix [BOS] x[0:L_max] and every cell's Q A on top.
 
 All four include the same batched without-context pass ([BOS] Q A). Every path must give the same
@@ -26,7 +26,7 @@ memory is the rise of the process's peak resident set (``ru_maxrss``) during the
 what loading the model and the documents took, so it counts everything a path allocates (logits,
 KV cache, allocator growth) on CPU.
 
-Target (from the issue): ladder time <= 1.3x the reference.
+Target: ladder time <= 1.3x the reference.
 
 Default sizes are small so that the whole script takes a few minutes on a shared 2-core CPU:
 2 documents, lengths 256..4096 (5 rungs), 10 depths, a 2-layer, 128-wide model with a 32000-token

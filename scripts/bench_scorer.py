@@ -30,7 +30,7 @@ Llama-3-sized vocabulary (128256), so the logits dominate memory and time the wa
 real long-context model: at 8192 tokens the straightforward path holds two float32
 [8192, 128256] tensors (logits and log-probs), about 8 GiB.
 
-The target (from the issue): at 8192 tokens the engine's peak memory is <= 25% of the
+The target: at 8192 tokens the engine's peak memory is <= 25% of the
 straightforward path's, and its time <= 1.1x.
 
 Command (from the repository root; defaults: CPU, float32, lengths 1024 2048 4096 8192)::

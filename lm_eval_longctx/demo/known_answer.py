@@ -59,7 +59,7 @@ class MetricSpec:
     kind: str  # "perplexity" (nll_sum, n) pairs | "mean" of floats | "fine" / "coarse" memory length
     #           | "effective" context length of the retrieval-gain map (per-document gain per length)
     higher_is_better: bool
-    expected: str  # what the issue expects: "orders" | "no clear separation" | "not stated"
+    expected: str  # what the metric should show by its design: "orders" | "no clear separation" | "not stated"
     # fine / coarse only: this threshold (margin) instead of the run's own setting; the row is then a diagnostic
     # recomputed from the samples, with no harness aggregate to compare against
     threshold: float | None = None
@@ -467,7 +467,7 @@ def format_table(rows: list[dict], order: Sequence[str], labels: dict | None = N
     level = next((p["level"] for r in rows for p in r.get("differences", [])), DEFAULT_CONFIDENCE)
     head = (["metric", "better"] + [labels.get(m, m) for m in order]
             + [f"{a} − {b} [{level:.0%} CI]" for a, b in zip(order, order[1:])]
-            + ["orders as constructed", "expected (issue)"])
+            + ["orders as constructed", "expected by design"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if r.get("skipped"):
@@ -686,7 +686,7 @@ def format_report(report: dict) -> str:
 
 
 def unmet_expectations(report: dict) -> list[str]:
-    """Metrics the issue expects to order the models (``expected == "orders"``) that did not, with CIs that
+    """Metrics that should by design order the models (``expected == "orders"``) that did not, with CIs that
     exclude 0 (verdict other than ``yes``)."""
     return [f"{r['metric']}: {r['verdict']}" for r in report["metrics"]
             if r.get("expected") == "orders" and r.get("verdict") != "yes"]
@@ -729,7 +729,7 @@ def add_arguments(p) -> None:
     p.add_argument("--rebuild", action="store_true", help="rebuild the variants even if out/models holds them")
     p.add_argument("--no-plot", action="store_true", help="no forgetting-curve figure")
     p.add_argument("--check", action="store_true",
-                   help="exit 1 when a metric the issue expects to order the models does not (CIs excluding 0)")
+                   help="exit 1 when a metric that should by design order the models does not (CIs excluding 0)")
     p.add_argument("--quiet", action="store_true", help="do not echo the harness's output")
 
 
