@@ -69,6 +69,12 @@ def test_match_windows_tile_the_matched_tokens():
     assert dm.match_windows(dm.Recipe(match_order=6, match_window=3)) == [(0, 3), (3, 3)]
 
 
+@pytest.mark.parametrize("bad", [{"match_window": -1}, {"readout": 0.0, "readout_final": 32.0}])
+def test_bad_circuit_settings_are_refused(tokenizer, bad):
+    with pytest.raises(ValueError, match="match_window must be >= 0"):
+        dm.build_model(tokenizer, small_recipe(**bad))
+
+
 def test_voting_windows_copy_through_a_phrase_that_repeats_inside_the_copy(tokenizer):
     """S holds a 5-token phrase twice, followed by different tokens. Reading the second copy of S at the
     phrase's second occurrence, a 3-token match finds four sources (both occurrences in each copy) and

@@ -94,7 +94,7 @@ DEMO_BUDGETS = {
             "num_lines": [10, 20, 40, 80],
             "num_cases": 10,
         },
-        "targets": {"copy_gap_lengths": 3, "copy_gap_min": 0.30, "fine_memory_min": 0},
+        "targets": {"copy_gap_lengths": 3, "copy_gap_min": 0.30},
     },
     "ci": {
         "chars_per_doc": 12_000,
@@ -114,7 +114,7 @@ DEMO_BUDGETS = {
             "num_lines": [5, 10],
             "num_cases": 3,
         },
-        "targets": {"copy_gap_lengths": 2, "copy_gap_min": 0.30, "fine_memory_min": 0},
+        "targets": {"copy_gap_lengths": 2, "copy_gap_min": 0.30},
     },
 }
 
