@@ -103,17 +103,23 @@ def _number(x) -> float:
         return float("nan")
 
 
-def curve_from_results(results: dict, task: str | None = None, label: str | None = None) -> ForgettingCurve:
-    """The curve of one task of a results dict (as ``lm_eval --output_path`` writes it)."""
-    tasks = forgetting_curve_tasks(results)
+def task_results(results: dict, tasks: list[str], task: str | None, what: str, metrics: str):
+    """``(task, its metrics, its recorded longctx_settings)`` for ``task`` (default: the first of ``tasks``,
+    the tasks of ``results`` that hold ``what``, recognised by ``metrics``)."""
     if task is None:
         if not tasks:
-            raise ValueError("these results hold no forgetting curve (no copy_acc@LENGTH metrics)")
+            raise ValueError(f"these results hold no {what} (no {metrics} metrics)")
         task = tasks[0]
     elif task not in tasks:
-        raise ValueError(f"task {task!r} has no forgetting curve in these results; found {tasks}")
-    res = results["results"][task]
+        raise ValueError(f"task {task!r} has no {what} in these results; found {tasks}")
     settings = ((results.get("configs") or {}).get(task, {}).get("metadata") or {}).get("longctx_settings") or {}
+    return task, results["results"][task], settings
+
+
+def curve_from_results(results: dict, task: str | None = None, label: str | None = None) -> ForgettingCurve:
+    """The curve of one task of a results dict (as ``lm_eval --output_path`` writes it)."""
+    task, res, settings = task_results(results, forgetting_curve_tasks(results), task, "forgetting curve",
+                                       "copy_acc@LENGTH")
 
     points: dict[int, dict] = {}
     for key, value in res.items():

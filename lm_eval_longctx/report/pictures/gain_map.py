@@ -47,17 +47,10 @@ def gain_map_tasks(results: dict) -> list[str]:
 
 
 def map_from_results(results: dict, task: str | None = None, label: str | None = None) -> GainMap:
-    from .forgetting_curve import model_label
+    from .forgetting_curve import model_label, task_results
 
-    tasks = gain_map_tasks(results)
-    if task is None:
-        if not tasks:
-            raise ValueError("these results hold no retrieval-gain map (no gain@L..._d.. metrics)")
-        task = tasks[0]
-    elif task not in tasks:
-        raise ValueError(f"task {task!r} has no retrieval-gain map in these results; found {tasks}")
-    res = results["results"][task]
-    settings = ((results.get("configs") or {}).get(task, {}).get("metadata") or {}).get("longctx_settings") or {}
+    task, res, settings = task_results(results, gain_map_tasks(results), task, "retrieval-gain map",
+                                       "gain@L..._d..")
     cells = {}
     for key, value in res.items():
         m = _CELL.match(key)
