@@ -314,3 +314,14 @@ def test_fine_memory_length_target():
     del m["forgetting_curve"]["fine_memory_length"]
     res = [t for t in demo.check_targets(m, 3, 0.3, fine_memory_min=64) if t["name"] == "fine_memory_length"]
     assert not res[0]["passed"] and res[0]["note"]
+
+
+def test_longeval_accuracy_target():
+    m = _metrics([0.9] * 4, [0.1] * 4, 1.0, 2.0, 3.0)
+    names = lambda res: {t["name"]: t["passed"] for t in res}  # noqa: E731
+    assert "longeval_acc" not in names(demo.check_targets(m, 3, 0.3))  # 0: no target
+    res = [t for t in demo.check_targets(m, 3, 0.3, longeval_acc_min=0.3) if t["name"] == "longeval_acc"]
+    assert not res[0]["passed"] and res[0]["note"]  # missing metric: fails, with a note
+    for acc, passed in ((0.25, False), (0.3, True), (1.0, True)):
+        m["longeval_lines_acc"] = {"acc": {"value": acc, "stderr": 0.1}}
+        assert names(demo.check_targets(m, 3, 0.3, longeval_acc_min=0.3))["longeval_acc"] is passed

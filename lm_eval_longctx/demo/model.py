@@ -24,6 +24,14 @@ The circuit, in the residual stream's reserved dimensions (``Layout``):
   (query bias x key reading the BOS flag, on the slowest pair) sends each head's attention to BOS,
   whose value is zero, when its window matches nowhere.
 
+With ``lookup`` (``LOOKUP_RECIPE``, three layers) the model also looks a LongEval line up by its name
+(``_set_lookup``): two heads of layer 1 copy the first two tokens after the most recent "line" marker into
+register slices, and a head of layer 2 matches (registers, current token) against (registers, previous token)
+wherever the fetched token is part of a number, so after "... in line NAME ... <" it reads NAME's number
+piece by piece, and falls silent after the closing ">". Its codes sit on the same slow pairs, so
+``rope_theta`` sets its reach as well. LongEval records with the answer "<n>" + EOS are mixed into the
+training text, so the trained layers learn to answer in that form and stop.
+
 Trained parts never write into the reserved dimensions (their rows are frozen at zero), so the codes
 stay clean; ``train_model`` restores every frozen entry after each optimizer step.
 """
@@ -112,6 +120,21 @@ class Recipe:
     # with LM accuracy unchanged (0.161 vs 0.156)
     readout_final: float = 0.0
     freeze_readout: bool = False  # keep the readout columns fixed in training (else they train)
+    # train the last ``sharpen_steps`` steps with the readout already at ``readout_final`` (0: sharpen after
+    # training), so the trained layers learn where to overrule the sharpened copy (e.g. to end an answer)
+    sharpen_steps: int = 0
+    # The line lookup (needs num_layers >= 3; see ``_set_lookup``): layer 1 registers the two tokens after the
+    # most recent line marker ("line", " line"), layer 2 matches (register, previous token) against the context
+    # where the previous token is part of a number (or its opening "<") and votes for what followed there.
+    lookup: bool = False
+    lookup_readout: float = 0.0  # nats the lookup's vote adds to its token (0: ``readout``)
+    lookup_gain: float = 16.0  # nats per matching part: one per name token, two for the token, two for the flags
+    lookup_sink: float = 4.5  # the lookup's sink score, in matching parts (a full match is 6, at most 4 without
+    #                           the number flags or without the token)
+    register_reach: int = 30  # tokens from a line marker within which its register is read reliably
+    register_gap: int = 16  # fewest tokens between two line markers (a LongEval line is >= 17 tokens long)
+    register_margin: float = 10.0  # nats by which the most recent marker beats the one before (and the sink)
+    longeval_fraction: float = 0.0  # training rows that are a LongEval record, question and answer (" <n>" EOS)
     seed: int = 0
     # training
     steps: int = 250
@@ -127,16 +150,23 @@ class Recipe:
     extra: dict = field(default_factory=dict)
 
 
-# The shipped demo model's recipe (scripts/make_demo_model.py); the validation variants change one knob.
-DEMO_RECIPE = {"rope_theta": 1e5, "match_order": 3, "match_dim": 10, "sink_level": 2.5}
-# A recipe that copies exactly within its reach (eight matched tokens in three voting windows, frozen readout
-# sharpened after training). Not the shipped default yet: measured on the trained model, copy accuracy on held-out
-# forgetting-curve samples is 1.0 / 0.995 / 0.96 at 16 / 64 / 256 tokens (the default: about 0.75), but the
-# sharpened readout raises held-out PPL from 165 to 259, and in the known-answer validation (variants trained
-# 120 steps) LongEval answer-token PPL no longer orders the variants.
+# The first demo model's recipe: two layers, one induction head matching three tokens, readout 8 nats. It copies
+# at about 0.75 within its reach (its trained layers outvote the copy about one time in five, and in ordinary text
+# a three-token phrase often recurs with another continuation) and cannot look a LongEval line up.
+COPY_ONLY_RECIPE = {"rope_theta": 1e5, "match_order": 3, "match_dim": 10, "sink_level": 2.5}
+# Exact copying: eight matched tokens in three voting windows (3, 3, 2), readout frozen at 16 nats in training and
+# sharpened to 32 after it.
 EXACT_COPY_RECIPE = {"rope_theta": 1e5, "num_heads": 8, "head_dim": 64, "match_order": 8, "match_window": 3,
                      "match_dim": 10, "sink_level": 2.5, "readout": 16.0, "readout_final": 32.0,
                      "freeze_readout": True}
+# Exact copying plus the line lookup (three layers; see ``_set_lookup``), trained with LongEval records among the
+# text (20% of the rows) so that the model answers "<n>" and stops.
+LOOKUP_RECIPE = {**EXACT_COPY_RECIPE, "num_layers": 3, "intermediate_size": 512, "lookup": True,
+                 "longeval_fraction": 0.2}
+# The shipped demo model's recipe (scripts/make_demo_model.py); the validation variants change one knob. Not
+# LOOKUP_RECIPE yet: in the known-answer validation its sharp copy readout makes the short variant's LongPPL and
+# LongEval answer-token PPL worse than the no-circuit control's (docs/demo-and-known-answer-validation.md).
+DEMO_RECIPE = COPY_ONLY_RECIPE
 
 
 @dataclass
@@ -148,10 +178,18 @@ class Layout:
     bos: int
     prev: list  # P1..Pn
     read: slice  # induction output (output code of the copied token)
+    # the line lookup only (None / empty without it): a token's flags "may precede a number's piece" ("<",
+    # digits), "may be a number's piece" (digits, ">") and "line marker", the marker flags of the tokens 1 and 2
+    # back, the two registers
+    number_query: int | None = None
+    number_value: int | None = None
+    marker: int | None = None
+    prev_marker: list = field(default_factory=list)
+    register: list = field(default_factory=list)
 
     @property
     def reserved(self) -> int:
-        return self.read.stop
+        return self.register[-1].stop if self.register else self.read.stop
 
     @classmethod
     def for_recipe(cls, r: Recipe) -> "Layout":
@@ -163,7 +201,13 @@ class Layout:
             prev.append(slice(start, start + r.match_dim))
             start += r.match_dim
         read = slice(start, start + r.output_dim)
-        return cls(m, o, bos, prev, read)
+        if not r.lookup:
+            return cls(m, o, bos, prev, read)
+        start = read.stop
+        number_query, number_value, marker, prev_marker = start, start + 1, start + 2, [start + 3, start + 4]
+        start += 5
+        register = [slice(start, start + r.match_dim), slice(start + r.match_dim, start + 2 * r.match_dim)]
+        return cls(m, o, bos, prev, read, number_query, number_value, marker, prev_marker, register)
 
 
 def _unit_rows(gen: torch.Generator, n: int, d: int) -> torch.Tensor:
@@ -238,6 +282,9 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     w = len(windows)
     if n > r.num_heads:
         raise ValueError("layer 0 needs one head per matched token")
+    if r.lookup and (r.num_layers < 3 or n < 2 or w + 2 > r.num_heads):
+        raise ValueError(f"the line lookup needs num_layers >= 3 (got {r.num_layers}), match_order >= 2 (got {n}) "
+                         f"and two heads beside the {w} induction heads in layer 1 (num_heads {r.num_heads})")
     size = max(k for _, k in windows)
     if (size * r.match_dim) % 2 or size * r.match_dim // 2 + 1 > half - r.prev_pairs:
         raise ValueError("the induction codes and sink do not fit in the slow RoPE pairs")
@@ -254,6 +301,24 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     special = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
     special.discard(None)
     m_codes = _unit_rows(gen, V, r.match_dim)
+    if r.lookup:
+        # The line marker and the brackets share their match code with their spaced forms ("line" / " line",
+        # "<" / " <"): the record writes "line" at a line start and the question " line", and a prompt that ends
+        # with a space is answered with "<" where the record has " <". (Only these: sharing every spaced form
+        # would add chance matches to the copy windows.) ">" gets no match code at all: no copy window matches
+        # through it, so after an answer's closing ">" nothing votes for the record's next line and the trained
+        # layers end the answer (the lookup never needs ">" in a match, only as the piece it fetches).
+        texts = [tokenizer.decode([i]) for i in range(V)]
+        first = {}
+        for i, t in enumerate(texts):
+            if t.strip() in ("line", "<") and i not in special:
+                m_codes[i] = m_codes[first.setdefault(t.strip(), i)]
+            elif t.strip() == ">":
+                m_codes[i] = 0
+        digits = [i for i, t in enumerate(texts) if t.strip().isdigit() and t.strip().isascii()]
+        query_ids = digits + [i for i, t in enumerate(texts) if t.strip() == "<"]
+        value_ids = digits + [i for i, t in enumerate(texts) if t.strip() == ">"]
+        marker_ids = [i for i, t in enumerate(texts) if t.strip() == "line"]
     o_codes = _unit_rows(gen, V, r.output_dim)
     for s in special:
         m_codes[s] = 0
@@ -263,6 +328,10 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     fix(emb, (slice(None), lay.match), m_codes)
     fix(emb, (slice(None), lay.output), o_codes)
     fix(emb, (tokenizer.bos_token_id, lay.bos), 1.0)
+    if r.lookup:
+        fix(emb, (query_ids, lay.number_query), 1.0)
+        fix(emb, (value_ids, lay.number_value), 1.0)
+        fix(emb, (marker_ids, lay.marker), 1.0)
     # BOS is the sink: a fixed row keeps its normed flag (and so the sink's score) where it was set
     fix(emb, (tokenizer.bos_token_id, slice(None)), 0.0)
     params[emb][tokenizer.bos_token_id, lay.bos] = 1.0
@@ -283,6 +352,9 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     s0 = normed_scale(2.0)  # layer 0 input: m and o
     s1 = normed_scale(2.0 + n)  # layer 1 input: m, o, P1..Pn
     s2 = normed_scale(2.0 + n + w * w)  # final norm: plus R, the sum of w agreeing output codes
+    if r.lookup:
+        s_lookup = normed_scale(2.0 + n + 2)  # layer 2 input: plus the two registers (R is 0 outside a copy)
+        s2 = normed_scale(2.0 + n + w * w + 2)
 
     freqs = inverse_frequencies(r.rope_theta, hd)
     # ---- layer 0: head h attends to t - (h + 1) and copies its match code into P(h+1)
@@ -309,6 +381,9 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         fix(o, (slice(None), rows), 0.0)
         for c in range(r.match_dim):
             fix(o, (lay.prev[h].start + c, h * hd + c), 1.0 / s0)
+        if r.lookup and h < 2:  # the line marker flags of x_{t-1} and x_{t-2}
+            v[h * hd + r.match_dim, lay.marker] = 1.0
+            fix(o, (lay.prev_marker[h], h * hd + r.match_dim), 1.0 / s0)
 
     # ---- layer 1, heads 0..w-1: induction heads on the slowest pairs, sink on the very slowest.
     # Head v matches the tokens x_{t-a} .. x_{t-a-k+1} of its window (a, k) (a = 0 starts at x_t itself)
@@ -350,6 +425,8 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         fix(o, (slice(None), rows), 0.0)
         for c in range(r.output_dim):
             fix(o, (lay.read.start + c, rows.start + c), 1.0 / s1)
+    if r.lookup:
+        _set_lookup(params, fix, r, lay, freqs, hd, H, w, s1, s_lookup, code_dims, sink_pair, k_flag)
 
     # ---- readout: the output layer scores o(y) against R (trainable from here on)
     head = params["lm_head.weight"]
@@ -361,6 +438,122 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         frozen["lm_head.weight"][:, lay.read] = True
 
 
+def register_recency(freqs: np.ndarray, reach: int, gap: int, max_len: int) -> tuple[np.ndarray, float]:
+    """Weights w_i >= 0 (sum 1) over RoPE pairs whose profile P(d) = sum_i w_i cos(f_i d) falls by the most
+    (``mu``) from any distance d <= ``reach`` to every distance >= d + ``gap`` (up to ``max_len``): a query
+    bias and a key term on those pairs make the most recent of several markers win by A * mu nats.
+
+    A linear program (scipy's HiGHS) over the worst pairs of distances, added until none is violated."""
+    from scipy.optimize import linprog
+
+    k = len(freqs)
+    cos = np.cos(np.outer(np.arange(max_len + 1), freqs))
+    near = np.arange(reach + 1)
+    pairs = {(a, b) for a in near for b in range(a + gap, max_len + 1, 97)} | {(a, a + gap) for a in near}
+    for _ in range(50):
+        rows = sorted(pairs)
+        a_ub = np.hstack([np.array([cos[b] - cos[a] for a, b in rows]), np.ones((len(rows), 1))])
+        res = linprog(np.r_[np.zeros(k), -1.0], A_ub=a_ub, b_ub=np.zeros(len(rows)),
+                      A_eq=np.r_[np.ones(k), 0.0][None], b_eq=[1.0], bounds=[(0, None)] * k + [(None, None)],
+                      method="highs")
+        if not res.success:
+            raise RuntimeError(f"register recency: the linear program failed ({res.message})")
+        weights, mu = res.x[:k], float(res.x[k])
+        profile = cos @ weights
+        worst = [(a, a + gap + int(np.argmax(profile[a + gap:]))) for a in near]
+        new = {(a, b) for a, b in worst if profile[a] - profile[b] < mu - 1e-9}
+        if not new:
+            return np.clip(weights, 0.0, None), mu
+        pairs |= new
+    raise RuntimeError("register recency: the linear program did not converge")
+
+
+def _set_lookup(params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_lookup, code_dims, sink_pair,
+                k_flag) -> None:
+    """The line lookup: two register heads in layer 1 (heads w, w+1) and the lookup head in layer 2 (head 0).
+
+    Register head k (k = 1, 2) attends to the most recent position j whose token k back is a line marker, so
+    its value, the match code of x_j, is the k-th token of the most recent line's name; it writes that into
+    register k. Recency: a query bias and a key term (the marker flag of x_{j-k}) on the RoPE pairs that
+    ``register_recency`` weights, so the marker score falls with distance; markers older than
+    ``register_reach`` + ``register_gap`` tokens, and every non-marker, lose to the BOS sink.
+
+    The lookup head matches (register 1, register 2, x_t) at t against (register 1, register 2, x_{j-1}) at j
+    (the token counting two parts) and adds two parts when x_t may precede a number's piece ("<", digits) and
+    x_j is one (digits, ">"): in a LongEval record, after "... in line NAME is <" or "... I need the number. <"
+    it attends to the first digits after "<" in the line named NAME, then to each next piece of the number and
+    to the closing ">", and stays silent after ">" (so an answer can end there). (A "<" that opens a tag after
+    NAME was named, as in the reference response's "<REGISTER_CONTENT>", looks the same: there it predicts
+    the number's first piece.) It
+    writes o(x_j) into R like an induction head, worth ``lookup_readout`` nats. Its codes use the same slow
+    pairs as the induction heads, so ``rope_theta`` sets its reach too."""
+    half = hd // 2
+    qw1 = params["model.layers.1.self_attn.q_proj.weight"]
+    qb1 = params["model.layers.1.self_attn.q_proj.bias"]
+    kw1 = params["model.layers.1.self_attn.k_proj.weight"]
+    vw1 = params["model.layers.1.self_attn.v_proj.weight"]
+    o1 = "model.layers.1.self_attn.o_proj.weight"
+    rec_pairs = [i for i in range(half) if i != sink_pair]
+    weights, mu = register_recency(freqs[rec_pairs], r.register_reach, r.register_gap, r.max_position_embeddings)
+    profile = np.cos(np.outer(np.arange(r.register_reach + 1), freqs[rec_pairs])) @ weights
+    amp = 2.0 * r.register_margin / mu  # nats per unit of the profile
+    sink = math.log(r.max_position_embeddings) + r.register_margin  # beats every non-marker (score 0)
+    base = sink + r.register_margin - amp * float(profile.min())  # a marker within reach beats the sink
+    b_sink = sink * math.sqrt(hd) / (k_flag * math.sqrt(H))
+    for idx in range(2):
+        head = w + idx
+        rows = slice(head * hd, (head + 1) * hd)
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            fix(f"model.layers.1.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
+            fix(f"model.layers.1.self_attn.{proj}.bias", rows, 0.0)
+        for p, wt in zip(rec_pairs, weights):
+            a = math.sqrt(amp * wt * math.sqrt(hd))
+            qb1[rows.start + p] = a
+            kw1[rows.start + p, lay.prev_marker[idx]] = a / s1
+        qb1[rows.start + sink_pair] = b_sink
+        kw1[rows.start + sink_pair, lay.bos] = k_flag
+        kw1[rows.start + sink_pair, lay.prev_marker[idx]] = base * math.sqrt(hd) / (b_sink * s1)
+        for c in range(r.match_dim):
+            vw1[rows.start + c, lay.match.start + c] = 1.0
+        fix(o1, (slice(None), rows), 0.0)
+        for c in range(r.match_dim):
+            fix(o1, (lay.register[idx].start + c, rows.start + c), 1.0 / s1)
+
+    # layer 2, head 0: the lookup
+    rows = slice(0, hd)
+    for proj in ("q_proj", "k_proj", "v_proj"):
+        fix(f"model.layers.2.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
+        fix(f"model.layers.2.self_attn.{proj}.bias", rows, 0.0)
+    qw2 = params["model.layers.2.self_attn.q_proj.weight"]
+    kw2 = params["model.layers.2.self_attn.k_proj.weight"]
+    vw2 = params["model.layers.2.self_attn.v_proj.weight"]
+    g = math.sqrt(r.lookup_gain * math.sqrt(hd)) / s_lookup
+    blocks = [(lay.register[0], lay.register[0]), (lay.register[1], lay.register[1]), (lay.match, lay.prev[0])]
+    if 3 * r.match_dim > len(code_dims):
+        raise ValueError("the lookup's three codes do not fit in the slow RoPE pairs of the induction heads")
+    # the token counts two parts: the piece after the asked one and the line's other pieces (or its ">") then
+    # differ by two parts, which no drift of the codes' scale between positions undoes
+    for block, (qs, ks) in enumerate(blocks):
+        for c in range(r.match_dim):
+            d = code_dims[block * r.match_dim + c]
+            qw2[d, qs.start + c] = g * (2.0 if block == 2 else 1.0)
+            kw2[d, ks.start + c] = g
+    b = r.lookup_sink * r.lookup_gain * math.sqrt(hd) / (k_flag * math.sqrt(H))
+    params["model.layers.2.self_attn.q_proj.bias"][sink_pair] = b
+    kw2[sink_pair, lay.bos] = k_flag
+    # the number flags on the sink pair's other dimension (the slowest pair: no rotation within the reach)
+    # (worth two parts: a match without them stays well below the sink however the codes' scale drifts)
+    qw2[sink_pair + half, lay.number_query] = 2.0 * g
+    kw2[sink_pair + half, lay.number_value] = g
+    for c in range(r.output_dim):
+        vw2[c, lay.output.start + c] = 1.0
+    o2 = "model.layers.2.self_attn.o_proj.weight"
+    fix(o2, (slice(None), rows), 0.0)
+    weight = (r.lookup_readout or r.readout) * w / r.readout  # in window votes
+    for c in range(r.output_dim):
+        fix(o2, (lay.read.start + c, c), weight / s_lookup)
+
+
 # --------------------------------------------------------------------------- training
 
 
@@ -369,12 +562,43 @@ def token_stream(tokenizer, texts: list[str]) -> np.ndarray:
     return np.concatenate([np.asarray(x, dtype=np.int64) for x in ids])
 
 
-def training_batch(stream: np.ndarray, rng: np.random.Generator, r: Recipe, bos_id: int) -> torch.Tensor:
-    """[BOS] + seq_len - 1 tokens; a ``repeat_fraction`` of rows are X1 S X2 S X3 (S repeated)."""
+# LongEval records in training use their own seed: the evaluation's cases (seed 0 by default) are never seen.
+LONGEVAL_TRAINING_SEED = 1_000_003
+
+
+def longeval_training_row(tokenizer, rng: np.random.Generator, max_tokens: int) -> np.ndarray:
+    """A LongEval record of 2..16 lines (fewer where ``max_tokens`` is short), its question and the answer
+    the demo model learns to give: "<n>" after a prompt that ends with a space, else " <n>", then EOS."""
+    from ..data import longeval_cases
+
+    num_lines = int(rng.integers(2, 17))
+    index, trailing = int(rng.integers(0, 2**31 - 1)), bool(rng.random() < 0.5)
+    while num_lines >= 1:
+        case = longeval_cases.generate_case(num_lines, index, seed=LONGEVAL_TRAINING_SEED, trailing_space=trailing)
+        answer = ("<" if case.prompt.endswith(" ") else " <") + f"{case.expected_number}>"
+        # prompt and answer tokenized apart, as a harness encodes the prompt and generates after it (joined,
+        # a prompt's final space would merge into " <")
+        ids = (tokenizer(case.prompt, add_special_tokens=False)["input_ids"]
+               + tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+        if len(ids) <= max_tokens:
+            return np.asarray(ids, dtype=np.int64)
+        num_lines -= 1
+    raise ValueError(f"a LongEval training row needs more than {max_tokens} tokens even with one line: "
+                     "raise seq_len or set longeval_fraction to 0")
+
+
+def training_batch(stream: np.ndarray, rng: np.random.Generator, r: Recipe, bos_id: int,
+                   longeval_row=None) -> torch.Tensor:
+    """[BOS] + seq_len - 1 tokens; a ``repeat_fraction`` of rows are X1 S X2 S X3 (S repeated), a
+    ``longeval_fraction`` (with ``longeval_row(rng, max_tokens)``) a LongEval record and answer, then text."""
     n = r.seq_len - 1
     rows = []
     for _ in range(r.batch_size):
-        if rng.random() < r.repeat_fraction:
+        if longeval_row is not None and rng.random() < r.longeval_fraction:
+            head = longeval_row(rng, n)
+            a = int(rng.integers(0, len(stream) - n))
+            row = np.concatenate([head, stream[a : a + n - len(head)]])
+        elif rng.random() < r.repeat_fraction:
             span = int(rng.integers(r.repeat_min, min(r.repeat_max, n // 2 - 2) + 1))
             s0 = int(rng.integers(0, len(stream) - span))
             s = stream[s0 : s0 + span]
@@ -391,7 +615,7 @@ def training_batch(stream: np.ndarray, rng: np.random.Generator, r: Recipe, bos_
 
 
 def train_model(model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id: int, log_every: int = 25,
-                log=print) -> dict:
+                log=print, tokenizer=None) -> dict:
     """AdamW with warm-up and cosine decay; frozen entries restored after every step."""
     r = recipe
     torch.manual_seed(r.seed)
@@ -410,11 +634,19 @@ def train_model(model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id:
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    longeval_row = None
+    if r.longeval_fraction:
+        if tokenizer is None:
+            raise ValueError("longeval_fraction > 0 needs the tokenizer")
+        longeval_row = lambda g, m: longeval_training_row(tokenizer, g, m)  # noqa: E731
     model.train()
     t0 = time.time()
     losses = []
     for step in range(r.steps):
-        batch = training_batch(stream, rng, r, bos_id)
+        if r.copy_circuit and r.readout_final and r.sharpen_steps and step == max(0, r.steps - r.sharpen_steps):
+            sharpen_readout(model, r)
+            keep = {n: (m, params[n].detach().clone()) for n, m in frozen.items() if m.any()}
+        batch = training_batch(stream, rng, r, bos_id, longeval_row)
         loss = model(input_ids=batch, labels=batch).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -450,9 +682,9 @@ def make_model(out_dir, recipe: Recipe | None = None, tokenizer=None, texts=None
     if r.steps:
         stream = token_stream(tokenizer, texts)
         n_stream = int(len(stream))
-        info = train_model(model, frozen, stream, r, tokenizer.bos_token_id, log=log)
-    if r.copy_circuit and r.readout_final and r.steps:  # the untrained construction keeps its training readout
-        sharpen_readout(model, r)
+        info = train_model(model, frozen, stream, r, tokenizer.bos_token_id, log=log, tokenizer=tokenizer)
+    if r.copy_circuit and r.readout_final and r.steps and not r.sharpen_steps:
+        sharpen_readout(model, r)  # the untrained construction keeps its training readout
     out.mkdir(parents=True, exist_ok=True)
     model.to(getattr(torch, dtype)).save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -247,7 +247,7 @@ def _target(name: str, description: str, value, threshold, passed, note: str = "
 
 
 def check_targets(metrics: dict, copy_gap_lengths: int = 3, copy_gap_min: float = 0.30,
-                  fine_memory_min: int = 0) -> list[dict]:
+                  fine_memory_min: int = 0, longeval_acc_min: float = 0.0) -> list[dict]:
     """The demo's targets, from ``{task: {metric: {"value", "stderr"}}}``. A missing or non-finite
     metric fails its target (with a note); nothing is raised."""
     targets = []
@@ -271,6 +271,12 @@ def check_targets(metrics: dict, copy_gap_lengths: int = 3, copy_gap_min: float 
                                f"forgetting_curve: fine memory length (copy accuracy > 0.99) >= {fine_memory_min}",
                                fine, fine_memory_min, fine is not None and fine >= fine_memory_min,
                                "" if fine is not None else "metric missing or not finite"))
+
+    if longeval_acc_min:
+        acc = _value(metrics.get("longeval_lines_acc", {}), "acc")
+        targets.append(_target("longeval_acc", f"longeval_lines_acc: accuracy >= {longeval_acc_min}", acc,
+                               longeval_acc_min, acc is not None and acc >= longeval_acc_min,
+                               "" if acc is not None else "metric missing or not finite"))
 
     gain = _value(metrics.get("retrieval_gain", {}), "retrieval_gain")
     targets.append(_target("retrieval_gain", "retrieval_gain: nll_without - nll_with > 0", gain, 0.0,
@@ -307,7 +313,8 @@ def summarize(results: dict, budget: str = "full") -> dict:
     if "forgetting_curve" in per_task:
         headlines["forgetting_curve"]["curve"] = _curve(per_task["forgetting_curve"])
     t = DEMO_BUDGETS.get(budget, DEMO_BUDGETS["full"])["targets"]
-    targets = check_targets(per_task, t["copy_gap_lengths"], t["copy_gap_min"], t.get("fine_memory_min", 0))
+    targets = check_targets(per_task, t["copy_gap_lengths"], t["copy_gap_min"], t.get("fine_memory_min", 0),
+                            t.get("longeval_acc_min", 0.0))
     return {"headlines": headlines, "metrics": per_task, "missing_tasks": missing, "non_finite": non_finite,
             "targets": targets, "targets_passed": all(x["passed"] for x in targets)}
 
