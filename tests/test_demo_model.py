@@ -240,10 +240,24 @@ def test_lookup_reads_the_number_and_is_silent_after_it(lookup_tokenizer):
     assert checked >= 4
 
 
-def test_lookup_needs_three_layers(lookup_tokenizer):
-    tokenizer = lookup_tokenizer
-    with pytest.raises(ValueError, match="the line lookup needs num_layers >= 3"):
-        dm.build_model(tokenizer, lookup_recipe(num_layers=2))
+@pytest.mark.parametrize("bad, message", [
+    ({"num_layers": 2}, "the line lookup needs num_layers >= 3"),
+    ({"match_window": 2}, "windows of 3 tokens"),
+    ({"lookup_sink": 3.5}, "lookup_sink must lie between 4 and 6"),
+    ({"register_gap": 0}, "register_gap >= 1"),
+])
+def test_bad_lookup_settings_are_refused_before_building(lookup_tokenizer, bad, message):
+    with pytest.raises(ValueError, match=message):
+        dm.build_model(lookup_tokenizer, lookup_recipe(**bad))
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 1.5])
+def test_longeval_fraction_outside_0_1_is_refused(lookup_tokenizer, fraction):
+    r = lookup_recipe(longeval_fraction=fraction, steps=1, batch_size=1, seq_len=320)
+    model, frozen = dm.build_model(lookup_tokenizer, r)
+    with pytest.raises(ValueError, match="longeval_fraction is a fraction"):
+        dm.train_model(model, frozen, np.arange(5000, dtype=np.int64), r, lookup_tokenizer.bos_token_id, log=None,
+                       tokenizer=lookup_tokenizer)
 
 
 def test_longeval_training_rows_end_with_the_answer_and_eos(lookup_tokenizer):

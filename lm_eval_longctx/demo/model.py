@@ -120,9 +120,6 @@ class Recipe:
     # with LM accuracy unchanged (0.161 vs 0.156)
     readout_final: float = 0.0
     freeze_readout: bool = False  # keep the readout columns fixed in training (else they train)
-    # train the last ``sharpen_steps`` steps with the readout already at ``readout_final`` (0: sharpen after
-    # training), so the trained layers learn where to overrule the sharpened copy (e.g. to end an answer)
-    sharpen_steps: int = 0
     # The line lookup (needs num_layers >= 3; see ``_set_lookup``): layer 1 registers the two tokens after the
     # most recent line marker ("line", " line"), layer 2 matches (register, previous token) against the context
     # where the previous token is part of a number (or its opening "<") and votes for what followed there.
@@ -237,6 +234,13 @@ def match_windows(r: Recipe) -> list[tuple[int, int]]:
     return [(a, min(size, r.match_order - a)) for a in range(0, r.match_order, size)]
 
 
+def _claim_head(fix, layer: int, rows: slice) -> None:
+    """Zero and freeze one head's query, key and value rows (weights and biases): the circuit sets them."""
+    for proj in ("q_proj", "k_proj", "v_proj"):
+        fix(f"model.layers.{layer}.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
+        fix(f"model.layers.{layer}.self_attn.{proj}.bias", rows, 0.0)
+
+
 def _frozen(model) -> dict:
     """name -> bool mask of the entries that belong to the circuit (kept fixed in training)."""
     return {n: torch.zeros_like(p, dtype=torch.bool) for n, p in model.named_parameters()}
@@ -286,6 +290,12 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         raise ValueError(f"the line lookup needs num_layers >= 3 (got {r.num_layers}), match_order >= 2 (got {n}) "
                          f"and two heads beside the {w} induction heads in layer 1 (num_heads {r.num_heads})")
     size = max(k for _, k in windows)
+    if r.lookup and 3 > size:
+        raise ValueError(f"the line lookup matches three codes on the induction heads' slow pairs: match_window "
+                         f"must give windows of 3 tokens (got {size})")
+    if r.lookup and not (4.0 < r.lookup_sink < 6.0 and r.register_gap >= 1 and r.register_reach >= 0):
+        raise ValueError(f"lookup_sink must lie between 4 and 6 parts (got {r.lookup_sink}), register_gap >= 1 (got "
+                         f"{r.register_gap}) and register_reach >= 0 (got {r.register_reach})")
     if (size * r.match_dim) % 2 or size * r.match_dim // 2 + 1 > half - r.prev_pairs:
         raise ValueError("the induction codes and sink do not fit in the slow RoPE pairs")
     gen = torch.Generator().manual_seed(r.seed + 1)
@@ -308,17 +318,17 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         # would add chance matches to the copy windows.) ">" gets no match code at all: no copy window matches
         # through it, so after an answer's closing ">" nothing votes for the record's next line and the trained
         # layers end the answer (the lookup never needs ">" in a match, only as the piece it fetches).
-        texts = [tokenizer.decode([i]) for i in range(V)]
+        stripped = [tokenizer.decode([i]).strip() for i in range(V)]
         first = {}
-        for i, t in enumerate(texts):
-            if t.strip() in ("line", "<") and i not in special:
-                m_codes[i] = m_codes[first.setdefault(t.strip(), i)]
-            elif t.strip() == ">":
+        for i, t in enumerate(stripped):
+            if t in ("line", "<") and i not in special:
+                m_codes[i] = m_codes[first.setdefault(t, i)]
+            elif t == ">":
                 m_codes[i] = 0
-        digits = [i for i, t in enumerate(texts) if t.strip().isdigit() and t.strip().isascii()]
-        query_ids = digits + [i for i, t in enumerate(texts) if t.strip() == "<"]
-        value_ids = digits + [i for i, t in enumerate(texts) if t.strip() == ">"]
-        marker_ids = [i for i, t in enumerate(texts) if t.strip() == "line"]
+        digits = [i for i, t in enumerate(stripped) if t.isdigit() and t.isascii()]
+        query_ids = digits + [i for i, t in enumerate(stripped) if t == "<"]
+        value_ids = digits + [i for i, t in enumerate(stripped) if t == ">"]
+        marker_ids = [i for i, t in enumerate(stripped) if t == "line"]
     o_codes = _unit_rows(gen, V, r.output_dim)
     for s in special:
         m_codes[s] = 0
@@ -363,9 +373,7 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         offset = h + 1
         amp = _prev_token_amplitude(freqs[fast], offset, r.max_position_embeddings, r.prev_logit_margin, hd)
         rows = slice(h * hd, (h + 1) * hd)
-        for proj in ("q_proj", "k_proj", "v_proj"):
-            fix(f"model.layers.0.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
-            fix(f"model.layers.0.self_attn.{proj}.bias", rows, 0.0)
+        _claim_head(fix, 0, rows)
         qb = torch.zeros(hd)
         kb = torch.zeros(hd)
         for i in fast:
@@ -406,9 +414,7 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         return level * r.match_gain * math.sqrt(hd) / (k_flag * math.sqrt(H))
     for v in range(w):
         rows = slice(v * hd, (v + 1) * hd)
-        for proj in ("q_proj", "k_proj", "v_proj"):
-            fix(f"model.layers.1.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
-            fix(f"model.layers.1.self_attn.{proj}.bias", rows, 0.0)
+        _claim_head(fix, 1, rows)
         first, k = windows[v]
         q_src = [lay.match if a == 0 else lay.prev[a - 1] for a in range(first, first + k)]
         k_src = lay.prev[first : first + k]
@@ -488,7 +494,6 @@ def _set_lookup(params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_look
     writes o(x_j) into R like an induction head, worth ``lookup_readout`` nats. Its codes use the same slow
     pairs as the induction heads, so ``rope_theta`` sets its reach too."""
     half = hd // 2
-    qw1 = params["model.layers.1.self_attn.q_proj.weight"]
     qb1 = params["model.layers.1.self_attn.q_proj.bias"]
     kw1 = params["model.layers.1.self_attn.k_proj.weight"]
     vw1 = params["model.layers.1.self_attn.v_proj.weight"]
@@ -503,9 +508,7 @@ def _set_lookup(params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_look
     for idx in range(2):
         head = w + idx
         rows = slice(head * hd, (head + 1) * hd)
-        for proj in ("q_proj", "k_proj", "v_proj"):
-            fix(f"model.layers.1.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
-            fix(f"model.layers.1.self_attn.{proj}.bias", rows, 0.0)
+        _claim_head(fix, 1, rows)
         for p, wt in zip(rec_pairs, weights):
             a = math.sqrt(amp * wt * math.sqrt(hd))
             qb1[rows.start + p] = a
@@ -521,16 +524,12 @@ def _set_lookup(params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_look
 
     # layer 2, head 0: the lookup
     rows = slice(0, hd)
-    for proj in ("q_proj", "k_proj", "v_proj"):
-        fix(f"model.layers.2.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
-        fix(f"model.layers.2.self_attn.{proj}.bias", rows, 0.0)
+    _claim_head(fix, 2, rows)
     qw2 = params["model.layers.2.self_attn.q_proj.weight"]
     kw2 = params["model.layers.2.self_attn.k_proj.weight"]
     vw2 = params["model.layers.2.self_attn.v_proj.weight"]
     g = math.sqrt(r.lookup_gain * math.sqrt(hd)) / s_lookup
     blocks = [(lay.register[0], lay.register[0]), (lay.register[1], lay.register[1]), (lay.match, lay.prev[0])]
-    if 3 * r.match_dim > len(code_dims):
-        raise ValueError("the lookup's three codes do not fit in the slow RoPE pairs of the induction heads")
     # the token counts two parts: the piece after the asked one and the line's other pieces (or its ">") then
     # differ by two parts, which no drift of the codes' scale between positions undoes
     for block, (qs, ks) in enumerate(blocks):
@@ -635,6 +634,8 @@ def train_model(model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id:
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     longeval_row = None
+    if not 0.0 <= r.longeval_fraction <= 1.0:
+        raise ValueError(f"longeval_fraction is a fraction of the training rows: 0 .. 1 (got {r.longeval_fraction})")
     if r.longeval_fraction:
         if tokenizer is None:
             raise ValueError("longeval_fraction > 0 needs the tokenizer")
@@ -643,9 +644,6 @@ def train_model(model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id:
     t0 = time.time()
     losses = []
     for step in range(r.steps):
-        if r.copy_circuit and r.readout_final and r.sharpen_steps and step == max(0, r.steps - r.sharpen_steps):
-            sharpen_readout(model, r)
-            keep = {n: (m, params[n].detach().clone()) for n, m in frozen.items() if m.any()}
         batch = training_batch(stream, rng, r, bos_id, longeval_row)
         loss = model(input_ids=batch, labels=batch).loss
         opt.zero_grad(set_to_none=True)
@@ -683,8 +681,8 @@ def make_model(out_dir, recipe: Recipe | None = None, tokenizer=None, texts=None
         stream = token_stream(tokenizer, texts)
         n_stream = int(len(stream))
         info = train_model(model, frozen, stream, r, tokenizer.bos_token_id, log=log, tokenizer=tokenizer)
-    if r.copy_circuit and r.readout_final and r.steps and not r.sharpen_steps:
-        sharpen_readout(model, r)  # the untrained construction keeps its training readout
+    if r.copy_circuit and r.readout_final and r.steps:  # the untrained construction keeps its training readout
+        sharpen_readout(model, r)
     out.mkdir(parents=True, exist_ok=True)
     model.to(getattr(torch, dtype)).save_pretrained(out)
     tokenizer.save_pretrained(out)
