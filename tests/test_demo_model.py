@@ -34,19 +34,29 @@ def copy_sample(tokenizer, length, seed=0):
     return torch.as_tensor(np.concatenate([[bos], s, [bos], s]))[None]
 
 
-def test_previous_token_heads_attend_to_their_offset(tokenizer):
-    r = small_recipe(rope_theta=1e4)
+@pytest.mark.parametrize("bos_clean", [False, True])
+def test_previous_token_heads_attend_to_their_offset(tokenizer, bos_clean):
+    r = small_recipe(rope_theta=1e4, bos_clean=bos_clean)
     model, _ = dm.build_model(tokenizer, r)
     model.config._attn_implementation = "eager"
     ids = copy_sample(tokenizer, 600)
     with torch.no_grad():
         att = model(ids, output_attentions=True).attentions[0][0]  # layer 0: [heads, T, T]
     T = ids.shape[1]
+    is_bos = ids[0] == tokenizer.bos_token_id
     for h in range(r.match_order):
         offset = h + 1
         rows = torch.arange(offset, T)
+        rows = rows[~is_bos[rows]]
         on_target = att[h, rows, rows - offset]
         assert on_target.min().item() > 0.999, (h, on_target.min().item())
+        # with bos_clean a BOS (the sample's middle one) attends to a BOS, whose codes are 0: it carries no
+        # earlier token's codes; without, it attends to its offset like any token
+        mid = int(torch.nonzero(is_bos)[1, 0])
+        if bos_clean:
+            assert att[h, mid][is_bos].sum().item() > 0.999
+        else:
+            assert att[h, mid, mid - offset].item() > 0.999
 
 
 def test_untrained_circuit_copies_and_theta_sets_its_reach(tokenizer):
@@ -95,12 +105,14 @@ def test_voting_windows_copy_through_a_phrase_that_repeats_inside_the_copy(token
     # target: the token right after the phrase's second occurrence in the second copy
     target_pos = 1 + length + 1 + 20 + 5 + 20 + 5
     hits = {}
-    for name, base in {"one 3-token window": dm.COPY_ONLY_RECIPE, "exact-copy recipe": dm.EXACT_COPY_RECIPE}.items():
+    for name, base in {"one 3-token window": dm.COPY_ONLY_RECIPE, "exact-copy recipe": dm.EXACT_COPY_RECIPE,
+                       "one 8-token head": {**dm.LOOKUP_RECIPE, "lookup": False}}.items():
         model, _ = dm.build_model(tokenizer, recipe_from(base, rope_theta=1e6))
         with torch.no_grad():
             logits = model(ids).logits[0]
         hits[name] = [int(logits[p - 1].argmax()) == int(ids[0, p]) for p in range(target_pos, target_pos + 3)]
     assert all(hits["exact-copy recipe"]), hits
+    assert all(hits["one 8-token head"]), hits
     assert not all(hits["one 3-token window"]), hits
 
 
@@ -242,13 +254,87 @@ def test_lookup_reads_the_number_and_is_silent_after_it(lookup_tokenizer):
 
 @pytest.mark.parametrize("bad, message", [
     ({"num_layers": 2}, "the line lookup needs num_layers >= 3"),
-    ({"match_window": 2}, "windows of 3 tokens"),
+    ({"match_dim": 22}, "three match codes on slow RoPE pairs"),
+    ({"copy_code_dim": -1}, "copy_code_dim must be >= 0"),
     ({"lookup_sink": 3.5}, "lookup_sink must lie between 4 and 6"),
     ({"register_gap": 0}, "register_gap >= 1"),
 ])
 def test_bad_lookup_settings_are_refused_before_building(lookup_tokenizer, bad, message):
     with pytest.raises(ValueError, match=message):
         dm.build_model(lookup_tokenizer, lookup_recipe(**bad))
+
+
+# ----------------------------------------------------------------------------- one head matching eight tokens
+
+
+def pydoc_stream(tokenizer):
+    from pydoc_data.topics import topics
+
+    from lm_eval_longctx.data import documents as data
+
+    return data.token_stream(tokenizer, ["\n\n".join(topics[k] for k in sorted(topics))])
+
+
+def readout_logits(model, r, ids):
+    """The logits the circuit's readout adds (final-norm output on R times lm_head's R columns)."""
+    lay = dm.Layout.for_recipe(r)
+    seen = {}
+    hook = model.model.norm.register_forward_hook(lambda mod, i, o: seen.__setitem__("h", o[0]))
+    with torch.no_grad():
+        model(ids)
+    hook.remove()
+    return seen["h"][:, lay.read] @ model.lm_head.weight[:, lay.read].T
+
+
+def test_one_head_matching_eight_tokens_quiets_stray_votes_and_keeps_the_copy(lookup_tokenizer):
+    """Natural-text copies, untrained circuits at rope_theta 1e4 (reach about 300 tokens), readout 32 nats. Three
+    windows that vote apart (``EXACT_COPY_RECIPE``) push a wrong token above the right one by 6.3 nats on average at
+    1024 tokens (past the reach), where each window still finds chance matches; one head matching all eight tokens
+    on 3-dim copy codes (``LOOKUP_RECIPE``) by 1.2. Within the reach (48 tokens) both copy."""
+    from lm_eval_longctx.data import documents as data
+
+    stream = pydoc_stream(lookup_tokenizer)
+    bos, eos = lookup_tokenizer.bos_token_id, lookup_tokenizer.eos_token_id
+    found = {}
+    for name, base in {"windows": {**dm.EXACT_COPY_RECIPE, "copy_code_dim": 0}, "one head": dm.LOOKUP_RECIPE}.items():
+        r = lookup_recipe(**{**base, "rope_theta": 1e4, "readout": 32.0})
+        model, _ = dm.build_model(lookup_tokenizer, r)
+        for length in (48, 1024):
+            margins, hits = [], []
+            for b in data.sample_starts(len(stream), [length], 3, seed=1)[length]:
+                ids = data.forgetting_curve_sample(stream, length, b, "copy", bos, eos)
+                ro = readout_logits(model, r, torch.as_tensor(ids)[None])[:-1]
+                target = torch.as_tensor(ids[1:])[:, None]
+                true = ro.gather(1, target)[:, 0]
+                margins.append((ro.scatter(1, target, -1e9).max(1).values - true).clamp(min=0))
+                first, stop = data.forgetting_curve_scored_targets(length)
+                hits.append((ro.argmax(-1)[first - 1 : stop - 1] == target[first - 1 : stop - 1, 0]).float())
+            found[name, length] = (torch.cat(margins).mean().item(), torch.cat(hits).mean().item())
+    assert found["windows", 1024][0] > 3.0 and found["one head", 1024][0] < 0.4 * found["windows", 1024][0], found
+    assert found["one head", 48][1] > 0.97 and found["windows", 48][1] > 0.97, found
+    assert found["one head", 1024][1] < 0.3, found  # past the reach it does not copy
+
+
+def test_larger_codes_keep_the_copy_when_trained_parts_fill_the_residual(lookup_tokenizer):
+    """Training fills the residual's free dimensions (in a trained model they held about half the norm of the
+    layer-1 input), which shrinks every normed code and weakens the match against its sink. Simulated here by
+    large random entries in the embedding's free columns: at code_scale 1 the copy breaks, at 4 it holds."""
+    accs = {}
+    for scale in (1.0, 4.0):
+        r = lookup_recipe(rope_theta=1e5, code_scale=scale, lookup=False)  # the copy head alone
+        model, _ = dm.build_model(lookup_tokenizer, r)
+        free = slice(dm.Layout.for_recipe(r).reserved, r.hidden_size)
+        with torch.no_grad():
+            emb = model.model.embed_tokens.weight
+            noise = torch.randn(emb.shape[0], free.stop - free.start, generator=torch.Generator().manual_seed(0))
+            emb[:, free] = 3.5 * noise / noise.norm(dim=1, keepdim=True)  # norm 3.5 per token
+            emb[lookup_tokenizer.bos_token_id, free] = 0.0
+        ids = copy_sample(lookup_tokenizer, 64, seed=5)
+        with torch.no_grad():
+            ro = readout_logits(model, r, ids)
+        vote = ro[65 + 8 : 129].gather(1, ids[0, 66 + 8 : 130, None])[:, 0]  # the copied token's readout logit
+        accs[scale] = (vote > r.readout / 2).float().mean().item()  # copied with at least half the readout
+    assert accs[4.0] > 0.97 and accs[1.0] < 0.2, accs
 
 
 @pytest.mark.parametrize("fraction", [-0.1, 1.5])
@@ -299,12 +385,11 @@ def test_packaged_model_copies_far_better_than_it_predicts():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lm_eval_longctx.data import documents as data
-    from pydoc_data.topics import topics
 
     path = dm.packaged_model_dir()
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    stream = data.token_stream(tok, ["\n\n".join(topics[k] for k in sorted(topics))])
+    stream = pydoc_stream(tok)
     for length in (32, 128):
         starts = data.sample_starts(len(stream), [length], 8, seed=1)[length]
         hits = {"copy": [], "lm": []}
@@ -317,4 +402,3 @@ def test_packaged_model_copies_far_better_than_it_predicts():
                 hits[mode].append((pred[first - 1 : stop - 1] == ids[first:stop]).mean())
         gap = np.mean(hits["copy"]) - np.mean(hits["lm"])
         assert gap >= 0.30, (length, np.mean(hits["copy"]), np.mean(hits["lm"]))
-

@@ -32,6 +32,15 @@ piece by piece, and falls silent after the closing ">". Its codes sit on the sam
 ``rope_theta`` sets its reach as well. LongEval records with the answer "<n>" + EOS are mixed into the
 training text, so the trained layers learn to answer in that form and stop.
 
+``LOOKUP_RECIPE`` matches all n = 8 tokens in ONE induction head, on a separate 3-dim "copy code" c(x)
+(``copy_code_dim``; 8 x 3 dims fit the slow pairs where 8 x 10 do not): windows that vote apart each split
+their attention over every place their few tokens recur, so in text that repeats phrases they outvote the one
+place where all eight agree; one head attends there alone. ``code_scale`` makes every code larger in the
+residual stream (what the circuit reads is RMS-normed, so its scores do not change), so the trained parts'
+share of the norm stays small and the scores stay as constructed; BOS's large flag keeps the sink's score as
+set. With ``bos_clean`` a BOS never carries the codes of the tokens before it (layer 0 sends a BOS's
+attention to a BOS). The sink needs a BOS in the sequence (see DEMO_RECIPE).
+
 Trained parts never write into the reserved dimensions (their rows are frozen at zero), so the codes
 stay clean; ``train_model`` restores every frozen entry after each optimizer step.
 """
@@ -109,6 +118,10 @@ class Recipe:
     match_order: int = 2  # n: tokens that must match before the copied one
     match_window: int = 0  # tokens per induction head (0: all n in one head); the heads' windows tile the n and vote
     match_dim: int = 15  # dims of a match code
+    # dims of a separate copy code c(x), the one the induction heads match (0: they match the match code). Small
+    # codes let one head match many tokens on the few slow RoPE pairs (8 tokens x 3 dims), where the lookup
+    # still wants 10-dim codes to tell 80 line names apart.
+    copy_code_dim: int = 0
     output_dim: int = 32  # dims of an output code
     prev_pairs: int = 16  # fast RoPE pairs used by the previous-token heads
     prev_logit_margin: float = 24.0  # nats between t-o and the next best position
@@ -120,6 +133,13 @@ class Recipe:
     # with LM accuracy unchanged (0.161 vs 0.156)
     readout_final: float = 0.0
     freeze_readout: bool = False  # keep the readout columns fixed in training (else they train)
+    # Raw size of the circuit's codes in the residual stream (every circuit write scales with it; what the circuit
+    # reads is RMS-normed, so its scores do not change). Larger keeps the trained parts' share of the norm small,
+    # so the scores stay as constructed after training (at 1, the trained parts held about half the norm of the
+    # layer-1 input and the sink fell to 0.43 of its design).
+    code_scale: float = 1.0
+    bos_flag: float = 1.0  # raw BOS flag: large keeps BOS's normed flag at sqrt(hidden_size) after training
+    bos_clean: bool = False  # layer 0 sends a BOS's attention to a BOS, so a BOS carries no earlier token's codes
     # The line lookup (needs num_layers >= 3; see ``_set_lookup``): layer 1 registers the two tokens after the
     # most recent line marker ("line", " line"), layer 2 matches (register, previous token) against the context
     # where the previous token is part of a number (or its opening "<") and votes for what followed there.
@@ -157,12 +177,15 @@ EXACT_COPY_RECIPE = {"rope_theta": 1e5, "num_heads": 8, "head_dim": 64, "match_o
                      "match_dim": 10, "sink_level": 2.5, "readout": 16.0, "readout_final": 32.0,
                      "freeze_readout": True}
 # Exact copying plus the line lookup (three layers; see ``_set_lookup``), trained with LongEval records among the
-# text (20% of the rows) so that the model answers "<n>" and stops.
-LOOKUP_RECIPE = {**EXACT_COPY_RECIPE, "num_layers": 3, "intermediate_size": 512, "lookup": True,
-                 "longeval_fraction": 0.2}
+# text (20% of the rows) so that the model answers "<n>" and stops. Its copy head matches all eight tokens at once
+# (3-dim copy codes, sink at 6.5 tokens), and codes 4x larger (BOS's flag 64) keep the trained parts' share of
+# the norm small.
+LOOKUP_RECIPE = {**EXACT_COPY_RECIPE, "match_window": 0, "copy_code_dim": 3, "sink_level": 6.5,
+                 "num_layers": 3, "intermediate_size": 512, "lookup": True, "longeval_fraction": 0.2,
+                 "code_scale": 4.0, "bos_flag": 64.0, "bos_clean": True}
 # The shipped demo model's recipe (scripts/make_demo_model.py); the validation variants change one knob. Not
-# LOOKUP_RECIPE yet: in the known-answer validation its sharp copy readout makes the short variant's LongPPL and
-# LongEval answer-token PPL worse than the no-circuit control's (docs/demo-and-known-answer-validation.md).
+# LOOKUP_RECIPE yet: its circuit needs a BOS for its sink, and the LongPPL task scores the evaluated text without
+# one, as the reference does (PPL 7.5e5 there; docs/demo-and-known-answer-validation.md).
 DEMO_RECIPE = COPY_ONLY_RECIPE
 
 
@@ -173,8 +196,9 @@ class Layout:
     match: slice
     output: slice
     bos: int
-    prev: list  # P1..Pn
+    prev: list  # P1..Pn: the copy codes of x_{t-1} .. x_{t-n}
     read: slice  # induction output (output code of the copied token)
+    copy: slice | None = None  # the copy code (the match code's slice when the recipe has none of its own)
     # the line lookup only (None / empty without it): a token's flags "may precede a number's piece" ("<",
     # digits), "may be a number's piece" (digits, ">") and "line marker", the marker flags of the tokens 1 and 2
     # back, the two registers
@@ -183,6 +207,7 @@ class Layout:
     marker: int | None = None
     prev_marker: list = field(default_factory=list)
     register: list = field(default_factory=list)
+    prev_match: slice | None = None  # the match code of x_{t-1} (the lookup's key; P1 when the copy code is m)
 
     @property
     def reserved(self) -> int:
@@ -191,20 +216,28 @@ class Layout:
     @classmethod
     def for_recipe(cls, r: Recipe) -> "Layout":
         m = slice(0, r.match_dim)
-        o = slice(m.stop, m.stop + r.output_dim)
+        c = slice(m.stop, m.stop + r.copy_code_dim) if r.copy_code_dim else m
+        o = slice(c.stop, c.stop + r.output_dim)
         bos = o.stop
+        dim = r.copy_code_dim or r.match_dim
         prev, start = [], bos + 1
         for _ in range(r.match_order):
-            prev.append(slice(start, start + r.match_dim))
+            prev.append(slice(start, start + dim))
+            start += dim
+        prev_match = prev[0]
+        if r.lookup and r.copy_code_dim:
+            prev_match = slice(start, start + r.match_dim)
             start += r.match_dim
         read = slice(start, start + r.output_dim)
-        if not r.lookup:
-            return cls(m, o, bos, prev, read)
+        lay = cls(m, o, bos, prev, read, copy=c, prev_match=prev_match)
         start = read.stop
-        number_query, number_value, marker, prev_marker = start, start + 1, start + 2, [start + 3, start + 4]
-        start += 5
-        register = [slice(start, start + r.match_dim), slice(start + r.match_dim, start + 2 * r.match_dim)]
-        return cls(m, o, bos, prev, read, number_query, number_value, marker, prev_marker, register)
+        if r.lookup:
+            lay.number_query, lay.number_value, lay.marker = start, start + 1, start + 2
+            lay.prev_marker = [start + 3, start + 4]
+            start += 5
+            lay.register = [slice(start, start + r.match_dim), slice(start + r.match_dim, start + 2 * r.match_dim)]
+            start += 2 * r.match_dim
+        return lay
 
 
 def _unit_rows(gen: torch.Generator, n: int, d: int) -> torch.Tensor:
@@ -232,6 +265,12 @@ def match_windows(r: Recipe) -> list[tuple[int, int]]:
     """The induction heads' windows over the n matched tokens: (first offset, size), ``match_window`` each."""
     size = r.match_window or r.match_order
     return [(a, min(size, r.match_order - a)) for a in range(0, r.match_order, size)]
+
+
+def slow_dims(half: int, n_dims: int) -> list[int]:
+    """Head dims of the slowest RoPE pairs but the very slowest (the sink's): n_dims of them, first dims then second."""
+    pairs = list(range(half - 1 - n_dims // 2, half - 1))
+    return pairs + [p + half for p in pairs]
 
 
 def _claim_head(fix, layer: int, rows: slice) -> None:
@@ -290,13 +329,16 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         raise ValueError(f"the line lookup needs num_layers >= 3 (got {r.num_layers}), match_order >= 2 (got {n}) "
                          f"and two heads beside the {w} induction heads in layer 1 (num_heads {r.num_heads})")
     size = max(k for _, k in windows)
-    if r.lookup and 3 > size:
-        raise ValueError(f"the line lookup matches three codes on the induction heads' slow pairs: match_window "
-                         f"must give windows of 3 tokens (got {size})")
+    cd = r.copy_code_dim or r.match_dim  # dims per matched token in the induction heads
+    if r.copy_code_dim < 0:
+        raise ValueError(f"copy_code_dim must be >= 0 (got {r.copy_code_dim}; 0: the match code)")
+    if r.lookup and (3 * r.match_dim) // 2 + 1 > half:
+        raise ValueError(f"the line lookup matches three match codes on slow RoPE pairs: 3 * match_dim / 2 + 1 must "
+                         f"fit in head_dim / 2 pairs (match_dim {r.match_dim}, head_dim {hd})")
     if r.lookup and not (4.0 < r.lookup_sink < 6.0 and r.register_gap >= 1 and r.register_reach >= 0):
         raise ValueError(f"lookup_sink must lie between 4 and 6 parts (got {r.lookup_sink}), register_gap >= 1 (got "
                          f"{r.register_gap}) and register_reach >= 0 (got {r.register_reach})")
-    if (size * r.match_dim) % 2 or size * r.match_dim // 2 + 1 > half - r.prev_pairs:
+    if (size * cd) % 2 or size * cd // 2 + 1 > half - r.prev_pairs:
         raise ValueError("the induction codes and sink do not fit in the slow RoPE pairs")
     gen = torch.Generator().manual_seed(r.seed + 1)
     V = model.config.vocab_size
@@ -330,21 +372,33 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         value_ids = digits + [i for i, t in enumerate(stripped) if t == ">"]
         marker_ids = [i for i, t in enumerate(stripped) if t == "line"]
     o_codes = _unit_rows(gen, V, r.output_dim)
+    c_codes = m_codes
+    if r.copy_code_dim:  # drawn after the others, so a recipe without it keeps its codes
+        c_codes = _unit_rows(gen, V, r.copy_code_dim)
+        if r.lookup:  # the same sharing as the match code's, for the same reasons
+            for i, t in enumerate(stripped):
+                if t in ("line", "<") and i not in special:
+                    c_codes[i] = c_codes[first[t]]
+                elif t == ">":
+                    c_codes[i] = 0
     for s in special:
         m_codes[s] = 0
         o_codes[s] = 0
+        c_codes[s] = 0
     emb = "model.embed_tokens.weight"
     fix(emb, (slice(None), slice(0, lay.reserved)), 0.0)
-    fix(emb, (slice(None), lay.match), m_codes)
-    fix(emb, (slice(None), lay.output), o_codes)
-    fix(emb, (tokenizer.bos_token_id, lay.bos), 1.0)
+    S = r.code_scale
+    fix(emb, (slice(None), lay.match), S * m_codes)
+    fix(emb, (slice(None), lay.copy), S * c_codes)
+    fix(emb, (slice(None), lay.output), S * o_codes)
+    fix(emb, (tokenizer.bos_token_id, lay.bos), r.bos_flag)
     if r.lookup:
-        fix(emb, (query_ids, lay.number_query), 1.0)
-        fix(emb, (value_ids, lay.number_value), 1.0)
-        fix(emb, (marker_ids, lay.marker), 1.0)
+        fix(emb, (query_ids, lay.number_query), S)
+        fix(emb, (value_ids, lay.number_value), S)
+        fix(emb, (marker_ids, lay.marker), S)
     # BOS is the sink: a fixed row keeps its normed flag (and so the sink's score) where it was set
     fix(emb, (tokenizer.bos_token_id, slice(None)), 0.0)
-    params[emb][tokenizer.bos_token_id, lay.bos] = 1.0
+    params[emb][tokenizer.bos_token_id, lay.bos] = r.bos_flag
 
     # ---- trained parts never write into the reserved dimensions
     for i in range(r.num_layers):
@@ -359,15 +413,16 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     def normed_scale(n_unit_codes: float) -> float:
         return math.sqrt(H / n_unit_codes)
 
-    s0 = normed_scale(2.0)  # layer 0 input: m and o
-    s1 = normed_scale(2.0 + n)  # layer 1 input: m, o, P1..Pn
-    s2 = normed_scale(2.0 + n + w * w)  # final norm: plus R, the sum of w agreeing output codes
+    own = (1 if r.copy_code_dim else 0) + (1 if lay.prev_match is not lay.prev[0] else 0)  # c, and m(x_{t-1})
+    s0 = normed_scale(2.0 + (1 if r.copy_code_dim else 0))  # layer 0 input: m, o (and c)
+    s1 = normed_scale(2.0 + n + own)  # layer 1 input: plus P1..Pn (and m(x_{t-1}))
+    s2 = normed_scale(2.0 + n + own + w * w)  # final norm: plus R, the sum of w agreeing output codes
     if r.lookup:
-        s_lookup = normed_scale(2.0 + n + 2)  # layer 2 input: plus the two registers (R is 0 outside a copy)
-        s2 = normed_scale(2.0 + n + w * w + 2)
+        s_lookup = normed_scale(2.0 + n + own + 2)  # layer 2 input: plus the two registers (R is 0 outside a copy)
+        s2 = normed_scale(2.0 + n + own + w * w + 2)
 
     freqs = inverse_frequencies(r.rope_theta, hd)
-    # ---- layer 0: head h attends to t - (h + 1) and copies its match code into P(h+1)
+    # ---- layer 0: head h attends to t - (h + 1) and copies its copy code (the match code without one) into P(h+1)
     fast = np.arange(r.prev_pairs)
     for h in range(n):
         offset = h + 1
@@ -382,25 +437,34 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
             kb[i], kb[i + half] = amp * math.cos(a), amp * math.sin(a)  # R(offset * w) (amp, 0)
         fix("model.layers.0.self_attn.q_proj.bias", rows, qb)
         fix("model.layers.0.self_attn.k_proj.bias", rows, kb)
+        # At a BOS (the forgetting curve's middle one, say) the head attends to a BOS instead (match code 0), so
+        # a BOS never carries the codes of the tokens before it: with them, its key would add a chance match
+        # to the sink score and out-score a true match. BOS's normed flag is sqrt(H) at layer 0 (its row holds
+        # the flag alone); the slowest pair barely turns, and the BOS itself (distance 0) always gets the bonus.
+        if r.bos_clean:
+            bos_bonus = amp * amp * len(fast) / math.sqrt(hd) + 2 * r.prev_logit_margin
+            a_bos = math.sqrt(bos_bonus * math.sqrt(hd)) / math.sqrt(H)
+            params["model.layers.0.self_attn.q_proj.weight"][rows.start + half - 1, lay.bos] = a_bos
+            params["model.layers.0.self_attn.k_proj.weight"][rows.start + half - 1, lay.bos] = a_bos
         v = params["model.layers.0.self_attn.v_proj.weight"]
-        for c in range(r.match_dim):
-            v[h * hd + c, lay.match.start + c] = 1.0
         o = "model.layers.0.self_attn.o_proj.weight"
         fix(o, (slice(None), rows), 0.0)
-        for c in range(r.match_dim):
-            fix(o, (lay.prev[h].start + c, h * hd + c), 1.0 / s0)
+        # value dims: the copy code, then (head 0, with a copy code of its own) the match code, then the marker flag
+        moves = [(lay.copy.start + c, lay.prev[h].start + c) for c in range(cd)]
+        if h == 0 and lay.prev_match is not lay.prev[0]:
+            moves += [(lay.match.start + c, lay.prev_match.start + c) for c in range(r.match_dim)]
         if r.lookup and h < 2:  # the line marker flags of x_{t-1} and x_{t-2}
-            v[h * hd + r.match_dim, lay.marker] = 1.0
-            fix(o, (lay.prev_marker[h], h * hd + r.match_dim), 1.0 / s0)
+            moves.append((lay.marker, lay.prev_marker[h]))
+        for d, (src, dst) in enumerate(moves):
+            v[h * hd + d, src] = 1.0
+            fix(o, (dst, h * hd + d), S / s0)
 
     # ---- layer 1, heads 0..w-1: induction heads on the slowest pairs, sink on the very slowest.
     # Head v matches the tokens x_{t-a} .. x_{t-a-k+1} of its window (a, k) (a = 0 starts at x_t itself)
     # against x_{j-a-1} .. x_{j-a-k} and writes o(x_j) into R: where all windows agree (a copy that has run
     # for n tokens) the copied token gets w votes, a chance match of one window's k tokens one vote.
     sink_pair = half - 1
-    code_len = size * r.match_dim
-    code_pairs = list(range(half - 1 - code_len // 2, half - 1))
-    code_dims = [p for p in code_pairs] + [p + half for p in code_pairs]  # code_len dims
+    code_dims = slow_dims(half, size * cd)
     # score units: q.k / sqrt(hd) = match_gain per matching token
     g = math.sqrt(r.match_gain * math.sqrt(hd)) / s1
     qw = params["model.layers.1.self_attn.q_proj.weight"]
@@ -416,11 +480,11 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         rows = slice(v * hd, (v + 1) * hd)
         _claim_head(fix, 1, rows)
         first, k = windows[v]
-        q_src = [lay.match if a == 0 else lay.prev[a - 1] for a in range(first, first + k)]
+        q_src = [lay.copy if a == 0 else lay.prev[a - 1] for a in range(first, first + k)]
         k_src = lay.prev[first : first + k]
         for block, (qs, ks) in enumerate(zip(q_src, k_src)):
-            for c in range(r.match_dim):
-                d = rows.start + code_dims[block * r.match_dim + c]
+            for c in range(cd):
+                d = rows.start + code_dims[block * cd + c]
                 qw[d, qs.start + c] = g
                 kw[d, ks.start + c] = g
         # a shorter (last) window sinks as many matching tokens lower as it is shorter
@@ -430,9 +494,10 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
             vw[rows.start + c, lay.output.start + c] = 1.0
         fix(o, (slice(None), rows), 0.0)
         for c in range(r.output_dim):
-            fix(o, (lay.read.start + c, rows.start + c), 1.0 / s1)
+            fix(o, (lay.read.start + c, rows.start + c), S / s1)
     if r.lookup:
-        _set_lookup(params, fix, r, lay, freqs, hd, H, w, s1, s_lookup, code_dims, sink_pair, k_flag)
+        _set_lookup(params, fix, r, lay, freqs, hd, H, w, s1, s_lookup, slow_dims(half, 3 * r.match_dim), sink_pair,
+                    k_flag)
 
     # ---- readout: the output layer scores o(y) against R (trainable from here on)
     head = params["lm_head.weight"]
@@ -520,7 +585,7 @@ def _set_lookup(params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_look
             vw1[rows.start + c, lay.match.start + c] = 1.0
         fix(o1, (slice(None), rows), 0.0)
         for c in range(r.match_dim):
-            fix(o1, (lay.register[idx].start + c, rows.start + c), 1.0 / s1)
+            fix(o1, (lay.register[idx].start + c, rows.start + c), r.code_scale / s1)
 
     # layer 2, head 0: the lookup
     rows = slice(0, hd)
@@ -529,7 +594,7 @@ def _set_lookup(params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_look
     kw2 = params["model.layers.2.self_attn.k_proj.weight"]
     vw2 = params["model.layers.2.self_attn.v_proj.weight"]
     g = math.sqrt(r.lookup_gain * math.sqrt(hd)) / s_lookup
-    blocks = [(lay.register[0], lay.register[0]), (lay.register[1], lay.register[1]), (lay.match, lay.prev[0])]
+    blocks = [(lay.register[0], lay.register[0]), (lay.register[1], lay.register[1]), (lay.match, lay.prev_match)]
     # the token counts two parts: the piece after the asked one and the line's other pieces (or its ">") then
     # differ by two parts, which no drift of the codes' scale between positions undoes
     for block, (qs, ks) in enumerate(blocks):
@@ -550,7 +615,7 @@ def _set_lookup(params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_look
     fix(o2, (slice(None), rows), 0.0)
     weight = (r.lookup_readout or r.readout) * w / r.readout  # in window votes
     for c in range(r.output_dim):
-        fix(o2, (lay.read.start + c, c), weight / s_lookup)
+        fix(o2, (lay.read.start + c, c), r.code_scale * weight / s_lookup)
 
 
 # --------------------------------------------------------------------------- training
