@@ -316,8 +316,8 @@ def test_one_head_matching_eight_tokens_quiets_stray_votes_and_keeps_the_copy(lo
 
 
 def test_larger_codes_keep_the_copy_when_trained_parts_fill_the_residual(lookup_tokenizer):
-    """Training fills the residual's free dimensions (in a trained model they held about half the norm of the
-    layer-1 input), which shrinks every normed code and weakens the match against its sink. Simulated here by
+    """Training fills the residual's free dimensions (in a trained model they held about half the squared norm of
+    the layer-1 input), which shrinks every normed code and weakens the match against its sink. Simulated here by
     large random entries in the embedding's free columns: at code_scale 1 the copy breaks, at 4 it holds."""
     accs = {}
     for scale in (1.0, 4.0):
