@@ -273,6 +273,17 @@ def slow_dims(half: int, n_dims: int) -> list[int]:
     return pairs + [p + half for p in pairs]
 
 
+def _share_lookup_codes(codes: torch.Tensor, stripped: list[str], special: set) -> None:
+    """In place: "line" / " line" and "<" / " <" share the first such token's code, ">" gets none (see the
+    comment where the match codes are drawn)."""
+    first = {}
+    for i, t in enumerate(stripped):
+        if t in ("line", "<") and i not in special:
+            codes[i] = codes[first.setdefault(t, i)]
+        elif t == ">":
+            codes[i] = 0
+
+
 def _claim_head(fix, layer: int, rows: slice) -> None:
     """Zero and freeze one head's query, key and value rows (weights and biases): the circuit sets them."""
     for proj in ("q_proj", "k_proj", "v_proj"):
@@ -361,12 +372,7 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         # through it, so after an answer's closing ">" nothing votes for the record's next line and the trained
         # layers end the answer (the lookup never needs ">" in a match, only as the piece it fetches).
         stripped = [tokenizer.decode([i]).strip() for i in range(V)]
-        first = {}
-        for i, t in enumerate(stripped):
-            if t in ("line", "<") and i not in special:
-                m_codes[i] = m_codes[first.setdefault(t, i)]
-            elif t == ">":
-                m_codes[i] = 0
+        _share_lookup_codes(m_codes, stripped, special)
         digits = [i for i, t in enumerate(stripped) if t.isdigit() and t.isascii()]
         query_ids = digits + [i for i, t in enumerate(stripped) if t == "<"]
         value_ids = digits + [i for i, t in enumerate(stripped) if t == ">"]
@@ -376,11 +382,7 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     if r.copy_code_dim:  # drawn after the others, so a recipe without it keeps its codes
         c_codes = _unit_rows(gen, V, r.copy_code_dim)
         if r.lookup:  # the same sharing as the match code's, for the same reasons
-            for i, t in enumerate(stripped):
-                if t in ("line", "<") and i not in special:
-                    c_codes[i] = c_codes[first[t]]
-                elif t == ">":
-                    c_codes[i] = 0
+            _share_lookup_codes(c_codes, stripped, special)
     for s in special:
         m_codes[s] = 0
         o_codes[s] = 0
