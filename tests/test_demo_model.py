@@ -256,6 +256,8 @@ def test_lookup_reads_the_number_and_is_silent_after_it(lookup_tokenizer):
     ({"num_layers": 2}, "the line lookup needs num_layers >= 3"),
     ({"match_dim": 22}, "three match codes on slow RoPE pairs"),
     ({"copy_code_dim": -1}, "copy_code_dim must be >= 0"),
+    ({"code_scale": 0.0}, "code_scale and bos_flag must be > 0"),
+    ({"bos_flag": -1.0}, "code_scale and bos_flag must be > 0"),
     ({"lookup_sink": 3.5}, "lookup_sink must lie between 4 and 6"),
     ({"register_gap": 0}, "register_gap >= 1"),
 ])

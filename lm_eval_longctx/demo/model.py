@@ -343,6 +343,8 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     cd = r.copy_code_dim or r.match_dim  # dims per matched token in the induction heads
     if r.copy_code_dim < 0:
         raise ValueError(f"copy_code_dim must be >= 0 (got {r.copy_code_dim}; 0: the match code)")
+    if not (r.code_scale > 0 and r.bos_flag > 0):  # 0 would erase the codes or the sink; < 0 would invert them
+        raise ValueError(f"code_scale and bos_flag must be > 0 (got {r.code_scale}, {r.bos_flag})")
     if r.lookup and (3 * r.match_dim) // 2 + 1 > half:
         raise ValueError(f"the line lookup matches three match codes on slow RoPE pairs: 3 * match_dim / 2 + 1 must "
                          f"fit in head_dim / 2 pairs (match_dim {r.match_dim}, head_dim {hd})")
