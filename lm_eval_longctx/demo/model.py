@@ -39,7 +39,18 @@ place where all eight agree; one head attends there alone. ``code_scale`` makes 
 residual stream (what the circuit reads is RMS-normed, so its scores do not change), so the trained parts'
 share of the norm stays small and the scores stay as constructed; BOS's large flag keeps the sink's score as
 set. With ``bos_clean`` a BOS never carries the codes of the tokens before it (layer 0 sends a BOS's
-attention to a BOS). The sink needs a BOS in the sequence (see DEMO_RECIPE).
+attention to a BOS).
+
+A sink without a BOS (``first_sink``, in ``LOOKUP_RECIPE``): the LongPPL task scores text without special tokens,
+as its reference does, so its windows start mid-text, and a copy head with no sink puts its attention on the best
+partial match and votes 32 nats for a wrong token. At a sequence's first position every previous-token head can
+only attend to the token itself, so its n slots hold the token's own copy code; layer 0's MLP
+(``_set_first_sink``) has one neuron per copy-code point (the codes are drawn from ``copy_code_points`` spread
+points, so distinct codes stay a known angle apart) that opens where the token and all n slots sit on its point,
+and writes a flag at least as large as BOS's there. Every later layer then sees that position as a BOS: after
+RMSNorm the flag swamps its codes, so the sink's value is about zero. A run of n + 1 tokens on one point looks
+the same to layer 0 (every value it reads is the same) and becomes a sink too: in the pydoc text, lines of "**"
+(0.18% of its tokens).
 
 Trained parts never write into the reserved dimensions (their rows are frozen at zero), so the codes
 stay clean; ``train_model`` restores every frozen entry after each optimizer step.
@@ -140,6 +151,15 @@ class Recipe:
     code_scale: float = 1.0
     bos_flag: float = 1.0  # raw BOS flag: large keeps BOS's normed flag at sqrt(hidden_size) after training
     bos_clean: bool = False  # layer 0 sends a BOS's attention to a BOS, so a BOS carries no earlier token's codes
+    # Copy codes drawn from this many well-spread points of the sphere (0: random unit vectors; needs
+    # copy_code_dim 3): distinct points stay apart by a known angle, which the first-position sink relies on.
+    copy_code_points: int = 0
+    # A sink without a BOS (``first_sink``): layer 0's MLP writes bos_flag (or more) into the BOS flag of a
+    # sequence's first token, found as the position whose copy code and n previous-token slots all agree (at
+    # position 0 every previous-token head can only attend to the token itself). Every later layer then sees
+    # that position as a BOS: the flag swamps its codes after RMSNorm, so the sink's value is about zero.
+    first_sink: bool = False
+    first_sink_sharpness: float = 8.0  # the sink neurons' gate, in nats, at the worst case either side
     # The line lookup (needs num_layers >= 3; see ``_set_lookup``): layer 1 registers the two tokens after the
     # most recent line marker ("line", " line"), layer 2 matches (register, previous token) against the context
     # where the previous token is part of a number (or its opening "<") and votes for what followed there.
@@ -178,14 +198,18 @@ EXACT_COPY_RECIPE = {"rope_theta": 1e5, "num_heads": 8, "head_dim": 64, "match_o
                      "freeze_readout": True}
 # Exact copying plus the line lookup (three layers; see ``_set_lookup``), trained with LongEval records among the
 # text (20% of the rows) so that the model answers "<n>" and stops. Its copy head matches all eight tokens at once
-# (3-dim copy codes, sink at 6.5 tokens), and codes 4x larger (BOS's flag 64) keep the trained parts' share of
-# the norm small.
+# (3-dim copy codes on 48 points, sink at 6.5 tokens), codes 8x larger keep the trained parts' share of the norm
+# small (at 4x the layer-2 input's codes kept 0.85-0.89 of its norm in a trained model, the lookup's bilinear
+# score fell to about 0.76 of its design, level with its sink, and LongEval accuracy to 0; at 8x it answers), and a
+# sequence's first token is a sink when no BOS is there (``first_sink``; BOS's flag 4096, so that both swamp what
+# else their position holds).
 LOOKUP_RECIPE = {**EXACT_COPY_RECIPE, "match_window": 0, "copy_code_dim": 3, "sink_level": 6.5,
                  "num_layers": 3, "intermediate_size": 512, "lookup": True, "longeval_fraction": 0.2,
-                 "code_scale": 4.0, "bos_flag": 64.0, "bos_clean": True}
+                 "code_scale": 8.0, "bos_flag": 4096.0, "bos_clean": True, "copy_code_points": 48, "first_sink": True}
 # The shipped demo model's recipe (scripts/make_demo_model.py); the validation variants change one knob. Not
-# LOOKUP_RECIPE yet: its circuit needs a BOS for its sink, and the LongPPL task scores the evaluated text without
-# one, as the reference does (PPL 7.5e5 there; docs/demo-and-known-answer-validation.md).
+# LOOKUP_RECIPE yet: its known-answer validation orders fine memory length and LongEval accuracy, but its `short`
+# variant (rope_theta 1e4) copies with a 32-nat vote past its reach too, onto wrong tokens, so its LongPPL (5024),
+# PPL and answer-token PPL fall below the no-circuit control's (docs/demo-and-known-answer-validation.md).
 DEMO_RECIPE = COPY_ONLY_RECIPE
 
 
@@ -208,9 +232,16 @@ class Layout:
     prev_marker: list = field(default_factory=list)
     register: list = field(default_factory=list)
     prev_match: slice | None = None  # the match code of x_{t-1} (the lookup's key; P1 when the copy code is m)
+    # the first-position sink only: a constant 1 in every ordinary token's embedding (the sink neurons' threshold
+    # scales with it, so it holds however RMSNorm scales the residual), and a filler that gives every ordinary
+    # token's codes the same norm (so the previous-token slots carry a code at the same scale from any token)
+    unit: int | None = None
+    filler: int | None = None
 
     @property
     def reserved(self) -> int:
+        if self.filler is not None:
+            return self.filler + 1
         return self.register[-1].stop if self.register else self.read.stop
 
     @classmethod
@@ -237,12 +268,47 @@ class Layout:
             start += 5
             lay.register = [slice(start, start + r.match_dim), slice(start + r.match_dim, start + 2 * r.match_dim)]
             start += 2 * r.match_dim
+        if r.first_sink:
+            lay.unit, lay.filler = start, start + 1
+            start += 2
         return lay
 
 
 def _unit_rows(gen: torch.Generator, n: int, d: int) -> torch.Tensor:
     x = torch.randn(n, d, generator=gen, dtype=torch.float64)
     return (x / x.norm(dim=1, keepdim=True)).float()
+
+
+def sphere_points(n: int) -> torch.Tensor:
+    """n well-spread unit vectors in 3 dims (the Fibonacci lattice), float32."""
+    i = np.arange(n, dtype=np.float64) + 0.5
+    z = 1.0 - 2.0 * i / n
+    phi = i * math.pi * (3.0 - math.sqrt(5.0))
+    radius = np.sqrt(1.0 - z * z)
+    return torch.as_tensor(np.stack([radius * np.cos(phi), radius * np.sin(phi), z], axis=1)).float()
+
+
+def nearest_point_cosine(points: torch.Tensor) -> float:
+    """The largest cosine between two distinct points."""
+    cos = points.double() @ points.double().T
+    cos.fill_diagonal_(-1.0)
+    return float(cos.max())
+
+
+# The first-position sink's design margin: a previous-token slot may carry its code at this share of the scale the
+# token's own code has (the trained embedding columns take a little of the norm; measured >= 0.968 on a trained
+# model). Below it the sink may not fire.
+FIRST_SINK_MIN_SCALE = 0.95
+
+
+def first_sink_threshold(n: int, rho: float) -> tuple[float, float]:
+    """(threshold, margin) of a sink neuron's agreement score, in unit codes: the score is n * (point . c(x_t)) +
+    sum_h point . P_h. At the first position every P_h is c(x_0) (at >= FIRST_SINK_MIN_SCALE of its scale): at
+    least n + n * FIRST_SINK_MIN_SCALE. At the second (no BOS) the slots mostly hold c(x_0), so where x_1's
+    code is another point the score is at most n + 1 + (n - 1) * rho (rho: the nearest points' cosine)."""
+    true_min = n + n * FIRST_SINK_MIN_SCALE
+    false_max = n + 1 + (n - 1) * rho
+    return (true_min + false_max) / 2, (true_min - false_max) / 2
 
 
 def inverse_frequencies(theta: float, head_dim: int) -> np.ndarray:
@@ -345,6 +411,20 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         raise ValueError(f"copy_code_dim must be >= 0 (got {r.copy_code_dim}; 0: the match code)")
     if not (r.code_scale > 0 and r.bos_flag > 0):  # 0 would erase the codes or the sink; < 0 would invert them
         raise ValueError(f"code_scale and bos_flag must be > 0 (got {r.code_scale}, {r.bos_flag})")
+    if r.copy_code_points and (r.copy_code_dim != 3 or r.copy_code_points < 2):
+        raise ValueError(f"copy_code_points draws copy codes from points of the sphere in 3 dims: it needs "
+                         f"copy_code_dim 3 (got {r.copy_code_dim}) and >= 2 points (got {r.copy_code_points})")
+    if r.first_sink:
+        if not r.copy_code_points:
+            raise ValueError("first_sink tells the first position by its copy codes: set copy_code_points")
+        if first_sink_threshold(n, nearest_point_cosine(sphere_points(r.copy_code_points)))[1] <= 0:
+            raise ValueError(f"first_sink: {r.copy_code_points} copy-code points lie too close together to tell "
+                             f"the first position from the second with match_order {n}; use fewer points")
+        if not (math.isfinite(r.first_sink_sharpness) and r.first_sink_sharpness > 0):
+            raise ValueError(f"first_sink_sharpness must be a positive number (got {r.first_sink_sharpness})")
+        if r.intermediate_size < r.copy_code_points:
+            raise ValueError(f"first_sink needs one layer-0 MLP neuron per copy-code point: intermediate_size "
+                             f"{r.intermediate_size} < copy_code_points {r.copy_code_points}")
     if r.lookup and (3 * r.match_dim) // 2 + 1 > half:
         raise ValueError(f"the line lookup matches three match codes on slow RoPE pairs: 3 * match_dim / 2 + 1 must "
                          f"fit in head_dim / 2 pairs (match_dim {r.match_dim}, head_dim {hd})")
@@ -383,6 +463,8 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     c_codes = m_codes
     if r.copy_code_dim:  # drawn after the others, so a recipe without it keeps its codes
         c_codes = _unit_rows(gen, V, r.copy_code_dim)
+        if r.copy_code_points:  # each token gets one of the points (a random one)
+            c_codes = sphere_points(r.copy_code_points)[torch.randint(0, r.copy_code_points, (V,), generator=gen)]
         if r.lookup:  # the same sharing as the match code's, for the same reasons
             _share_lookup_codes(c_codes, stripped, special)
     for s in special:
@@ -400,6 +482,13 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         fix(emb, (query_ids, lay.number_query), S)
         fix(emb, (value_ids, lay.number_value), S)
         fix(emb, (marker_ids, lay.marker), S)
+    emb_units = 2.0 + (1 if r.copy_code_dim else 0)  # unit codes in an ordinary token's reserved columns
+    if r.first_sink:
+        ordinary = [i for i in range(V) if i not in special]
+        fix(emb, (ordinary, lay.unit), S)
+        units = params[emb][ordinary, : lay.reserved].double().pow(2).sum(1) / (S * S)
+        emb_units = float(math.ceil(float(units.max()) - 1e-6))
+        fix(emb, (ordinary, lay.filler), (S * (emb_units - units).clamp(min=0.0).sqrt()).float())
     # BOS is the sink: a fixed row keeps its normed flag (and so the sink's score) where it was set
     fix(emb, (tokenizer.bos_token_id, slice(None)), 0.0)
     params[emb][tokenizer.bos_token_id, lay.bos] = r.bos_flag
@@ -417,13 +506,13 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     def normed_scale(n_unit_codes: float) -> float:
         return math.sqrt(H / n_unit_codes)
 
-    own = (1 if r.copy_code_dim else 0) + (1 if lay.prev_match is not lay.prev[0] else 0)  # c, and m(x_{t-1})
-    s0 = normed_scale(2.0 + (1 if r.copy_code_dim else 0))  # layer 0 input: m, o (and c)
-    s1 = normed_scale(2.0 + n + own)  # layer 1 input: plus P1..Pn (and m(x_{t-1}))
-    s2 = normed_scale(2.0 + n + own + w * w)  # final norm: plus R, the sum of w agreeing output codes
+    own = 1 if lay.prev_match is not lay.prev[0] else 0  # m(x_{t-1}) in a slot of its own
+    s0 = normed_scale(emb_units)  # layer 0 input: m, o (and c; and the unit and filler)
+    s1 = normed_scale(emb_units + n + own)  # layer 1 input: plus P1..Pn (and m(x_{t-1}))
+    s2 = normed_scale(emb_units + n + own + w * w)  # final norm: plus R, the sum of w agreeing output codes
     if r.lookup:
-        s_lookup = normed_scale(2.0 + n + own + 2)  # layer 2 input: plus the two registers (R is 0 outside a copy)
-        s2 = normed_scale(2.0 + n + own + w * w + 2)
+        s_lookup = normed_scale(emb_units + n + own + 2)  # layer 2 input: plus the two registers (R is 0 outside a copy)
+        s2 = normed_scale(emb_units + n + own + w * w + 2)
 
     freqs = inverse_frequencies(r.rope_theta, hd)
     # ---- layer 0: head h attends to t - (h + 1) and copies its copy code (the match code without one) into P(h+1)
@@ -462,6 +551,9 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         for d, (src, dst) in enumerate(moves):
             v[h * hd + d, src] = 1.0
             fix(o, (dst, h * hd + d), S / s0)
+
+    if r.first_sink:
+        _set_first_sink(params, fix, r, lay, s1)
 
     # ---- layer 1, heads 0..w-1: induction heads on the slowest pairs, sink on the very slowest.
     # Head v matches the tokens x_{t-a} .. x_{t-a-k+1} of its window (a, k) (a = 0 starts at x_t itself)
@@ -511,6 +603,30 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     head[:, lay.read] = o_codes * (r.readout / (w * s2))
     if r.freeze_readout:  # training on text where chance matches mislead would otherwise shrink it, and the copy
         frozen["lm_head.weight"][:, lay.read] = True
+
+
+def _set_first_sink(params, fix, r: Recipe, lay: Layout, s_mlp: float) -> None:
+    """Layer 0's MLP, neurons 0..K-1 (one per copy-code point p_k): neuron k scores the agreement
+    n * (p_k . c(x_t)) + sum_h p_k . P_h, in unit codes, against ``first_sink_threshold`` times the unit; its
+    gate opens only where the token's own code and all n previous-token slots sit on p_k, i.e. at a sequence's
+    first position (or in a run of n + 1 tokens on one point), and it writes at least ``bos_flag`` into the BOS
+    flag there. Its input is the layer-0 MLP's (the embedding and P1..Pn, RMS-normed to ``s_mlp`` per unit)."""
+    points = sphere_points(r.copy_code_points)
+    n = r.match_order
+    threshold, margin = first_sink_threshold(n, nearest_point_cosine(points))
+    beta = r.first_sink_sharpness / margin / s_mlp  # gate nats per normed unit of the score
+    per_neuron = r.bos_flag / (r.first_sink_sharpness * torch.sigmoid(torch.tensor(r.first_sink_sharpness)).item())
+    gate, up, down = (f"model.layers.0.mlp.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj"))
+    for k in range(len(points)):
+        fix(gate, (k, slice(None)), 0.0)
+        fix(up, (k, slice(None)), 0.0)
+        fix(down, (slice(None), k), 0.0)
+        params[gate][k, lay.copy] = beta * n * points[k]
+        for prev in lay.prev:
+            params[gate][k, prev] = beta * points[k]
+        params[gate][k, lay.unit] = -beta * threshold
+        params[up][k, lay.unit] = 1.0 / s_mlp
+        params[down][lay.bos, k] = per_neuron
 
 
 def register_recency(freqs: np.ndarray, reach: int, gap: int, max_len: int) -> tuple[np.ndarray, float]:
