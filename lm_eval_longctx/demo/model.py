@@ -615,12 +615,14 @@ def _set_first_sink(params, fix, r: Recipe, lay: Layout, s_mlp: float) -> None:
     n = r.match_order
     threshold, margin = first_sink_threshold(n, nearest_point_cosine(points))
     beta = r.first_sink_sharpness / margin / s_mlp  # gate nats per normed unit of the score
-    per_neuron = r.bos_flag / (r.first_sink_sharpness * torch.sigmoid(torch.tensor(r.first_sink_sharpness)).item())
+    # the worst case opens the gate to ``first_sink_sharpness``: SwiGLU passes silu(gate) x up (up = 1)
+    per_neuron = r.bos_flag / torch.nn.functional.silu(torch.tensor(r.first_sink_sharpness)).item()
     gate, up, down = (f"model.layers.0.mlp.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj"))
+    neurons = slice(0, len(points))
+    fix(gate, (neurons, slice(None)), 0.0)
+    fix(up, (neurons, slice(None)), 0.0)
+    fix(down, (slice(None), neurons), 0.0)
     for k in range(len(points)):
-        fix(gate, (k, slice(None)), 0.0)
-        fix(up, (k, slice(None)), 0.0)
-        fix(down, (slice(None), k), 0.0)
         params[gate][k, lay.copy] = beta * n * points[k]
         for prev in lay.prev:
             params[gate][k, prev] = beta * points[k]
