@@ -294,6 +294,25 @@ def readout_logits(model, r, ids):
     return seen["h"][:, lay.read] @ model.lm_head.weight[:, lay.read].T
 
 
+def wrong_token_margin(ro, target):
+    """Per position: how far the best wrong token's readout logit lies above the right one's (0 when below)."""
+    return (ro.scatter(1, target, -1e9).max(1).values - ro.gather(1, target)[:, 0]).clamp(min=0)
+
+
+def forgetting_curve_hits(model, tok, stream, length, num_samples, mode="copy", seed=1):
+    """Greedy hits on the forgetting curve's scored targets of ``num_samples`` samples (pooled, in sample order)."""
+    from lm_eval_longctx.data import documents as data
+
+    hits = []
+    for b in data.sample_starts(len(stream), [length], num_samples, seed=seed)[length]:
+        ids = data.forgetting_curve_sample(stream, length, b, mode, tok.bos_token_id, tok.eos_token_id)
+        first, stop = data.forgetting_curve_scored_targets(length)
+        with torch.no_grad():
+            pred = model(torch.as_tensor(ids)[None]).logits[0].argmax(-1).numpy()
+        hits.append(pred[first - 1 : stop - 1] == ids[first:stop])
+    return np.concatenate(hits)
+
+
 def test_one_head_matching_eight_tokens_quiets_stray_votes_and_keeps_the_copy(lookup_tokenizer):
     """Natural-text copies, untrained circuits at rope_theta 1e4 (reach about 300 tokens), readout 32 nats. Three
     windows that vote apart (``EXACT_COPY_RECIPE``) push a wrong token above the right one by 6.3 nats on average at
@@ -314,8 +333,7 @@ def test_one_head_matching_eight_tokens_quiets_stray_votes_and_keeps_the_copy(lo
                 ids = data.forgetting_curve_sample(stream, length, b, "copy", bos, eos)
                 ro = readout_logits(model, r, torch.as_tensor(ids)[None])[:-1]
                 target = torch.as_tensor(ids[1:])[:, None]
-                true = ro.gather(1, target)[:, 0]
-                margins.append((ro.scatter(1, target, -1e9).max(1).values - true).clamp(min=0))
+                margins.append(wrong_token_margin(ro, target))
                 first, stop = data.forgetting_curve_scored_targets(length)
                 hits.append((ro.argmax(-1)[first - 1 : stop - 1] == target[first - 1 : stop - 1, 0]).float())
             found[name, length] = (torch.cat(margins).mean().item(), torch.cat(hits).mean().item())
@@ -393,22 +411,12 @@ def test_packaged_model_copies_far_better_than_it_predicts():
     on held-out text (forgetting-curve samples from pydoc_data.topics)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lm_eval_longctx.data import documents as data
-
     path = dm.packaged_model_dir()
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     stream = pydoc_stream(tok)
     for length in (32, 128):
-        starts = data.sample_starts(len(stream), [length], 8, seed=1)[length]
-        hits = {"copy": [], "lm": []}
-        for b in starts:
-            for mode in hits:
-                ids = data.forgetting_curve_sample(stream, length, b, mode, tok.bos_token_id, tok.eos_token_id)
-                first, stop = data.forgetting_curve_scored_targets(length)
-                with torch.no_grad():
-                    pred = model(torch.as_tensor(ids)[None]).logits[0].argmax(-1).numpy()
-                hits[mode].append((pred[first - 1 : stop - 1] == ids[first:stop]).mean())
+        hits = {mode: forgetting_curve_hits(model, tok, stream, length, 8, mode) for mode in ("copy", "lm")}
         gap = np.mean(hits["copy"]) - np.mean(hits["lm"])
         assert gap >= 0.30, (length, np.mean(hits["copy"]), np.mean(hits["lm"]))
 
@@ -437,20 +445,10 @@ def test_lookup_model_copies_exactly_within_its_reach():
     scored targets; measured 0.995 and 0.993, and 0.995-0.997 / 0.993-0.996 over seeds 0-2), falling to near the
     LM level at 4096 (past the reach of rope_theta 1e5). Enough samples that one rule of "**" (a run of one
     token, which the model mispredicts: see the first-position sink) does not decide the figure."""
-    from lm_eval_longctx.data import documents as data
-
     tok, model = lookup_checkpoint()
     stream = pydoc_stream(tok)
-    acc = {}
-    for length in (64, 256, 4096):
-        hits = []
-        for b in data.sample_starts(len(stream), [length], {64: 32, 256: 16, 4096: 2}[length], seed=1)[length]:
-            ids = data.forgetting_curve_sample(stream, length, b, "copy", tok.bos_token_id, tok.eos_token_id)
-            first, stop = data.forgetting_curve_scored_targets(length)
-            with torch.no_grad():
-                pred = model(torch.as_tensor(ids)[None]).logits[0].argmax(-1).numpy()
-            hits.append(pred[first - 1 : stop - 1] == ids[first:stop])
-        acc[length] = float(np.concatenate(hits).mean())
+    acc = {length: float(forgetting_curve_hits(model, tok, stream, length, n).mean())
+           for length, n in ((64, 32), (256, 16), (4096, 2))}
     assert acc[64] > 0.99 and acc[256] > 0.99 and acc[4096] < 0.5, acc
 
 
@@ -597,7 +595,6 @@ def test_without_a_bos_the_copy_head_stays_quiet_in_ordinary_text(lookup_tokeniz
             ids = np.concatenate([[lookup_tokenizer.bos_token_id], text]) if bos else text
             ro = readout_logits(model, r, torch.as_tensor(ids)[None])[:-1]
             target = torch.as_tensor(ids[1:])[:, None]
-            wrong = (ro.scatter(1, target, -1e9).max(1).values - ro.gather(1, target)[:, 0]).clamp(min=0)
-            margins[first_sink, bos] = wrong.mean().item()
+            margins[first_sink, bos] = wrong_token_margin(ro, target).mean().item()
     assert margins[False, False] > 10 * margins[False, True], margins  # the failure the sink mends
     assert margins[True, False] < 1.3 * margins[True, True] + 0.1 and margins[True, True] < 3.0, margins
