@@ -21,7 +21,8 @@ def recipe_from(base, **kw):
 
 
 def small_recipe(**kw):
-    return recipe_from(dm.DEMO_RECIPE, **kw)
+    # the first demo model's recipe (one induction head on three tokens): the circuit's basic tests
+    return recipe_from(dm.COPY_ONLY_RECIPE, **kw)
 
 
 def copy_sample(tokenizer, length, seed=0):
@@ -106,7 +107,7 @@ def test_voting_windows_copy_through_a_phrase_that_repeats_inside_the_copy(token
     target_pos = 1 + length + 1 + 20 + 5 + 20 + 5
     hits = {}
     for name, base in {"one 3-token window": dm.COPY_ONLY_RECIPE, "exact-copy recipe": dm.EXACT_COPY_RECIPE,
-                       "one 8-token head": {**dm.LOOKUP_RECIPE, "lookup": False}}.items():
+                       "one 8-token head": {**dm.LOOKUP_RECIPE, "lookup": False, "ngram_readout": 0.0}}.items():
         model, _ = dm.build_model(tokenizer, recipe_from(base, rope_theta=1e6))
         with torch.no_grad():
             logits = model(ids).logits[0]
@@ -165,7 +166,9 @@ def lookup_tokenizer():
 
 
 def lookup_recipe(**kw):
-    return small_recipe(**{**dm.LOOKUP_RECIPE, "max_position_embeddings": 4096, **kw})
+    # the n-gram head only where a test asks for it: these tests read the exact copy's and the lookup's votes,
+    # which its own would mix into (its tests are below)
+    return recipe_from(dm.LOOKUP_RECIPE, **{"max_position_embeddings": 4096, "ngram_readout": 0.0, **kw})
 
 
 @pytest.mark.parametrize("theta", [1e4, 1e5, 1e6])
@@ -266,6 +269,13 @@ def test_lookup_reads_the_number_and_is_silent_after_it(lookup_tokenizer):
     ({"first_sink_sharpness": 0.0}, "first_sink_sharpness must be a positive number"),
     ({"first_sink_sharpness": float("nan")}, "first_sink_sharpness must be a positive number"),
     ({"intermediate_size": 32}, "one layer-0 MLP neuron per copy-code point"),
+    ({"ngram_readout": 8.0, "lookup": False}, "the n-gram head reads the lookup's match-code slot"),
+    ({"ngram_readout": 8.0, "num_heads": 4, "head_dim": 64}, "layer 0 needs one head per matched token"),
+    ({"ngram_readout": -1.0}, "ngram_readout must be >= 0"),
+    ({"ngram_readout": float("nan")}, "ngram_readout must be >= 0"),
+    ({"ngram_readout": 8.0, "ngram_sink": 3.0}, "ngram_sink between 2 and 3"),
+    ({"trained_norm_init": 0.0}, "trained_norm_init must be a positive number"),
+    ({"trained_norm_init": float("inf")}, "trained_norm_init must be a positive number"),
 ])
 def test_bad_lookup_settings_are_refused_before_building(lookup_tokenizer, bad, message):
     with pytest.raises(ValueError, match=message):
@@ -324,7 +334,7 @@ def test_one_head_matching_eight_tokens_quiets_stray_votes_and_keeps_the_copy(lo
     bos, eos = lookup_tokenizer.bos_token_id, lookup_tokenizer.eos_token_id
     found = {}
     for name, base in {"windows": {**dm.EXACT_COPY_RECIPE, "copy_code_dim": 0, "copy_code_points": 0,
-                                          "first_sink": False}, "one head": dm.LOOKUP_RECIPE}.items():
+                                          "first_sink": False}, "one head": {**dm.LOOKUP_RECIPE, "ngram_readout": 0.0}}.items():
         r = lookup_recipe(**{**base, "rope_theta": 1e4, "readout": 32.0})
         model, _ = dm.build_model(lookup_tokenizer, r)
         for length in (48, 1024):
@@ -348,7 +358,9 @@ def test_larger_codes_keep_the_copy_when_trained_parts_fill_the_residual(lookup_
     large random entries in the embedding's free columns: at code_scale 1 the copy breaks, at 4 it holds."""
     accs = {}
     for scale in (1.0, 4.0):
-        r = lookup_recipe(rope_theta=1e5, code_scale=scale, lookup=False)  # the copy head alone
+        # the copy head alone, at the sink level this was measured with (LOOKUP_RECIPE's 7.75 assumes a trained
+        # model whose match scores keep their design: see votes_in_training)
+        r = lookup_recipe(rope_theta=1e5, code_scale=scale, lookup=False, sink_level=6.5)
         model, _ = dm.build_model(lookup_tokenizer, r)
         free = slice(dm.Layout.for_recipe(r).reserved, r.hidden_size)
         with torch.no_grad():
@@ -424,7 +436,7 @@ def test_packaged_model_copies_far_better_than_it_predicts():
 def lookup_checkpoint():
     """A trained LOOKUP_RECIPE checkpoint (rope_theta 1e5), named by LM_EVAL_LONGCTX_LOOKUP_MODEL: not the shipped
     model yet (docs/demo-and-known-answer-validation.md says why), so these checks skip without one. Build it with
-    ``dm.make_model(DIR, dm.Recipe(**dm.LOOKUP_RECIPE))`` (about 9 minutes on 2 cores)."""
+    ``dm.make_model(DIR, dm.Recipe(**dm.LOOKUP_RECIPE))`` (about 10 minutes on 2 idle cores)."""
     import json
     import os
     from dataclasses import asdict
@@ -442,14 +454,15 @@ def lookup_checkpoint():
 @pytest.mark.slow
 def test_lookup_model_copies_exactly_within_its_reach():
     """Copy accuracy > 0.99 at 64 and 256 tokens on held-out text (32 and 16 forgetting-curve samples, the task's
-    scored targets; measured 0.995 and 0.993, and 0.995-0.997 / 0.993-0.996 over seeds 0-2), falling to near the
-    LM level at 4096 (past the reach of rope_theta 1e5). Enough samples that one rule of "**" (a run of one
-    token, which the model mispredicts: see the first-position sink) does not decide the figure."""
+    scored targets; measured 0.993 and 0.991), falling at 4096, past the exact copy's reach at rope_theta 1e5
+    (measured 0.605: the n-gram head, on the slowest pairs only, still finds part of the copy there). Enough
+    samples that one rule of "**" (a run of one token, which the model mispredicts: see the first-position sink)
+    does not decide the figure."""
     tok, model = lookup_checkpoint()
     stream = pydoc_stream(tok)
     acc = {length: float(forgetting_curve_hits(model, tok, stream, length, n).mean())
            for length, n in ((64, 32), (256, 16), (4096, 2))}
-    assert acc[64] > 0.99 and acc[256] > 0.99 and acc[4096] < 0.5, acc
+    assert acc[64] > 0.99 and acc[256] > 0.99 and acc[4096] < 0.8, acc
 
 
 @pytest.mark.slow
@@ -598,3 +611,104 @@ def test_without_a_bos_the_copy_head_stays_quiet_in_ordinary_text(lookup_tokeniz
             margins[first_sink, bos] = wrong_token_margin(ro, target).mean().item()
     assert margins[False, False] > 10 * margins[False, True], margins  # the failure the sink mends
     assert margins[True, False] < 1.3 * margins[True, True] + 0.1 and margins[True, True] < 3.0, margins
+
+
+# ----------------------------------------------------------------------------- the n-gram head, training
+
+
+def ngram_scores(model, r, ids):
+    """The n-gram head's match score of every (t, j), in matching tokens, written out from the embedding's codes:
+    m(x_t) . m(x_{j-1}) + c(x_{t-1}) . c(x_{j-2}) + c(x_{t-2}) . c(x_{j-3}) for 3 <= j <= t (-inf elsewhere). RoPE
+    is left out: the slow pairs the head uses turn by less than 0.1 rad over these few hundred tokens."""
+    lay = dm.Layout.for_recipe(r)
+    emb = model.model.embed_tokens.weight.detach()[ids] / r.code_scale
+    mm = emb[:, lay.match] @ emb[:, lay.match].T
+    cc = emb[:, lay.copy] @ emb[:, lay.copy].T
+    T = len(ids)
+    s = torch.full((T, T), float("-inf"))
+    for t in range(2, T):
+        j = torch.arange(3, t + 1)
+        s[t, j] = mm[t, j - 1] + cc[t - 1, j - 2] + cc[t - 2, j - 3]
+    return s
+
+
+def test_ngram_head_votes_where_the_last_three_tokens_recur(lookup_tokenizer):
+    """Random ordinary text with planted repeats of three tokens, untrained circuit: where the written-out score
+    of one earlier place clears the sink by a quarter token (4 nats) and every other place lies half a token (8 nats)
+    below it, the readout votes about ngram_readout nats for the token that followed there; where no place comes
+    within half a token of the sink, it votes next to nothing. (Eight tokens never recur here, so the exact copy head is silent.)"""
+    r = lookup_recipe(rope_theta=1e5, readout=32.0, ngram_readout=8.0)
+    model, points_of = token_points(lookup_tokenizer, r)
+    lay = dm.Layout.for_recipe(r)
+    emb = model.model.embed_tokens.weight.detach()
+    flagged = emb[:, [lay.number_query, lay.number_value, lay.marker]].abs().sum(1) > 0  # digits, "<", ">", "line"
+    vocab = [t for t, p in enumerate(points_of) if p >= 0 and not flagged[t]]
+    rng = np.random.default_rng(0)
+    ids = rng.choice(vocab, size=400)
+    for q in rng.choice(np.arange(220, 400, 12), size=12, replace=False):  # x_{q-2..q} = x_{p-3..p-1}: vote x_p
+        p = int(rng.integers(10, 200))
+        ids[q - 2 : q + 1] = ids[p - 3 : p]
+    ids = np.concatenate([[lookup_tokenizer.bos_token_id], ids])
+    s = ngram_scores(model, r, torch.as_tensor(ids))
+    ro = readout_logits(model, r, torch.as_tensor(ids)[None])
+    confident, quiet = 0, 0
+    for t in range(3, len(ids)):
+        order = torch.sort(s[t], descending=True)
+        best, second, j = order.values[0].item(), order.values[1].item(), order.indices[0].item()
+        if best > r.ngram_sink + 0.25 and second < best - 0.5:
+            assert ro[t].argmax().item() == ids[j] and ro[t].max().item() > 0.9 * r.ngram_readout, (t, best)
+            confident += 1
+        elif best < r.ngram_sink - 0.5:
+            assert ro[t].max().item() < 0.1 * r.ngram_readout, (t, best, ro[t].max().item())
+            quiet += 1
+    assert confident >= 8 and quiet >= 100, (confident, quiet)  # 11 and 137 as written
+    # without the head nothing votes at the planted places
+    plain = lookup_recipe(rope_theta=1e5, readout=32.0)
+    model0, _ = dm.build_model(lookup_tokenizer, plain)
+    assert readout_logits(model0, plain, torch.as_tensor(ids)[None]).max().item() < 1.0
+
+
+def test_trained_norm_init_starts_only_the_trained_dims(lookup_tokenizer):
+    r = lookup_recipe(trained_norm_init=8.0)
+    model, frozen = dm.build_model(lookup_tokenizer, r)
+    reserved = dm.Layout.for_recipe(r).reserved
+    norms = {n: p for n, p in model.named_parameters() if n.endswith("norm.weight")}
+    assert len(norms) == 2 * r.num_layers + 1
+    for name, p in norms.items():
+        assert torch.all(p[:reserved] == 1.0) and torch.all(p[reserved:] == 8.0), name
+        assert frozen[name][:reserved].all() and not frozen[name][reserved:].any(), name
+
+
+def test_copy_and_lookup_votes_are_silent_in_training_and_set_after_it(lookup_tokenizer, tmp_path, monkeypatch):
+    """votes_in_training=False: while the other parts train, the exact copy's and the lookup's writes into R are
+    zero (the n-gram head's are not); the saved checkpoint has them as built (and sharpened)."""
+    from transformers import AutoModelForCausalLM
+
+    r = lookup_recipe(votes_in_training=False, ngram_readout=8.0, steps=2, batch_size=2, seq_len=320,
+                      warmup_steps=1)
+    hd = r.hidden_size // r.num_heads if not r.head_dim else r.head_dim
+    read = dm.Layout.for_recipe(r).read
+    seen = {}
+    real_train = dm.train_model
+
+    def sizes(model):
+        silenced = [w[rows, cols].abs().max().item() for w, rows, cols in dm.vote_writes(model, r)]
+        ngram = model.model.layers[1].self_attn.o_proj.weight[read, 3 * hd : 4 * hd].abs().max().item()
+        return silenced, ngram
+
+    def spy(model, *args, **kwargs):
+        seen["before"] = sizes(model)
+        out = real_train(model, *args, **kwargs)
+        seen["after"] = sizes(model)
+        return out
+
+    monkeypatch.setattr(dm, "train_model", spy)
+    dm.make_model(tmp_path / "m", r, tokenizer=lookup_tokenizer, texts=dm.training_texts(200_000), dtype="float32",
+                  log=None)
+    assert len(seen["before"][0]) == 2 and seen["before"][0] == [0.0, 0.0] and seen["after"][0] == [0.0, 0.0]
+    assert seen["before"][1] > 0 and seen["after"][1] == seen["before"][1]
+    built, _ = dm.build_model(lookup_tokenizer, r)
+    dm.sharpen_readout(built, r)
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "m").float()
+    for (w, rows, cols), (w0, rows0, cols0) in zip(dm.vote_writes(saved, r), dm.vote_writes(built, r)):
+        assert w[rows, cols].abs().max() > 0 and torch.equal(w[rows, cols], w0[rows0, cols0])
