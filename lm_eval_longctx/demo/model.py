@@ -167,6 +167,11 @@ class Recipe:
     # that position as a BOS: the flag swamps its codes after RMSNorm, so the sink's value is about zero.
     first_sink: bool = False
     first_sink_sharpness: float = 8.0  # the sink neurons' gate, in nats, at the worst case either side
+    # Move every circuit code this many RoPE pairs toward the faster ones (the sink stays on the slowest pair): a
+    # shorter reach at the same rope_theta. rope_theta also turns the sink's pair, by rope_theta^(-(d-2)/d) rad per
+    # token from the first position: at 1e4 the sink keeps 0.86 of its score at 4k tokens and is gone past about
+    # 8k, so a short reach set by rope_theta breaks the model on long documents; set by the band, it does not.
+    code_band_offset: int = 0
     # A weak n-gram head beside the exact copy (``_set_ngram_head``; needs the lookup's slots): layer 1 head w + 2
     # matches the last three tokens (x_t on its match code, x_{t-1} and x_{t-2} on their copy codes) and votes
     # ``ngram_readout`` nats for what followed them, as the first demo model's copy head does. Text repeats short
@@ -242,7 +247,8 @@ LOOKUP_RECIPE = {**EXACT_COPY_RECIPE, "match_window": 0, "copy_code_dim": 3, "si
 # LOOKUP_RECIPE yet: its sink sits on the slowest RoPE pair, which turns with the distance from the sequence's
 # first position, so at rope_theta 1e4 (the `short` variant) the sink fades past about 8k tokens and the copy votes
 # 32 nats for chance matches there (LongPPL 2e5 on the validation's 18k-20k-token documents, where `none` scores
-# hundreds; docs/demo-and-known-answer-validation.md).
+# hundreds; docs/demo-and-known-answer-validation.md). A short reach by ``code_band_offset`` keeps the sink; the
+# variants below do not use it yet.
 DEMO_RECIPE = COPY_ONLY_RECIPE
 
 
@@ -366,9 +372,10 @@ def match_windows(r: Recipe) -> list[tuple[int, int]]:
     return [(a, min(size, r.match_order - a)) for a in range(0, r.match_order, size)]
 
 
-def slow_dims(half: int, n_dims: int) -> list[int]:
-    """Head dims of the slowest RoPE pairs but the very slowest (the sink's): n_dims of them, first dims then second."""
-    pairs = list(range(half - 1 - n_dims // 2, half - 1))
+def slow_dims(half: int, n_dims: int, offset: int = 0) -> list[int]:
+    """Head dims of the slowest RoPE pairs but the very slowest (the sink's): n_dims of them, first dims then second;
+    ``offset`` pairs faster (``code_band_offset``)."""
+    pairs = list(range(half - 1 - n_dims // 2 - offset, half - 1 - offset))
     return pairs + [p + half for p in pairs]
 
 
@@ -475,6 +482,10 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
                          f"{r.register_gap}) and register_reach >= 0 (got {r.register_reach})")
     if (size * cd) % 2 or size * cd // 2 + 1 > half - r.prev_pairs:
         raise ValueError("the induction codes and sink do not fit in the slow RoPE pairs")
+    widest = max([size * cd] + ([3 * r.match_dim] if r.lookup else []) + ([r.match_dim + 2 * cd] if r.ngram_readout else []))
+    if not (isinstance(r.code_band_offset, int) and 0 <= r.code_band_offset <= half - 1 - widest // 2):
+        raise ValueError(f"code_band_offset must be a whole number of RoPE pairs from 0 to {half - 1 - widest // 2} "
+                         f"(the codes need {widest // 2} pairs below the sink's; got {r.code_band_offset!r})")
     gen = torch.Generator().manual_seed(r.seed + 1)
     V = model.config.vocab_size
     params = dict(model.named_parameters())
@@ -606,7 +617,7 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     # against x_{j-a-1} .. x_{j-a-k} and writes o(x_j) into R: where all windows agree (a copy that has run
     # for n tokens) the copied token gets w votes, a chance match of one window's k tokens one vote.
     sink_pair = half - 1
-    code_dims = slow_dims(half, size * cd)
+    code_dims = slow_dims(half, size * cd, r.code_band_offset)
     # score units: q.k / sqrt(hd) = match_gain per matching token
     g = math.sqrt(r.match_gain * math.sqrt(hd)) / s1
     qw = params["model.layers.1.self_attn.q_proj.weight"]
@@ -638,7 +649,7 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         for c in range(r.output_dim):
             fix(o, (lay.read.start + c, rows.start + c), S / s1)
     if r.lookup:
-        _set_lookup(params, fix, r, lay, freqs, hd, H, w, s1, s_lookup, slow_dims(half, 3 * r.match_dim), sink_pair,
+        _set_lookup(params, fix, r, lay, freqs, hd, H, w, s1, s_lookup, slow_dims(half, 3 * r.match_dim, r.code_band_offset), sink_pair,
                     k_flag)
     if r.ngram_readout:
         _set_ngram_head(params, fix, r, lay, hd, w + 2, g, sink_bias(r.ngram_sink), k_flag, S / s1)
@@ -668,7 +679,7 @@ def _set_ngram_head(params, fix, r: Recipe, lay: Layout, hd: int, head: int, g: 
     vw = params["model.layers.1.self_attn.v_proj.weight"]
     cd = r.copy_code_dim
     pairs = [(lay.match, lay.prev_match, r.match_dim), (lay.prev[0], lay.prev[1], cd), (lay.prev[1], lay.prev[2], cd)]
-    dims = iter(slow_dims(half, r.match_dim + 2 * cd))
+    dims = iter(slow_dims(half, r.match_dim + 2 * cd, r.code_band_offset))
     for q_src, k_src, size in pairs:
         for c in range(size):
             d = rows.start + next(dims)
