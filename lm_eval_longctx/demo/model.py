@@ -52,7 +52,7 @@ RMSNorm the flag swamps its codes, so the sink's value is about zero. A run of n
 the same to layer 0 (every value it reads is the same) and becomes a sink too: in the pydoc text, lines of "**"
 (0.18% of its tokens).
 
-``LOOKUP_RECIPE`` also has a weak n-gram head (``ngram_readout``, ``_set_ngram_head``) that votes a few nats for
+``LOOKUP_RECIPE`` also has a weak n-gram head (``ngram_readout``, built by ``_set_induction_head``) that votes a few nats for
 what followed the last three tokens, like the first model's copy head, and trains the other parts with the exact
 copy and the lookup silent (``votes_in_training``) and their RMSNorm weights starting at the codes' scale
 (``trained_norm_init``), so the trained model's match scores keep their design and the copy's sink can sit just
@@ -172,7 +172,7 @@ class Recipe:
     # token from the first position: at 1e4 the sink keeps 0.86 of its score at 4k tokens and is gone past about
     # 8k, so a short reach set by rope_theta breaks the model on long documents; set by the band, it does not.
     code_band_offset: int = 0
-    # A weak n-gram head beside the exact copy (``_set_ngram_head``; needs the lookup's slots): layer 1 head w + 2
+    # A weak n-gram head beside the exact copy (built by ``_set_induction_head``; needs the lookup's slots): layer 1 head w + 2
     # matches the last three tokens (x_t on its match code, x_{t-1} and x_{t-2} on their copy codes) and votes
     # ``ngram_readout`` nats for what followed them, as the first demo model's copy head does. Text repeats short
     # phrases, so such a vote is often right (and a wrong one costs little); without it the model predicts from
@@ -620,39 +620,29 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     code_dims = slow_dims(half, size * cd, r.code_band_offset)
     # score units: q.k / sqrt(hd) = match_gain per matching token
     g = math.sqrt(r.match_gain * math.sqrt(hd)) / s1
-    qw = params["model.layers.1.self_attn.q_proj.weight"]
-    kw = params["model.layers.1.self_attn.k_proj.weight"]
-    vw = params["model.layers.1.self_attn.v_proj.weight"]
-    o = "model.layers.1.self_attn.o_proj.weight"
     # sink: q bias b, key reads the BOS flag (normed BOS: flag * sqrt(H), as BOS has no other code)
     k_flag = 1.0
 
     def sink_bias(level: float) -> float:  # the sink's score, in matching tokens
         return level * r.match_gain * math.sqrt(hd) / (k_flag * math.sqrt(H))
     for v in range(w):
-        rows = slice(v * hd, (v + 1) * hd)
-        _claim_head(fix, 1, rows)
         first, k = windows[v]
         q_src = [lay.copy if a == 0 else lay.prev[a - 1] for a in range(first, first + k)]
         k_src = lay.prev[first : first + k]
-        for block, (qs, ks) in enumerate(zip(q_src, k_src)):
-            for c in range(cd):
-                d = rows.start + code_dims[block * cd + c]
-                qw[d, qs.start + c] = g
-                kw[d, ks.start + c] = g
         # a shorter (last) window sinks as many matching tokens lower as it is shorter
-        params["model.layers.1.self_attn.q_proj.bias"][rows.start + sink_pair] = sink_bias(r.sink_level - (size - k))
-        kw[rows.start + sink_pair, lay.bos] = k_flag
-        for c in range(r.output_dim):
-            vw[rows.start + c, lay.output.start + c] = 1.0
-        fix(o, (slice(None), rows), 0.0)
-        for c in range(r.output_dim):
-            fix(o, (lay.read.start + c, rows.start + c), S / s1)
+        _set_induction_head(params, fix, r, lay, slice(v * hd, (v + 1) * hd),
+                            [(qs, ks, cd) for qs, ks in zip(q_src, k_src)], code_dims, g,
+                            sink_bias(r.sink_level - (size - k)), k_flag, S / s1)
     if r.lookup:
         _set_lookup(params, fix, r, lay, freqs, hd, H, w, s1, s_lookup, slow_dims(half, 3 * r.match_dim, r.code_band_offset), sink_pair,
                     k_flag)
-    if r.ngram_readout:
-        _set_ngram_head(params, fix, r, lay, hd, w + 2, g, sink_bias(r.ngram_sink), k_flag, S / s1)
+    if r.ngram_readout:  # the n-gram head: (m(x_t), c(x_{t-1}), c(x_{t-2})) against the three tokens before j
+        matches = [(lay.match, lay.prev_match, r.match_dim), (lay.prev[0], lay.prev[1], cd),
+                   (lay.prev[1], lay.prev[2], cd)]
+        share = r.ngram_readout / (r.readout_final or r.readout)  # of the copy's vote, after sharpening
+        _set_induction_head(params, fix, r, lay, slice((w + 2) * hd, (w + 3) * hd), matches,
+                            slow_dims(half, r.match_dim + 2 * cd, r.code_band_offset), g, sink_bias(r.ngram_sink),
+                            k_flag, S / s1 * share)
 
     # ---- readout: the output layer scores o(y) against R (trainable from here on)
     head = params["lm_head.weight"]
@@ -664,36 +654,34 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         frozen["lm_head.weight"][:, lay.read] = True
 
 
-def _set_ngram_head(params, fix, r: Recipe, lay: Layout, hd: int, head: int, g: float, sink_q: float, k_flag: float,
-                    write: float) -> None:
-    """Layer 1, head ``head``: the n-gram head. It matches (m(x_t), c(x_{t-1}), c(x_{t-2})) at t against
-    (m(x_{j-1}), c(x_{j-2}), c(x_{j-3})) at j -- the lookup's match-code slot and the copy-code slots P2, P3 --
-    on the slow pairs, ``match_gain`` nats per matching token, and sinks at ``ngram_sink`` tokens, so it attends
-    where the last three tokens recur and writes o(x_j) into R at ``ngram_readout`` / ``readout_final`` of the
-    copy's scale (the copy's sharpening after training brings it to ``ngram_readout`` nats)."""
-    half = hd // 2
-    rows = slice(head * hd, (head + 1) * hd)
+def _set_induction_head(params, fix, r: Recipe, lay: Layout, rows: slice, matches, dims, g: float, sink_q: float,
+                        k_flag: float, write: float) -> None:
+    """Layer 1, the head at ``rows``: for each (query slice, key slice, size) in ``matches`` the query reads the
+    slice at t and the key the slice at j, ``g`` each, on the next ``size`` of ``dims`` (RoPE dims), so a matching
+    token adds ``match_gain`` nats; the sink pair's query bias ``sink_q`` meets the BOS flag (``k_flag``); the value
+    o(x_j) is written into R at ``write``. The exact copy's windows and the n-gram head
+    (``ngram_readout``: (m(x_t), c(x_{t-1}), c(x_{t-2})) against (m(x_{j-1}), c(x_{j-2}), c(x_{j-3})), the lookup's
+    match-code slot and the copy-code slots P2, P3) are built by it."""
+    hd = rows.stop - rows.start
     _claim_head(fix, 1, rows)
     qw = params["model.layers.1.self_attn.q_proj.weight"]
     kw = params["model.layers.1.self_attn.k_proj.weight"]
     vw = params["model.layers.1.self_attn.v_proj.weight"]
-    cd = r.copy_code_dim
-    pairs = [(lay.match, lay.prev_match, r.match_dim), (lay.prev[0], lay.prev[1], cd), (lay.prev[1], lay.prev[2], cd)]
-    dims = iter(slow_dims(half, r.match_dim + 2 * cd, r.code_band_offset))
-    for q_src, k_src, size in pairs:
+    dims = iter(dims)
+    for q_src, k_src, size in matches:
         for c in range(size):
             d = rows.start + next(dims)
             qw[d, q_src.start + c] = g
             kw[d, k_src.start + c] = g
-    params["model.layers.1.self_attn.q_proj.bias"][rows.start + half - 1] = sink_q
-    kw[rows.start + half - 1, lay.bos] = k_flag
+    sink_pair = hd // 2 - 1
+    params["model.layers.1.self_attn.q_proj.bias"][rows.start + sink_pair] = sink_q
+    kw[rows.start + sink_pair, lay.bos] = k_flag
     for c in range(r.output_dim):
         vw[rows.start + c, lay.output.start + c] = 1.0
     o = "model.layers.1.self_attn.o_proj.weight"
     fix(o, (slice(None), rows), 0.0)
-    share = r.ngram_readout / (r.readout_final or r.readout)
     for c in range(r.output_dim):
-        fix(o, (lay.read.start + c, rows.start + c), write * share)
+        fix(o, (lay.read.start + c, rows.start + c), write)
 
 
 def _set_first_sink(params, fix, r: Recipe, lay: Layout, s_mlp: float) -> None:
