@@ -717,6 +717,35 @@ def test_copy_and_lookup_votes_are_silent_in_training_and_set_after_it(lookup_to
         assert w[rows, cols].abs().max() > 0 and torch.equal(w[rows, cols], w0[rows0, cols0])
 
 
+def test_the_lookup_sink_changes_one_bias_and_nothing_that_trains(lookup_tokenizer, tmp_path):
+    """With the votes silent in training, the lookup's sink level cannot steer training: two builds that differ
+    only in lookup_sink save the same weights (to float rounding) but the lookup's sink bias (layer 2, head 0, the slowest pair), in
+    the ratio of the levels. So a trained model's lookup sink can be measured by patching that bias, which is how
+    LOOKUP_RECIPE's 5 parts were chosen."""
+    from transformers import AutoModelForCausalLM
+
+    saved = {}
+    for level in (4.5, 5.0):
+        r = lookup_recipe(votes_in_training=False, ngram_readout=8.0, lookup_sink=level, steps=2, batch_size=2,
+                          seq_len=320, warmup_steps=1)
+        dm.make_model(tmp_path / str(level), r, tokenizer=lookup_tokenizer, texts=dm.training_texts(200_000),
+                      dtype="float32", log=None)
+        saved[level] = AutoModelForCausalLM.from_pretrained(tmp_path / str(level)).float().state_dict()
+    hd = r.head_dim or r.hidden_size // r.num_heads
+    sink = hd // 2 - 1
+    bias = "model.layers.2.self_attn.q_proj.bias"
+    low, high = saved[4.5], saved[5.0]
+    assert low.keys() == high.keys()
+    assert high[bias][sink] / low[bias][sink] == pytest.approx(5.0 / 4.5, rel=1e-6)
+    for name in low:
+        a, b = low[name].clone(), high[name].clone()
+        if name == bias:
+            a[sink] = b[sink] = 0.0
+        # equal up to float rounding (measured at most 1e-6): the silent head's other scores change the order of a
+        # few float sums, not what trains
+        torch.testing.assert_close(a, b, rtol=0.0, atol=1e-5, msg=name)
+
+
 def test_a_faster_code_band_shortens_the_reach_without_losing_the_sink_on_long_text(lookup_tokenizer):
     """Untrained circuits, readout 32 nats, 12k tokens of held-out text without a BOS. A short reach set by
     rope_theta 1e4 loses the first position's sink as its pair turns (0.86 of its score at 4k tokens, none
@@ -737,3 +766,28 @@ def test_a_faster_code_band_shortens_the_reach_without_losing_the_sink_on_long_t
     assert found["rope_theta 1e4"][0] > 0.05 and found["band"][0] < 0.02, found
     for wrong, copies in found.values():
         assert copies[64] > 0.9 and copies[1024] < 0.2, found
+
+
+def test_known_answer_variants_differ_only_in_the_reach_knob_of_their_recipe(monkeypatch):
+    """The first model's variants turn rope_theta; a recipe with the line lookup turns the code band at rope_theta
+    1e6 (its first-position sink turns with rope_theta). Either way long and short differ in that knob alone, and
+    the labels name it."""
+    from dataclasses import asdict
+
+    from lm_eval_longctx.demo import known_answer
+
+    def differing(base, variants):
+        long, short = (asdict(dm.Recipe(**{**base, **variants[v]})) for v in ("long", "short"))
+        return {k for k in long if long[k] != short[k]}
+
+    assert dm.variants_for(dm.COPY_ONLY_RECIPE) is dm.ROPE_THETA_VARIANTS
+    assert differing(dm.COPY_ONLY_RECIPE, dm.ROPE_THETA_VARIANTS) == {"rope_theta"}
+    lookup_variants = dm.variants_for(dm.LOOKUP_RECIPE)
+    assert lookup_variants is dm.CODE_BAND_VARIANTS
+    assert differing(dm.LOOKUP_RECIPE, lookup_variants) == {"code_band_offset"}
+    assert dm.VARIANTS is dm.variants_for(dm.DEMO_RECIPE)
+    assert all(dm.Recipe(**{**dm.LOOKUP_RECIPE, **o}).rope_theta == 1e6 for o in lookup_variants.values())
+    monkeypatch.setattr(dm, "DEMO_RECIPE", dm.LOOKUP_RECIPE)
+    monkeypatch.setattr(dm, "VARIANTS", lookup_variants)
+    assert known_answer.variant_labels(["long", "short", "none"]) == {
+        "long": "long (rope_theta 1e6)", "short": "short (rope_theta 1e6, code band +6)", "none": "none (no copy circuit)"}
