@@ -719,17 +719,17 @@ def test_copy_and_lookup_votes_are_silent_in_training_and_set_after_it(lookup_to
 
 def test_the_lookup_sink_changes_one_bias_and_nothing_that_trains(lookup_tokenizer, tmp_path):
     """With the votes silent in training, the lookup's sink level cannot steer training: two builds that differ
-    only in lookup_sink save the same weights (to float rounding) but the lookup's sink bias (layer 2, head 0, the slowest pair), in
-    the ratio of the levels. So a trained model's lookup sink can be measured by patching that bias, which is how
-    LOOKUP_RECIPE's 5 parts were chosen."""
+    only in lookup_sink save the same weights (to float rounding) but the lookup's sink bias (layer 2, head 0, the
+    slowest pair), in the ratio of the levels. So a trained model's lookup sink can be measured by patching that
+    bias, which is how LOOKUP_RECIPE's 5 parts were chosen."""
     from transformers import AutoModelForCausalLM
 
     saved = {}
+    texts = dm.training_texts(200_000)
     for level in (4.5, 5.0):
         r = lookup_recipe(votes_in_training=False, ngram_readout=8.0, lookup_sink=level, steps=2, batch_size=2,
                           seq_len=320, warmup_steps=1)
-        dm.make_model(tmp_path / str(level), r, tokenizer=lookup_tokenizer, texts=dm.training_texts(200_000),
-                      dtype="float32", log=None)
+        dm.make_model(tmp_path / str(level), r, tokenizer=lookup_tokenizer, texts=texts, dtype="float32", log=None)
         saved[level] = AutoModelForCausalLM.from_pretrained(tmp_path / str(level)).float().state_dict()
     hd = r.head_dim or r.hidden_size // r.num_heads
     sink = hd // 2 - 1

@@ -2,8 +2,9 @@
 
 The demo model (``demo_model.py``) copies from its context through a hand-set induction head whose reach is
 set by ``rope_theta``. The variants ``demo_model.VARIANTS`` differ only in that knob (``long``: 1e6,
-``short``: 1e4; for a recipe with the line lookup the code band instead, ``demo_model.variants_for``), plus ``none``, the same architecture without the copy circuit, so their order of long-context
-ability is known in advance: ``demo_model.VARIANT_ORDER`` = long > short > none. ``run_validation`` builds them,
+``short``: 1e4; for a recipe with the line lookup the code band instead, ``demo_model.variants_for``), plus
+``none``, the same architecture without the copy circuit, so their order of long-context ability is known in
+advance: ``demo_model.VARIANT_ORDER`` = long > short > none. ``run_validation`` builds them,
 runs the demo's tasks on each through the harness (``demo.run_demo``, with ``--log_samples``), and checks that each
 metric puts them in that order, with a paired bootstrap CI of every difference between neighbours.
 

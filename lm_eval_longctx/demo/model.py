@@ -228,9 +228,9 @@ EXACT_COPY_RECIPE = {"rope_theta": 1e5, "num_heads": 8, "head_dim": 64, "match_o
 # Exact copying plus the line lookup (three layers; see ``_set_lookup``), trained with LongEval records among the
 # text (35% of the rows; at 20% greedy answers often left LongChat's format, not starting with "<" or not stopping
 # after ">": accuracy at 10 / 20 lines 0.6 / 0.5 on two seeds, 1.0 / 0.9 at 35%, whose held-out next-token accuracy
-# was higher too, 0.156 against 0.130-0.140) so that the model answers "<n>" and stops. Its copy head matches all eight tokens at once
-# (3-dim copy codes on 48 points), codes 8x larger keep the trained parts' share of the norm small (at 4x the
-# layer-2 input's codes kept 0.85-0.89 of its norm in a trained model, the lookup's bilinear score fell to about
+# was higher too, 0.156 against 0.130-0.140) so that the model answers "<n>" and stops. Its copy head matches all
+# eight tokens at once (3-dim copy codes on 48 points), codes 8x larger keep the trained parts' share of the norm
+# small (at 4x the layer-2 input's codes kept 0.85-0.89 of its norm in a trained model, the lookup's bilinear score fell to about
 # 0.76 of its design, level with its sink, and LongEval accuracy to 0; at 8x it answers), and a sequence's first
 # token is a sink when no BOS is there (``first_sink``; BOS's flag 4096, so that both swamp what else their
 # position holds). The copy and the lookup stay silent in training (``votes_in_training``) and the trained norms
