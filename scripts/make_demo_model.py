@@ -2,7 +2,7 @@
 """Build the embedded demo model (or a known-answer variant) on CPU: tokenizer + copy circuit + training.
 
     python scripts/make_demo_model.py                       # regenerate the shipped model
-    python scripts/make_demo_model.py --variant short OUT   # a validation variant (rope_theta 1e4)
+    python scripts/make_demo_model.py --variant short OUT   # a validation variant (codes 6 RoPE pairs faster)
 
 The shipped checkpoint lives in lm_eval_longctx/demo/assets/model (float16 safetensors, tokenizer,
 recipe.json with the recipe, seed, parameter count and training time). The recipe is

@@ -2,10 +2,11 @@
 """Known-answer validation: do the metrics rank models whose memory distance is known by construction?
 
 Builds the demo model's variants (lm_eval_longctx.demo.model.VARIANTS: ``long`` rope_theta 1e6, ``short``
-rope_theta 1e4, ``none`` without the copy circuit; same tokenizer, recipe and seed), runs the four tasks on each
-through the harness (lm_eval_longctx.demo.run.run_demo, offline), and prints a table: each metric's value per
-model, the paired bootstrap CI of each difference between neighbours, and whether the metric orders the models
-as constructed (long > short > none). LongPPL's key tokens are judged by the long model for every model.
+the same with its codes 6 RoPE pairs faster, ``none`` without the copy circuit; same tokenizer, recipe and
+seed), runs the four tasks on each through the harness (lm_eval_longctx.demo.run.run_demo, offline), and prints
+a table: each metric's value per model, the paired bootstrap CI of each difference between neighbours, and
+whether the metric orders the models as constructed (long > short > none). LongPPL's key tokens are judged by
+the long model for every model.
 
     python scripts/validate_metrics.py out/validation                       # full recipe (minutes per model)
     python scripts/validate_metrics.py out/validation_ci --budget ci --steps 0   # untrained construction, quick

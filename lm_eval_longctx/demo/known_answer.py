@@ -1,12 +1,13 @@
 """Known-answer validation: models whose long-context ability is known by construction, ranked by every metric.
 
-The demo model (``demo_model.py``) copies from its context through a hand-set induction head whose reach is
-set by ``rope_theta``. The variants ``demo_model.VARIANTS`` differ only in that knob (``long``: 1e6,
-``short``: 1e4; for a recipe with the line lookup the code band instead, ``demo_model.variants_for``), plus
-``none``, the same architecture without the copy circuit, so their order of long-context ability is known in
-advance: ``demo_model.VARIANT_ORDER`` = long > short > none. ``run_validation`` builds them,
-runs the demo's tasks on each through the harness (``demo.run_demo``, with ``--log_samples``), and checks that each
-metric puts them in that order, with a paired bootstrap CI of every difference between neighbours.
+The demo model (``demo_model.py``) copies from its context and looks LongEval lines up through hand-set heads
+whose reach is set by the RoPE pairs their codes sit on. The variants ``demo_model.VARIANTS`` differ only in that
+knob (``long``: rope_theta 1e6; ``short``: the same with every code 6 pairs faster, ``code_band_offset``; the first
+demo model's recipe turned rope_theta instead, 1e6 / 1e4: ``demo_model.variants_for``), plus ``none``, the same
+architecture without the copy circuit, so their order of long-context ability is known in advance:
+``demo_model.VARIANT_ORDER`` = long > short > none. ``run_validation`` builds them, runs the demo's tasks on each
+through the harness (``demo.run_demo``, with ``--log_samples``), and checks that each metric puts them in that
+order, with a paired bootstrap CI of every difference between neighbours.
 
 Everything but ``run_validation`` is a pure function of the harness's own files (numpy / scipy; no model, no
 lm-eval import):
@@ -86,7 +87,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
                "effective_length", "effective", True, "orders"),
     MetricSpec("answer_ppl", "LongEval answer-token PPL", "longeval_lines_ppl", "answer_ppl", "perplexity", False,
                "orders"),
-    MetricSpec("longeval_acc", "LongEval accuracy", "longeval_lines_acc", "acc", "mean", True, "not stated"),
+    # the demo model looks a line up by its name (``_set_lookup``) as far as its codes reach: accuracy orders by design
+    MetricSpec("longeval_acc", "LongEval accuracy", "longeval_lines_acc", "acc", "mean", True, "orders"),
 )
 SPECS_BY_KEY = {s.key: s for s in METRIC_SPECS}
 

@@ -22,8 +22,9 @@ too, and with the package's discovery hook installed the folder is not added twi
 
 The targets say whether the model really uses its context, as the embedded demo model should:
 (a) forgetting curve: copy accuracy minus LM accuracy, averaged over the shortest copy lengths, is at
-least 0.30; (b) the retrieval gain is positive; (c) LongPPL is below PPL. A failed target is reported,
-never raised; ``lm-eval-longctx demo --check`` turns a failure into exit status 1.
+least 0.30; (b) the retrieval gain is positive; (c) LongPPL is below PPL; on the full budget also (d) the
+fine memory length (copy accuracy > 0.99) is at least 64 tokens and (e) LongEval accuracy is at least 0.5: the
+packaged model copies exactly and looks lines up. A failed target is reported, never raised; ``lm-eval-longctx demo --check`` turns a failure into exit status 1.
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ CORPUS_PROVENANCE_FILE = "corpus_provenance.json"
 # sent to every task (each task reads only its own keys; the shared ones, data_files, num_docs, seed,
 # mean the same thing everywhere), and the target thresholds.
 #
-# full (sized for the packaged model: 2 layers, hidden 256, vocab 4096, 32768 positions, on 2 CPU cores
-# within 10 minutes):
-# * LongPPL: K = 512, d = 256. The paper's K = 4096 is well inside its models' reach; the demo model
+# full (sized for the demo models: 2-3 layers, hidden 256, vocab 4096, 32768 positions, on 2 CPU cores
+# within 10 minutes; the sizes were chosen on the first demo model, COPY_ONLY_RECIPE, and the figures below are
+# its own; the packaged LOOKUP_RECIPE model reaches further: docs/demo-and-known-answer-validation.md):
+# * LongPPL: K = 512, d = 256. The paper's K = 4096 is well inside its models' reach; the first demo model
 #   copies over about 1k tokens (rope_theta 1e5), so with K = 2048 almost no token gains from the
 #   context beyond the window (0.1% key tokens, measured) and LongPPL rests on a handful of tokens.
 #   Every document (>= 16k tokens) is scored over all but its first 512 tokens. evaluator "self":
@@ -65,13 +67,13 @@ CORPUS_PROVENANCE_FILE = "corpus_provenance.json"
 # * forgetting curve: copy lengths 16 .. 4096 doubling (samples of up to 8195 tokens), 8 samples each.
 # * retrieval gain: the first 2048 tokens of each document (the task's default is 8192). The anchors
 #   then lie 0.8k .. 1.8k tokens before the query, within the demo model's copy reach (rope_theta 1e5:
-#   copy accuracy falls to the LM level beyond about 1k tokens). Measured with the packaged model on
+#   copy accuracy falls to the LM level beyond about 1k tokens). Measured with the first demo model on
 #   the 4 full-budget documents: gain +1.19 at 2048, -0.07 at 8192 (anchors 3.3k .. 7.3k back).
 # * retrieval-gain map: context lengths 256, 1024, 4096 x depths 0, 50, 90% (one pass of 4096 tokens per
 #   document): inside, at and beyond the demo model's copy reach.
 # * LongEval lines: 10 .. 80 lines (about 0.3k .. 2k tokens per prompt; the demo model's copy reach),
 #   10 cases each; generation keeps the harness defaults of the task (greedy, <= 100 tokens).
-# ci: the same pipeline with every size cut down, for a CI test of about 35 seconds (the packaged model
+# ci: the same pipeline with every size cut down, for a CI test of about a minute (the packaged model
 # meets the targets there too).
 DEMO_BUDGETS = {
     "full": {
@@ -94,7 +96,7 @@ DEMO_BUDGETS = {
             "num_lines": [10, 20, 40, 80],
             "num_cases": 10,
         },
-        "targets": {"copy_gap_lengths": 3, "copy_gap_min": 0.30},
+        "targets": {"copy_gap_lengths": 3, "copy_gap_min": 0.30, "fine_memory_min": 64, "longeval_acc_min": 0.5},
     },
     "ci": {
         "chars_per_doc": 12_000,
