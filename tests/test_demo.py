@@ -288,7 +288,8 @@ def test_ci_demo_reads_the_embedded_corpus_and_reports_targets(ci_run):
     # the forgetting curve's stream is every row
     fc = results["configs"]["forgetting_curve"]["metadata"]["longctx_settings"]
     assert fc["data"]["num_rows"] == len(texts) and fc["lengths"] == md["lengths"]
-    assert [t["name"] for t in s["targets"]] == ["copy_gap", "retrieval_gain", "longppl_below_ppl"]
+    assert [t["name"] for t in s["targets"]] == ["copy_gap", "fine_memory_length", "longeval_acc", "retrieval_gain",
+                                                "longppl_below_ppl"]
     assert all(isinstance(t["passed"], bool) for t in s["targets"])
     assert s["targets_passed"], s["targets"]  # the packaged model meets them at this budget too
     # --check: exit 1 exactly when a target failed
