@@ -27,6 +27,16 @@ def model_dirs(tmp_path_factory, corpus_texts):
     return {"a": a, "b": b}
 
 
+@pytest.fixture
+def first_model_variants(monkeypatch):
+    """The known-answer variants of the first demo model (COPY_ONLY_RECIPE, rope_theta 1e6 / 1e4) in place of the
+    shipped recipe's, for the untrained (steps 0) pipeline tests whose reach must be sharp; each test says why."""
+    from lm_eval_longctx.demo import model as demo_model
+
+    monkeypatch.setattr(demo_model, "DEMO_RECIPE", demo_model.COPY_ONLY_RECIPE)
+    monkeypatch.setattr(demo_model, "VARIANTS", demo_model.variants_for(demo_model.COPY_ONLY_RECIPE))
+
+
 def pytest_collection_modifyitems(config, items):
     """`slow` checks (trained-model properties, minutes each) run only with LM_EVAL_LONGCTX_SLOW=1."""
     if os.environ.get("LM_EVAL_LONGCTX_SLOW") == "1":

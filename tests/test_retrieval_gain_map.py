@@ -364,15 +364,11 @@ def known_answer_runs(root: Path, lengths=(256, 1024, 4096), depths=(0, 50, 90))
     return runs
 
 
-def test_known_answer_variants(tmp_path, monkeypatch):
+def test_known_answer_variants(tmp_path, first_model_variants):
     # The first demo model's untrained variants (rope_theta 1e6 / 1e4), whose copy reach is sharp: the shipped
     # recipe's untrained `short` (code band +6) keeps a gain of 1.87 nats at 4096 tokens against 6.86 at 256 (its
     # weak n-gram head, at a random LM's level of about 0, still finds three-token matches there). The trained
     # variants are validated in docs/demo-and-known-answer-validation.md.
-    from lm_eval_longctx.demo import model as demo_model
-
-    monkeypatch.setattr(demo_model, "DEMO_RECIPE", demo_model.COPY_ONLY_RECIPE)
-    monkeypatch.setattr(demo_model, "VARIANTS", demo_model.variants_for(demo_model.COPY_ONLY_RECIPE))
     runs = known_answer_runs(tmp_path)
     r = {name: res["results"][TASK] for name, res in runs.items()}
 

@@ -306,16 +306,12 @@ SEPARATED_CI = ("longppl", "retrieval_gain")
 ORDERED_CI = ("coarse_memory_length", "answer_ppl", "gain_map_effective_length")
 
 
-def test_known_answer_models_are_ordered_by_the_metrics(tmp_path, monkeypatch):
+def test_known_answer_models_are_ordered_by_the_metrics(tmp_path, first_model_variants):
     # On the first demo model's untrained variants (rope_theta 1e6 / 1e4), for which the figures above were
     # measured: the shipped recipe's untrained `short` (code band +6) copies above a random LM's level of about 0
     # up to 1024 tokens (its weak n-gram head finds three-token matches anywhere), so at the ci budget's longest
     # length long and short tie on coarse memory length (1024 / 1024 / 0). Its trained variants are validated
     # at the full budget in docs/demo-and-known-answer-validation.md.
-    from lm_eval_longctx.demo import model as demo_model
-
-    monkeypatch.setattr(demo_model, "DEMO_RECIPE", demo_model.COPY_ONLY_RECIPE)
-    monkeypatch.setattr(demo_model, "VARIANTS", demo_model.variants_for(demo_model.COPY_ONLY_RECIPE))
     t0 = time.perf_counter()
     report = validation.run_validation(tmp_path / "val", budget="ci", steps=0, n_resamples=1000, echo=False)
     wall = time.perf_counter() - t0
