@@ -436,30 +436,30 @@ def test_packaged_model_copies_far_better_than_it_predicts():
         assert gap >= 0.30, (length, np.mean(hits["copy"]), np.mean(hits["lm"]))
 
 
-def lookup_checkpoint():
-    """The shipped demo model (LOOKUP_RECIPE, rope_theta 1e5), or the checkpoint of that recipe named by
-    LM_EVAL_LONGCTX_LOOKUP_MODEL (e.g. a fresh ``scripts/make_demo_model.py OUT`` build, about 10 minutes on 2 idle
-    cores). A checkpoint of another recipe is refused: these figures were measured on this one."""
+def demo_checkpoint():
+    """The shipped demo model (DEMO_RECIPE, rope_theta 1e5), or the checkpoint of that recipe named by
+    LM_EVAL_LONGCTX_DEMO_MODEL (e.g. a fresh ``scripts/make_demo_model.py OUT`` build, about 10 to 15 minutes on 2
+    idle cores). A checkpoint of another recipe is refused: these figures were measured on this one."""
     import json
     import os
     from dataclasses import asdict
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = os.environ.get("LM_EVAL_LONGCTX_LOOKUP_MODEL") or str(dm.packaged_model_dir())
+    path = os.environ.get("LM_EVAL_LONGCTX_DEMO_MODEL") or str(dm.packaged_model_dir())
     recipe = json.loads(open(os.path.join(path, "recipe.json"), encoding="utf-8").read())["recipe"]
-    assert recipe == json.loads(json.dumps(asdict(dm.Recipe(**dm.LOOKUP_RECIPE)))), f"{path} is not LOOKUP_RECIPE"
+    assert recipe == json.loads(json.dumps(asdict(dm.Recipe(**dm.DEMO_RECIPE)))), f"{path} is not DEMO_RECIPE"
     return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
 @pytest.mark.slow
-def test_lookup_model_copies_exactly_within_its_reach():
+def test_demo_model_copies_exactly_within_its_reach():
     """Copy accuracy > 0.99 at 64 and 256 tokens on held-out text (32 and 16 forgetting-curve samples, the task's
     scored targets; measured 0.992 and 0.991), falling at 4096, past the exact copy's reach at rope_theta 1e5
     (measured 0.621: the n-gram head, on the slowest pairs only, still finds part of the copy there). Enough
     samples that one rule of "**" (a run of one token, which the model mispredicts: see the first-position sink)
     does not decide the figure."""
-    tok, model = lookup_checkpoint()
+    tok, model = demo_checkpoint()
     stream = pydoc_stream(tok)
     acc = {length: float(forgetting_curve_hits(model, tok, stream, length, n).mean())
            for length, n in ((64, 32), (256, 16), (4096, 2))}
@@ -467,7 +467,7 @@ def test_lookup_model_copies_exactly_within_its_reach():
 
 
 @pytest.mark.slow
-def test_lookup_model_answers_longeval_lines():
+def test_demo_model_answers_longeval_lines():
     """Greedy answers to LongEval "lines" (10 cases of 10 lines, 10 of 20; evaluation seed 0, never trained on):
     the last number in the answer (as the task scores) is the asked line's in >= 8 of 10 at each size (measured 10
     and 9 of 10)."""
@@ -475,7 +475,7 @@ def test_lookup_model_answers_longeval_lines():
 
     from lm_eval_longctx.data import longeval_cases
 
-    tok, model = lookup_checkpoint()
+    tok, model = demo_checkpoint()
     correct = {}
     for num_lines in (10, 20):
         correct[num_lines] = 0
@@ -491,10 +491,10 @@ def test_lookup_model_answers_longeval_lines():
 
 
 @pytest.mark.slow
-def test_lookup_model_needs_no_bos():
+def test_demo_model_needs_no_bos():
     """Held-out text scored without any special token (as the LongPPL task does) costs about what it costs with
     a BOS first: the first token becomes the sink."""
-    tok, model = lookup_checkpoint()
+    tok, model = demo_checkpoint()
     stream = pydoc_stream(tok)
     nll = {}
     for bos in (True, False):
@@ -767,9 +767,9 @@ def test_a_faster_code_band_shortens_the_reach_without_losing_the_sink_on_long_t
 
 
 def test_known_answer_variants_differ_only_in_the_reach_knob_of_their_recipe(monkeypatch):
-    """The first model's variants turn rope_theta; a recipe with the line lookup turns the code band at rope_theta
-    1e6 (its first-position sink turns with rope_theta). Either way long and short differ in that knob alone, and
-    the labels name it."""
+    """The first model's variants turn rope_theta; a recipe with a first-position sink (the lookup recipe) turns
+    the code band at rope_theta 1e6 (that sink turns with rope_theta), with or without the lookup. Either way long
+    and short differ in that knob alone, and the labels name it."""
     from dataclasses import asdict
 
     from lm_eval_longctx.demo import known_answer
@@ -784,6 +784,8 @@ def test_known_answer_variants_differ_only_in_the_reach_knob_of_their_recipe(mon
     assert lookup_variants is dm.CODE_BAND_VARIANTS
     assert differing(dm.LOOKUP_RECIPE, lookup_variants) == {"code_band_offset"}
     assert dm.VARIANTS is dm.variants_for(dm.DEMO_RECIPE)
+    assert dm.variants_for({**dm.LOOKUP_RECIPE, "lookup": False}) is dm.CODE_BAND_VARIANTS
+    assert dm.variants_for({**dm.LOOKUP_RECIPE, "first_sink": False}) is dm.ROPE_THETA_VARIANTS
     assert all(dm.Recipe(**{**dm.LOOKUP_RECIPE, **o}).rope_theta == 1e6 for o in lookup_variants.values())
     monkeypatch.setattr(dm, "DEMO_RECIPE", dm.LOOKUP_RECIPE)
     monkeypatch.setattr(dm, "VARIANTS", lookup_variants)

@@ -1022,8 +1022,8 @@ def _make_portable(out: Path, rope_theta: float) -> None:
 # Models whose long-context ability is known by construction: the same recipe, tokenizer and seed,
 # differing only in the reach knob, plus the same architecture trained without the circuit (no memory beyond
 # what plain training finds in minutes). The knob depends on the recipe: for the first model rope_theta (the
-# induction head's reach); for a recipe with the line lookup the code band at rope_theta 1e6, since rope_theta
-# also turns the first-position sink of that recipe and at 1e4 loses it past about 8k tokens (see
+# induction head's reach); for a recipe with a first-position sink (``first_sink``, as the lookup recipe has) the
+# code band at rope_theta 1e6, since rope_theta also turns that sink and at 1e4 loses it past about 8k tokens (see
 # ``code_band_offset``). Trained short-by-band at 6 pairs: copy 0.98 / 0.90 / 0.79 at 64 / 256 / 1024 tokens,
 # LongPPL 17.7 between long's 1.59 and none's 228 (built at rope_theta 1e5) on the validation's documents (a quick
 # harness run, no CIs).
@@ -1040,9 +1040,9 @@ CODE_BAND_VARIANTS = {
 
 
 def variants_for(recipe: dict) -> dict:
-    """The known-answer variants (name -> overrides) of a recipe: by code band where it has the line lookup,
-    else by rope_theta."""
-    return CODE_BAND_VARIANTS if recipe.get("lookup") else ROPE_THETA_VARIANTS
+    """The known-answer variants (name -> overrides) of a recipe: by code band where it has a first-position sink
+    (rope_theta turns that sink too), else by rope_theta."""
+    return CODE_BAND_VARIANTS if recipe.get("first_sink") else ROPE_THETA_VARIANTS
 
 
 VARIANTS = variants_for(DEMO_RECIPE)
