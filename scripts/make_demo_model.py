@@ -8,7 +8,7 @@ The shipped checkpoint lives in lm_eval_longctx/demo/assets/model (float16 safet
 recipe.json with the recipe, seed, parameter count and training time). The recipe is
 lm_eval_longctx.demo.model.Recipe with DEMO_RECIPE; see that module for the circuit. Training text is
 the standard library's docstrings and sources (the demo evaluates on pydoc_data.topics, held out).
-Run with 2 threads on a 2-core machine: about 7 minutes (379-414 s measured for the variants on idle cores).
+Run with 2 threads on a 2-core machine: about 7 minutes on idle cores (the shipped model: 429 s of training).
 """
 
 import argparse
