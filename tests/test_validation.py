@@ -260,10 +260,10 @@ def test_validate_and_table_on_synthetic_runs(tmp_path):
 
 def test_validation_settings_are_task_settings():
     """Every key the validation adds to --metadata is a setting some task reads (a typo would be ignored)."""
-    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain
+    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain, retrieval_gain_map
 
     known = (set(longppl.DEFAULTS) | set(forgetting_curve.DEFAULTS) | set(retrieval_gain.DEFAULTS)
-             | set(longeval.DEFAULTS))
+             | set(retrieval_gain_map.DEFAULTS) | set(longeval.DEFAULTS))
     for budget, md in validation.VALIDATION_METADATA.items():
         assert set(md) <= known, (budget, set(md) - known)
 
