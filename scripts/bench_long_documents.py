@@ -105,7 +105,7 @@ def full_forward(model, ids: torch.Tensor) -> np.ndarray:
 
 def run_path(path: str, model, ids: torch.Tensor, args) -> np.ndarray:
     if path == "long":
-        return engine.score_long(model, ids, chunk_size=args.chunk_size).logprob
+        return engine.score_long(model, ids, chunk_size=args.chunk_size, long_pass=args.long_pass).logprob
     if path == "truncated":
         return engine.score_truncated(model, [ids], args.trunc_len, args.stride, batch_size=args.window_batch)[0].logprob
     return full_forward(model, ids)
@@ -163,7 +163,7 @@ def worker(args) -> list[dict]:
     jobs = [tuple(j.split(":")) for j in args.worker]
     if torch.device(args.device).type == "cuda":  # kernel selection and allocator growth before timing
         warm = make_ids(2 * args.trunc_len, SHAPES[args.shape]["vocab_size"], args.seed)
-        engine.score_long(model, warm, chunk_size=args.chunk_size)
+        engine.score_long(model, warm, chunk_size=args.chunk_size, long_pass=args.long_pass)
         engine.score_truncated(model, [warm], args.trunc_len, args.stride, batch_size=args.window_batch)
     results = []
     for path, length in jobs:
@@ -175,7 +175,7 @@ def worker(args) -> list[dict]:
 def spawn(args, jobs: list[str], out_dir: Path) -> list[dict]:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", *jobs, "--worker-out", str(out_dir),
            "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--seed", str(args.seed),
-           "--chunk-size", str(args.chunk_size), "--trunc-len", str(args.trunc_len), "--stride", str(args.stride),
+           "--chunk-size", str(args.chunk_size), "--long-pass", args.long_pass, "--trunc-len", str(args.trunc_len), "--stride", str(args.stride),
            "--window-batch", str(args.window_batch), "--threads", str(args.threads),
            "--lengths", *map(str, args.lengths)]  # the same config (max positions) in every worker
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
@@ -210,6 +210,9 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default=None, choices=sorted(DTYPES), help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
     p.add_argument("--chunk-size", type=int, default=engine.DEFAULT_CHUNK_SIZE)
+    p.add_argument("--long-pass", default="chunked", choices=engine.LONG_PASS_CHOICES,
+                   help="strategy of the long pass (default chunked: what docs/scaling.md's tables measured; "
+                        "scripts/bench_long_pass.py compares the strategies)")
     p.add_argument("--trunc-len", type=int, default=4096, help="K of the truncated pass")
     p.add_argument("--stride", type=int, default=1024, help="d of the truncated pass")
     p.add_argument("--window-batch", type=int, default=8, help="truncated windows per forward")

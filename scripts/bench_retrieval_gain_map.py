@@ -99,9 +99,7 @@ def without_pass(lm, cases, batch):
         for rung in c.without:
             for w in rung:
                 distinct.setdefault(tuple(w), len(distinct))
-    pad = lm.tokenizer.pad_token_id or 0
-    scored = engine.score_sequence_ends(lm.model, list(distinct), cases[0].answer_tokens, batch_size=batch,
-                                        pad_token_id=pad)
+    scored = engine.score_sequence_ends(lm.model, list(distinct), cases[0].answer_tokens, batch_size=batch)
     return [np.array([[-scored[distinct[tuple(w)]].logprob.astype(np.float64).mean() for w in rung]
                       for rung in c.without]) for c in cases]
 

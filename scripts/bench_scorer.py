@@ -8,7 +8,8 @@ hits are computed two ways:
 * **straightforward**: what lm-eval's ``HFLM._loglikelihood_tokens`` does: one forward over the
   whole input (``ids[:-1]``), full ``[seq, vocab]`` logits, ``F.log_softmax(logits, dim=-1)`` in
   float32 over all of them, then a gather of the targets (and an argmax for the greedy hits);
-* **engine**: ``lm_eval_longctx.engine.scoring.score_long``: KV-cache chunks of ``--chunk-size`` tokens,
+* **engine**: ``lm_eval_longctx.engine.scoring.score_long`` with ``--long-pass`` (default ``chunked``): KV-cache
+  chunks of ``--chunk-size`` tokens,
   only one chunk's logits alive at a time, float32 log-softmax in blocks of about ``LOGPROB_BLOCK_BYTES``.
 
 For each (length, path) it reports the wall time (the best of ``--repeats`` timed runs, after one
@@ -131,8 +132,11 @@ def straightforward(model, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return logprob[0].cpu().numpy(), greedy[0].cpu().numpy()
 
 
+LONG_PASS = "chunked"  # what docs/architecture.md's table measured; --long-pass changes it
+
+
 def engine(model, ids: torch.Tensor, chunk_size: int) -> tuple[np.ndarray, np.ndarray]:
-    out = score_long(model, ids, chunk_size=chunk_size)
+    out = score_long(model, ids, chunk_size=chunk_size, long_pass=LONG_PASS)
     return out.logprob, out.greedy
 
 
@@ -209,7 +213,8 @@ def spawn_worker(args, path: str, length: int, out_file: Path) -> dict:
     """Run this script in --worker mode for one (path, length); returns its result dict."""
     cmd = [
         sys.executable, os.path.abspath(__file__), "--worker", path, "--worker-out", str(out_file),
-        "--lengths", str(length), "--chunk-size", str(args.chunk_size), "--repeats", str(args.repeats),
+        "--lengths", str(length), "--chunk-size", str(args.chunk_size), "--long-pass", args.long_pass,
+        "--repeats", str(args.repeats),
         "--device", args.device, "--dtype", args.dtype, "--vocab-size", str(args.vocab_size),
         "--hidden-size", str(args.hidden_size), "--layers", str(args.layers), "--seed", str(args.seed),
         # the same config in every worker, whatever length it scores
@@ -289,6 +294,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     p.add_argument("--chunk-size", type=int, default=1024)
+    p.add_argument("--long-pass", default="chunked", choices=("auto", "full", "chunked"),
+                   help="the engine's strategy (default chunked, as the recorded figures)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per path (the best is reported)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -306,7 +313,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    global LONG_PASS
     args = parse_args(argv)
+    LONG_PASS = args.long_pass
     if args.worker:
         print(json.dumps(worker(args)))
         return 0

@@ -45,7 +45,7 @@ from lm_eval_longctx.settings import add_arguments
 from lm_eval_longctx.tasks.settings import LONGPPL
 
 SETTING_OPTIONS = ["evaluator", "evaluator_revision", "trunc_len", "sliding_window", "alpha", "beta",
-                   "evaluator_dtype", "chunk_size", "evaluator_trust_remote_code", "dataset_path", "dataset_revision",
+                   "evaluator_dtype", "long_pass", "chunk_size", "evaluator_trust_remote_code", "dataset_path", "dataset_revision",
                    "decode_tokenizer", "data_files", "num_docs", "min_tokens", "max_tokens", "evaluator_max_memory"]
 
 
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
         for i in range(rank, len(docs.texts), world):  # round robin: long and short documents spread evenly
             scores = key_tokens.score_text(model, tok, docs.texts[i], args.trunc_len, args.sliding_window,
                                            chunk_size=args.chunk_size, batch_size=args.batch_size,
-                                           max_length=max_length, identity=identity)
+                                           max_length=max_length, identity=identity, long_pass=args.long_pass)
             spans = key_tokens.judge_from_scores(scores, args.alpha, args.beta).spans
             span_files.write_span_file(shard / f"slice_{i}.txt", spans)
             print(f"[rank {rank}] document {i}: {len(scores.token_ids)} evaluator tokens, {len(spans)} key spans",

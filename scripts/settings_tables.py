@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Regenerate (or, with --check, verify) the settings tables in README.md and docs/**/*.md from the
-settings declarations (lm_eval_longctx/tasks/settings.py, lm_eval_longctx/training/longce.py).
+settings declarations (lm_eval_longctx/tasks/settings.py, lm_eval_longctx/training/longce.py), and the
+support table of docs/support.md from the engine's declaration (lm_eval_longctx/engine/support.py).
 
     python scripts/settings_tables.py          # rewrite the tables in place
     python scripts/settings_tables.py --check  # exit 1 when a table differs from its declaration
@@ -15,6 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lm_eval_longctx.engine.support import render_support_table  # noqa: E402
 from lm_eval_longctx.tasks.settings import render_settings_tables  # noqa: E402
 
 
@@ -31,7 +33,7 @@ def main(argv=None) -> int:
         if not path.is_file():
             continue
         text = path.read_text(encoding="utf-8")
-        new = render_settings_tables(text)
+        new = render_support_table(render_settings_tables(text))
         if new != text:
             stale.append(path)
             if not args.check:

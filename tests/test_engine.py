@@ -139,9 +139,9 @@ def test_batch_size_and_padding_do_not_change_results(model):
     # Several sequences whose last windows differ in length, so batches mix lengths and pad.
     seqs = [mixed_ids(model, n, seed=n) for n in (45, 50, 39, 61, 16)]
     one = score_truncated(model, seqs, 16, 10, batch_size=1)
-    eight = score_truncated(model, seqs, 16, 10, batch_size=8, pad_token_id=5)
-    eight_other_pad = score_truncated(model, seqs, 16, 10, batch_size=8, pad_token_id=96)
-    for a, b, c, s in zip(one, eight, eight_other_pad, seqs):
+    eight = score_truncated(model, seqs, 16, 10, batch_size=8)
+    three = score_truncated(model, seqs, 16, 10, batch_size=3)
+    for a, b, c, s in zip(one, eight, three, seqs):
         ref_lp, ref_g = window_slice_scores(model, s, 16, 10)
         for x in (a, b, c):
             assert np.array_equal(np.isnan(x.logprob), np.isnan(ref_lp))
@@ -152,33 +152,40 @@ def test_batch_size_and_padding_do_not_change_results(model):
     assert any(x.greedy.any() for x in one)
 
 
-def test_model_without_kv_cache_gets_a_clear_error(model):
-    class NoCache(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
+class _CacheIgnoring(torch.nn.Module):
+    """A Llama whose forward takes a cache argument but does not use it (or returns none)."""
 
-        def forward(self, input_ids, **kwargs):
-            kwargs.pop("past_key_values", None)
-            out = self.inner(input_ids=input_ids, use_cache=False)
-            out.past_key_values = None
-            return out
+    def __init__(self, inner, return_cache: bool):
+        super().__init__()
+        self.inner, self.config, self.return_cache = inner, inner.config, return_cache
 
-    wrapped = NoCache(model)
-    with pytest.raises(ScoringError, match="no KV cache"):
-        score_long(wrapped, random_ids(30), chunk_size=8)
+    def forward(self, input_ids, past_key_values=None, use_cache=None, logits_to_keep=0, **kwargs):
+        out = self.inner(input_ids=input_ids, use_cache=self.return_cache, logits_to_keep=logits_to_keep)
+        if not self.return_cache:
+            out["cache"] = None
+        return out
+
+
+@pytest.mark.parametrize("return_cache,message", [(True, "did not extend the KV cache"),
+                                                  (False, "returned no KV cache")])
+def test_a_model_that_ignores_its_cache_is_caught_not_scored(model, return_cache, message):
+    wrapped = _CacheIgnoring(model, return_cache)
+    with pytest.raises(ScoringError, match=message):
+        score_long(wrapped, random_ids(30), chunk_size=8, long_pass="chunked")
     # a single chunk needs no cache and still works
     ref, _ = full_forward_scores(model, random_ids(30))
-    assert np.allclose(score_long(wrapped, random_ids(30), chunk_size=64).logprob, ref, atol=TOL)
+    got = score_long(wrapped, random_ids(30), chunk_size=64, long_pass="chunked").logprob
+    assert np.allclose(got, ref, atol=TOL)
 
 
 def test_blocked_logprobs_equal_one_log_softmax(model, monkeypatch):
     """Blocks of a few rows (as with a large vocabulary) give the same numbers as one block."""
-    from lm_eval_longctx.engine import scoring as engine
+    from lm_eval_longctx.engine import forward
 
     ids = mixed_ids(model, 45, seed=9)
     ref_lp, ref_g = full_forward_scores(model, ids)
-    monkeypatch.setattr(engine, "LOGPROB_BLOCK_BYTES", 4 * 97 * 3)  # 3 rows per block
+    monkeypatch.setattr(forward, "LOGPROB_BLOCK_BYTES", 4 * 97 * 3)  # 3 rows per log-prob block
+    monkeypatch.setattr(forward, "HEAD_BLOCK_BYTES", 4 * 97 * 5)  # 5 rows per replay of the output head
     got = score_long(model, ids, chunk_size=20)
     assert np.max(np.abs(got.logprob - ref_lp)) <= TOL and np.array_equal(got.greedy, ref_g)
     short = score_truncated(model, [ids], 16, 7, batch_size=2)[0]

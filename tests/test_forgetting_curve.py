@@ -315,27 +315,45 @@ def test_results_table_lists_the_curve_in_length_order(run):
     assert "CurveSampleScore(copy, l=8, acc=" in str(samples[0]["resps"]) and len(str(samples[0]["resps"])) < 200
 
 
-def test_a_failing_length_is_reported_and_the_others_still_run(trained_dir, corpus, run, monkeypatch, caplog, tmp_path):
+def test_a_length_the_engine_cannot_score_ends_the_run_with_its_error(trained_dir, corpus, monkeypatch):
     real = engine.score_long_batch
 
-    def fails_at_50(model, seqs, chunk_size=1024, score_from=1):
+    def fails_at_50(model, seqs, chunk_size=1024, score_from=1, long_pass="auto"):
         if len(seqs[0]) == 2 * 50 + 3:
             raise engine.ScoringError("simulated failure")
-        return real(model, seqs, chunk_size=chunk_size, score_from=score_from)
+        return real(model, seqs, chunk_size=chunk_size, score_from=score_from, long_pass=long_pass)
 
     monkeypatch.setattr(engine, "score_long_batch", fails_at_50)
+    with pytest.raises(engine.ScoringError, match=r"copy length 50 \(103-token samples\): simulated failure"):
+        run_task(TASK, trained_dir, metadata(corpus), limit=LIMIT)
+
+
+def test_a_length_out_of_memory_is_skipped_and_named_with_its_reason(trained_dir, corpus, run, monkeypatch, caplog,
+                                                                      tmp_path):
+    real = engine.score_long_batch
+
+    def oom_at_50(model, seqs, chunk_size=1024, score_from=1, long_pass="auto"):
+        if len(seqs[0]) == 2 * 50 + 3:
+            raise torch.cuda.OutOfMemoryError("simulated")
+        return real(model, seqs, chunk_size=chunk_size, score_from=score_from, long_pass=long_pass)
+
+    monkeypatch.setattr(engine, "score_long_batch", oom_at_50)
     cache = str(tmp_path / "cache")
     with caplog.at_level("WARNING", logger="lm_eval_longctx"):
         res = run_task(TASK, trained_dir, metadata(corpus), limit=LIMIT, use_cache=cache)
     r, ok = res["results"][TASK], run["results"][TASK]
     assert math.isnan(r["copy_acc@00050,none"]) and math.isnan(r["lm_acc@00050,none"])
-    assert r["n_failed_lengths,none"] == 1
+    assert r["n_failed_lengths,none"] == 1 and ok["n_failed_lengths,none"] == 0
+    assert r["skipped_lengths,none"] == "50: out of memory at one sample per forward (simulated)"
+    assert ok["skipped_lengths,none"] == "none"
     for length in (8, 21, 99):
         assert r[f"copy_acc@{length:05d},none"] == ok[f"copy_acc@{length:05d},none"]
-    assert any("copy length 50 (103-token samples) failed" in m and "simulated failure" in m for m in caplog.messages)
-    failed = [s for s in res["samples"][TASK] if s["doc"]["length"] == 50]
-    assert "failed: ScoringError: simulated failure" in str(failed[0]["resps"])
-    # the failure is not cached: with the cause gone, the same cache gives the full curve
+    assert any("copy length 50 (103-token samples) is skipped" in m for m in caplog.messages)
+    # the printed table names it too
+    from lm_eval.utils import make_table
+
+    assert "50: out of memory at one sample per forward" in make_table(res)
+    # the skip is not cached: with the cause gone, the same cache gives the full curve
     monkeypatch.setattr(engine, "score_long_batch", real)
     again = run_task(TASK, trained_dir, metadata(corpus), limit=LIMIT, use_cache=cache)["results"][TASK]
     assert again["copy_acc@00050,none"] == ok["copy_acc@00050,none"] and again["n_failed_lengths,none"] == 0
@@ -351,11 +369,11 @@ def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, 
     calls = []
     real = engine.score_long_batch
 
-    def oom(model, seqs, chunk_size=1024, score_from=1):
+    def oom(model, seqs, chunk_size=1024, score_from=1, long_pass="auto"):
         calls.append((len(seqs[0]), len(seqs)))
         if len(seqs[0]) == 2 * 30 + 3 or (len(seqs[0]) == 2 * 10 + 3 and len(seqs) > 1):
             raise torch.cuda.OutOfMemoryError("simulated")
-        return real(model, seqs, chunk_size=chunk_size, score_from=score_from)
+        return real(model, seqs, chunk_size=chunk_size, score_from=score_from, long_pass=long_pass)
 
     monkeypatch.setattr(engine, "score_long_batch", oom)
 
@@ -367,15 +385,18 @@ def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, 
     ctx = harness.ScoringContext(model, None, 4096, 8)
     out = fc.serve(ctx, items)
     assert [o.error == "" for o in out] == [True] * 6 + [False] * 6
-    assert "OutOfMemoryError" in out[-1].error
+    assert out[-1].error == "out of memory at one sample per forward (simulated)"
     assert calls[:4] == [(23, 4), (23, 2), (23, 1), (23, 1)]  # halved to one sample per forward
     monkeypatch.setattr(engine, "score_long_batch", real)
     again = fc.serve(ctx, items[:6])
     assert [(o.n_scored, o.n_correct) for o in again] == [(o.n_scored, o.n_correct) for o in out[:6]]
-    # a sample longer than the model's maximum fails its length (never truncated) unless allowed
+    # a sample longer than the model's maximum stops the run before any length is scored, unless allowed
     short_ctx = harness.ScoringContext(model, None, 40, 8)
-    out = fc.serve(short_ctx, items)
-    assert all(o.error == "" for o in out[:6]) and "maximum length 40" in out[-1].error
+    scored = []
+    monkeypatch.setattr(engine, "score_long_batch", lambda *a, **k: scored.append(1) or real(*a, **k))
+    with pytest.raises(engine.ScoringError, match="maximum length 40"):
+        fc.serve(short_ctx, items)
+    assert scored == []
     out = fc.serve(short_ctx, [(t, {**s, "allow_beyond_max_length": True}) for t, s in items])
     assert all(o.error == "" and o.n_scored == 15 for o in out[6:])
 

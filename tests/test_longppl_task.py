@@ -132,8 +132,8 @@ def test_doc_without_key_tokens_is_dropped_from_longppl_with_a_warning(evaluator
     res, _, caught = evaluator_run
     samples = sorted(res["samples"][TASK], key=lambda s: s["doc_id"])
     assert samples[-1]["longppl"][1] == 0 and samples[-1]["ppl"][1] > 0  # "short document."
-    assert any("document 3 has no key tokens (it has" in str(w.message) and "not more than trunc_len = 48"
-               in str(w.message) for w in caught)
+    assert any("document 3 has no key tokens (" in str(w.message) and "evaluator tokens, not more than trunc_len "
+               "= 48, so no token has a truncated context" in str(w.message) for w in caught)
 
 
 def test_settings_and_provenance_are_in_the_results(evaluator_run, model_dirs):

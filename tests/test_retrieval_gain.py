@@ -74,15 +74,16 @@ def test_prefix_sharing_changes_nothing_and_reads_the_prefix_once(model):
     assert sum(seen) == (300 - 1) + sum(len(c) + 1 for c in conts)
     alone = [engine.score_continuations(model, prefix, [c], n_scored=6, chunk_size=64)[0] for c in conts]
     reversed_order = engine.score_continuations(model, prefix, conts[::-1], n_scored=6, chunk_size=64)[::-1]
+    # equal-length continuations share a forward (rows of a batch round differently by a few float32 units)
     for a, b, c in zip(shared, alone, reversed_order):
-        np.testing.assert_allclose(a.logprob, b.logprob, atol=1e-6, rtol=0)
-        np.testing.assert_allclose(a.logprob, c.logprob, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(a.logprob, b.logprob, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(a.logprob, c.logprob, atol=1e-5, rtol=0)
 
 
 def test_score_sequence_ends_batches_equal_one_forward_each(model):
     seqs = [ids(n, 20 + n) for n in (15, 9, 30, 9, 2, 21)]
     n_scored = [6, 8, 3, 1, 1, 20]
-    out = engine.score_sequence_ends(model, seqs, n_scored, batch_size=4, pad_token_id=0)
+    out = engine.score_sequence_ends(model, seqs, n_scored, batch_size=4)
     for s, k, res in zip(seqs, n_scored, out):
         lp, greedy = brute_last(model, s, k)
         np.testing.assert_allclose(res.logprob, lp, atol=TOL, rtol=0)

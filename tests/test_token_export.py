@@ -118,7 +118,10 @@ def test_manifest_and_settings_record_the_path_only(exported, docs):
     m = token_export.read_manifest(export / TASK)
     assert m["format"] == token_export.FORMAT and m["task"] == TASK
     assert m["settings"]["data"]["texts_sha256"] == rec["data"]["texts_sha256"]
-    assert {k: v for k, v in m["settings"].items()} == json.loads(json.dumps(rec, default=str))
+    # the results add, under runtime, how the requests were scored (known once they are)
+    runtime = dict(rec["runtime"])
+    assert runtime.pop("scoring")["model_type"] == "llama" and runtime.pop("evaluator_scoring")
+    assert {k: v for k, v in m["settings"].items()} == json.loads(json.dumps({**rec, "runtime": runtime}, default=str))
     assert set(m["columns"]) >= {"token_id", "key", "lsd", "evaluator_lsd"}
 
 

@@ -330,6 +330,9 @@ def test_the_identity_is_recorded_on_cache_misses_and_hits_alike(docs, model_dir
     miss = run_task(LONGPPL, model_dirs["a"], md)
     hit = run_task(LONGPPL, model_dirs["a"], md)
     rec1, rec2 = (r["configs"][LONGPPL]["metadata"]["longctx_settings"] for r in (miss, hit))
+    # how the evaluator scored is recorded where it ran: on the miss; the hit read its spans from the cache
+    assert rec1["runtime"].pop("evaluator_scoring")["passes"]["long"] == {"full": len(docs[0])}
+    assert rec2["runtime"].pop("evaluator_scoring").startswith("no text judged in this run")
     assert rec1 == rec2 and rec1["evaluator_identity"]["source"] == "local"
     assert len(rec1["evaluator_identity"]["files_sha256"]) == 64
     assert miss["results"][LONGPPL]["longppl,none"] == hit["results"][LONGPPL]["longppl,none"]

@@ -309,8 +309,9 @@ def summarize(results: dict, budget: str = "full") -> dict:
     per_task = {task: m for task, m in per_task.items() if m}  # a group's row holds only its alias
     missing = [t for t in RESULT_TASKS if t not in per_task]
     # Memory lengths are threshold statistics: their stderr is "N/A" by design, never a failure.
+    # a text note (skipped_lengths) counts only when it names something: "none" is the normal run
     non_finite = [f"{task}/{name}" for task, ms in per_task.items() for name, m in ms.items()
-                  if not _finite(m["value"])]
+                  if not _finite(m["value"]) and m["value"] != "none"]
     headlines = {task: {name: per_task[task][name]["value"] for name in names if name in per_task[task]}
                  for task, names in HEADLINES.items() if task in per_task}
     if "forgetting_curve" in per_task:

@@ -1,48 +1,47 @@
 """Dual-context scoring engine: pure torch + transformers, no lm-eval import.
 
-Given a causal LM and a token sequence ``ids`` of length ``n``, the engine returns, for every
-target position ``t`` in ``1..n-1`` (array index ``t - 1``):
+Given a causal LM and a token sequence ``ids`` of length ``n``, the engine returns, for every target
+position ``t`` in ``1..n-1`` (array index ``t - 1``):
 
 * ``logprob``: log p(ids[t] | context) in float32, and
 * ``greedy``: whether ids[t] is the argmax of the next-token distribution (teacher forced),
 
 under two kinds of context:
 
-* the *long* context ids[:t] (``score_long``): the prefix is fed in KV-cache chunks of
-  ``chunk_size`` tokens, and only one chunk's logits exist at a time, so no [n, vocab] tensor is
-  ever built;
-* the *truncated* contexts of the LongPPL reference (``score_truncated``): windows
-  ids[s : s + K + d'] for s in range(0, n - K, d), d' = min(d, n - s - K), scoring the positions
-  t in [s + K, s + K + d'). Several windows go through one forward, and only the logits of the
-  scored positions are computed.
+* the *long* context ids[:t] (``score_long``, ``score_long_batch``);
+* the *truncated* contexts of the LongPPL reference (``score_truncated``): windows ids[s : s + K + d'] for
+  s in range(0, n - K, d), d' = min(d, n - s - K), scoring the positions t in [s + K, s + K + d').
 
-Arrays cover all ``n - 1`` targets; positions a pass does not score hold NaN (logprob) and
-False (greedy).
+and, for continuations read after a shared prefix, ``score_continuations`` and ``score_prefix_ladder``.
+Every number equals what one plain forward of the sequence gives (float32 tolerance), on every model family:
+how a model is scored (``long_pass``: ``full`` or ``chunked``; a shared prefix cache or one forward per
+continuation) is chosen by ``choose_long_pass`` from the declaration in ``support.py``, and no
+[sequence x vocabulary] logits tensor is ever built. Arrays cover all ``n - 1`` targets; positions a pass
+does not score hold NaN (logprob) and False (greedy).
 """
 
 from __future__ import annotations
 
-import inspect
+import contextlib
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 
+from . import memory
+from .forward import (LOGPROB_BLOCK_BYTES, KVCache, ScoringError, capabilities, causal_lm, full_scores,
+                      input_device, logprob_and_greedy, own_logits)
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "LONG_PASS_CHOICES", "LOGPROB_BLOCK_BYTES", "ScoringError", "TokenLogprobs",
+           "SequenceScores", "Window", "truncated_windows", "input_device", "check_model", "choose_long_pass",
+           "score_long", "score_long_batch", "score_truncated", "score_sequence_ends", "score_continuations",
+           "score_prefix_ladder", "recording", "ScoringRecord"]
+
 DEFAULT_CHUNK_SIZE = 1024
-# Logits are turned into float32 log-probs a block of rows at a time, the block about this many
-# bytes: the float32 copy stays small whatever the vocabulary, and (measured on CPU) blocks under
-# glibc's mmap threshold are reused instead of page-faulted in afresh, which made 256-row blocks
-# of a 128k vocabulary slower than one full log_softmax.
-LOGPROB_BLOCK_BYTES = 16 * 2**20
-# On a GPU the cost of a block is its kernel launches, not page faults (measured on an H100: 16 MiB
-# blocks of a 128k vocabulary made the engine's log-probs 6x slower than one full log_softmax for a
-# small model), so blocks there are larger.
-LOGPROB_BLOCK_BYTES_ACCELERATOR = 256 * 2**20
-
-
-class ScoringError(ValueError):
-    """A sequence or model the engine cannot score exactly."""
+LONG_PASS_CHOICES = ("auto", "full", "chunked")
+DEFAULT_BATCH_SIZE = 8
 
 
 @dataclass
@@ -113,6 +112,8 @@ def truncated_windows(n: int, trunc_len: int, stride: int) -> list[Window]:
     return windows
 
 
+
+
 def _as_ids(ids: Sequence[int] | np.ndarray | torch.Tensor) -> torch.Tensor:
     t = torch.as_tensor(np.asarray(ids) if not isinstance(ids, torch.Tensor) else ids)
     if t.dim() != 1:
@@ -120,102 +121,109 @@ def _as_ids(ids: Sequence[int] | np.ndarray | torch.Tensor) -> torch.Tensor:
     return t.to(torch.long)
 
 
-def _hook_execution_device(module) -> torch.device | None:
-    """The device accelerate runs ``module`` on, when a dispatch hook says so (None otherwise)."""
-    hook = getattr(module, "_hf_hook", None)
-    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
-        device = getattr(h, "execution_device", None)
-        if device is not None:
-            return torch.device(device)
-    return None
+def _unscored(n: int) -> TokenLogprobs:
+    return TokenLogprobs(np.full(max(n - 1, 0), np.nan, dtype=np.float32), np.zeros(max(n - 1, 0), dtype=bool))
 
 
-def _module_device(module) -> torch.device | None:
-    """Where ``module`` computes: its dispatch hook's execution device, else its first real tensor's device.
-
-    Offloaded weights sit on the "meta" device between forwards, so a parameter's device alone
-    would send the inputs nowhere."""
-    device = _hook_execution_device(module)
-    if device is not None:
-        return device
-    for t in list(module.parameters(recurse=True)) + list(module.buffers(recurse=True)):
-        if t.device.type != "meta":
-            return t.device
-    return None
+def _model_type(model) -> str:
+    return str(getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__)
 
 
-def _io_same_device(model) -> bool:
-    hook = getattr(model, "_hf_hook", None)
-    return any(getattr(h, "io_same_device", False) for h in getattr(hook, "hooks", None) or [hook])
+# ------------------------------------------------------------------ the strategy, chosen once per pass
 
 
-def input_device(model) -> torch.device:
-    """The device the engine puts token ids and masks on for ``model``.
-
-    * A plain model (one device): its input embedding's device.
-    * A model dispatched by accelerate (transformers' ``device_map``, lm-eval's ``parallelize=True``):
-      the top-level hook moves every input to the model's main device itself and sends every output
-      back to the device the inputs came on. The ids go on the device of the output head, so the
-      logits stay where the head computed them: only the (small) integer ids cross devices, never a
-      chunk's [rows, vocab] logits.
-    """
-    if getattr(model, "_hf_hook", None) is not None and _io_same_device(model):
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        device = (_module_device(head) if head is not None else None) or _hook_execution_device(model)
-        if device is not None:
-            return device
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    device = _module_device(embeddings) if embeddings is not None else None
-    if device is None:
-        device = _module_device(model)
-    if device is None:
-        raise ScoringError(f"cannot tell which device {type(model).__name__} runs on (every weight is on 'meta' "
-                           "and no accelerate hook names an execution device)")
-    return device
+def check_model(model, long_pass: str = "auto") -> None:
+    """Refuse, before any work, a model the engine cannot score exactly under ``long_pass``."""
+    model = causal_lm(model)
+    if long_pass not in LONG_PASS_CHOICES:
+        raise ValueError(f"long_pass must be one of {LONG_PASS_CHOICES}, got {long_pass!r}")
+    caps = capabilities(model)
+    if caps.support.refused:
+        raise ScoringError(f"{caps.support.refused} (docs/support.md)")
+    if long_pass == "full" and not caps.full:
+        raise ScoringError(f"{caps.full_problem}. Way out: long_pass auto or chunked (docs/support.md)")
+    if long_pass == "chunked" and not caps.support.kv_cache_exact:
+        raise ScoringError(_chunked_refusal(model, caps))
+    if not caps.full and not caps.support.kv_cache_exact:
+        raise ScoringError(f"{caps.full_problem}; and a KV cache is not exact for it either "
+                           f"({caps.support.no_cache_reason}). The engine cannot score this model exactly (docs/support.md)")
 
 
-def _supports_logits_to_keep(model) -> bool:
+def _chunked_refusal(model, caps) -> str:
+    return (f"long_pass chunked: {caps.support.no_cache_reason}, so KV-cache chunks would not give what one forward "
+            "of the sequence gives. Way out: --metadata '{\"long_pass\": \"full\"}' (or auto)")
+
+
+def choose_long_pass(model, long_pass: str, n_tokens: int, batch: int = 1,
+                     chunk_size: int = DEFAULT_CHUNK_SIZE, keep_cache: bool = False) -> str:
+    """``full`` or ``chunked`` for a pass over ``batch`` sequences of ``n_tokens``: as asked when that is exact
+    for the model, else an error; ``auto`` takes ``full`` when its memory estimate (with the KV cache it fills,
+    when ``keep_cache``) fits the device, else ``chunked`` where a KV cache is exact, else an error saying how
+    much memory one forward needs."""
+    model = causal_lm(model)
+    check_model(model, long_pass)
+    caps = capabilities(model)
+    if long_pass != "auto":
+        return long_pass
+    if caps.full:
+        device = input_device(model)
+        need = memory.full_forward_bytes(model, n_tokens, batch, device.type)
+        if keep_cache:
+            need += memory.kv_cache_bytes(model, n_tokens, batch)
+        free = memory.free_bytes(device)
+        if free is None or need <= memory.FREE_MEMORY_SHARE * free:
+            return "full"
+        if caps.support.kv_cache_exact:
+            return "chunked"
+        raise ScoringError(
+            f"model type {_model_type(model)!r}: one forward of {batch} x {n_tokens} tokens needs about "
+            f"{memory.gib(need)} and {memory.gib(free)} is free on {device}; the model cannot be fed in KV-cache "
+            f"chunks exactly ({caps.support.no_cache_reason}). Ways out: a device with more memory, shorter "
+            "sequences, a smaller batch, or --metadata '{\"long_pass\": \"full\"}' to try anyway")
+    return "chunked"
+
+
+# what a model was scored with, while a ``recording`` is open: the harness records it in the results
+_RECORDINGS: list["ScoringRecord"] = []
+
+
+class ScoringRecord:
+    """How the engine scored one model inside a ``recording`` block: the sequences per pass and strategy, the
+    model's dtype and device, and the support facts the strategies rest on."""
+
+    def __init__(self, model):
+        self.model = causal_lm(model)
+        self.counts: Counter = Counter()
+
+    def summary(self) -> dict:
+        passes: dict = {}
+        for (what, how), n in sorted(self.counts.items()):
+            passes.setdefault(what, {})[how] = n
+        model = self.model
+        dtype = next((str(p.dtype).replace("torch.", "") for p in model.parameters() if p.is_floating_point()), None)
+        return {"passes": passes, "dtype": dtype, "device": str(input_device(model)),
+                **capabilities(model).support.summary()}
+
+
+@contextlib.contextmanager
+def recording(model):
+    """Count how ``model`` is scored inside the block (``ScoringRecord``)."""
+    record = ScoringRecord(model)
+    _RECORDINGS.append(record)
     try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
+        yield record
+    finally:
+        _RECORDINGS.remove(record)
 
 
-def _forward_logits(model, input_ids, keep: int, **kwargs):
-    """Forward and return (logits of the last ``keep`` positions, outputs)."""
-    if _supports_logits_to_keep(model):
-        out = model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
-        logits = out.logits
-        if logits.shape[1] != keep:  # a model that accepts the argument but ignores it
-            logits = logits[:, -keep:]
-    else:
-        out = model(input_ids=input_ids, **kwargs)
-        logits = out.logits[:, -keep:]
-    return logits, out
+def _count(model, what: str, how: str, n: int = 1) -> None:
+    model = causal_lm(model)
+    for record in _RECORDINGS:
+        if record.model is model:
+            record.counts[(what, how)] += n
 
 
-def _logprob_and_greedy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """log_softmax(logits)[targets] in float32 and argmax == target, one block of rows at a time.
-
-    logits: [m, vocab] (any float dtype); targets: [m]. Returns float32 [m] and bool [m] on CPU.
-    """
-    lps, hits = [], []
-    block_bytes = LOGPROB_BLOCK_BYTES if logits.device.type == "cpu" else LOGPROB_BLOCK_BYTES_ACCELERATOR
-    rows = max(1, block_bytes // (4 * logits.shape[-1]))
-    targets = targets.to(logits.device)  # the logits stay where the head made them; the targets go there
-    for a in range(0, logits.shape[0], rows):
-        block = logits[a : a + rows].float()
-        tgt = targets[a : a + rows]
-        # one max gives both the argmax and the shift of a numerically stable log-sum-exp
-        top, argmax = block.max(dim=-1)
-        lse = top + (block - top[:, None]).exp_().sum(dim=-1).log()
-        lps.append(block.gather(1, tgt[:, None]).squeeze(1) - lse)
-        hits.append(argmax == tgt)
-        del block
-    if not lps:
-        return torch.empty(0), torch.empty(0, dtype=torch.bool)
-    # one copy to the host per call (not per block: each copy waits for the device)
-    return torch.cat(lps).cpu(), torch.cat(hits).cpu()
+# ------------------------------------------------------------------ the long pass
 
 
 def score_long(
@@ -223,56 +231,79 @@ def score_long(
     ids: Sequence[int] | np.ndarray | torch.Tensor,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     score_from: int = 1,
+    long_pass: str = "auto",
 ) -> TokenLogprobs:
-    """Log-probs and greedy hits of ids[t] given all of ids[:t], for t >= score_from.
-
-    The sequence is fed in chunks of ``chunk_size`` tokens with a KV cache; positions before
-    ``score_from`` only fill the cache (their logits are not computed where the model supports
-    ``logits_to_keep``). A batch of one of ``score_long_batch``.
-    """
-    return score_long_batch(model, [ids], chunk_size=chunk_size, score_from=score_from)[0]
+    """Log-probs and greedy hits of ids[t] given all of ids[:t], for t >= score_from (a batch of one of
+    ``score_long_batch``)."""
+    return score_long_batch(model, [ids], chunk_size=chunk_size, score_from=score_from, long_pass=long_pass)[0]
 
 
 @torch.no_grad()
-def score_truncated(
+def score_long_batch(
     model,
     sequences: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
-    trunc_len: int,
-    stride: int,
-    batch_size: int = 8,
-    pad_token_id: int = 0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    score_from: int = 1,
+    long_pass: str = "auto",
 ) -> list[TokenLogprobs]:
-    """Scores of every sequence under the reference truncated windows (K = trunc_len, d = stride).
+    """``score_long`` for several sequences of ONE length in one batched pass (no padding, no mask).
 
-    Each window ids[s : s + K + d'] is a sequence of its own whose last d' tokens are scored, so the
-    windows of all sequences go through ``score_sequence_ends``: ``batch_size`` per forward, longest
-    first, right-padded, logits only for the scored columns (every window has exactly K context
-    tokens before its first scored position, so those columns line up across a batch).
+    ``full``: one forward of the batch, the head replayed on the scored rows in blocks. ``chunked``: KV-cache
+    chunks of ``chunk_size`` tokens, each chunk's logits for the scored positions only; positions before
+    ``score_from`` only fill the cache.
     """
+    model = causal_lm(model)
     seqs = [_as_ids(s) for s in sequences]
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    results = []
-    jobs = []  # (sequence index, window)
-    for i, s in enumerate(seqs):
-        n = int(s.numel())
-        results.append(
-            TokenLogprobs(np.full(max(n - 1, 0), np.nan, dtype=np.float32), np.zeros(max(n - 1, 0), dtype=bool))
-        )
-        jobs.extend((i, w) for w in truncated_windows(n, trunc_len, stride))
-    if not jobs:
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if not seqs:
+        return []
+    n = int(seqs[0].numel())
+    if any(int(s.numel()) != n for s in seqs):
+        raise ScoringError(f"score_long_batch needs sequences of one length, got {sorted({int(s.numel()) for s in seqs})}")
+    score_from = max(1, int(score_from))
+    results = [_unscored(n) for _ in seqs]
+    if n < 2 or score_from >= n:
         return results
-    scored = score_sequence_ends(model, [seqs[i][w.start : w.stop] for i, w in jobs],
-                                 [w.stop - w.score_from for _, w in jobs], batch_size=batch_size,
-                                 pad_token_id=pad_token_id)
-    for (i, w), window in zip(jobs, scored):
-        # target t lives at array index t - 1
-        results[i].logprob[w.score_from - 1 : w.stop - 1] = window.logprob
-        results[i].greedy[w.score_from - 1 : w.stop - 1] = window.greedy
+    # the strategy one sequence needs; a batch that does not fit in one forward is split, not chunked
+    strategy = choose_long_pass(model, long_pass, n, 1, chunk_size)
+    ids = torch.stack(seqs)
+    ids_dev = ids.to(input_device(model))
+    first = score_from - 1  # array index of the first scored target
+    if strategy == "full":
+        step = _fitting_batch(model, n, len(seqs))
+        for a in range(0, len(seqs), step):
+            lps, hits = full_scores(model, ids_dev[a : a + step], first, n - 1, capabilities(model).support)
+            for r in range(lps.shape[0]):
+                results[a + r].logprob[first:] = lps[r].numpy()
+                results[a + r].greedy[first:] = hits[r].numpy()
+    else:
+        _chunked_long_pass(model, ids, ids_dev, first, chunk_size, results)
+    _count(model, "long", strategy, len(seqs))
     return results
 
 
-# ------------------------------------------------------------------ continuations of a shared prefix
+def _chunked_long_pass(model, ids, ids_dev, first: int, chunk_size: int, results: list[TokenLogprobs]) -> None:
+    n = ids.shape[1]
+    cache = KVCache(model) if n > chunk_size else None
+    for a in range(0, n, chunk_size):
+        b = min(a + chunk_size, n)
+        start = max(a, first)  # positions before first only fill the cache
+        keep = max(b - start, 1)
+        if cache is not None:
+            logits = cache.feed(ids_dev[:, a:b], keep)
+        else:
+            logits, _ = own_logits(model, ids_dev[:, a:b], keep, use_cache=False)
+        stop = min(b, n - 1)
+        if stop > start:
+            for r in range(ids.shape[0]):  # row by row: no [batch, chunk, vocab] float32 copy
+                lp, hit = logprob_and_greedy(logits[r, : stop - start], ids[r, start + 1 : stop + 1])
+                results[r].logprob[start:stop] = lp.numpy()
+                results[r].greedy[start:stop] = hit.numpy()
+        del logits
+
+
+# ------------------------------------------------------------------ sequences scored at their end, on their own
 
 
 def _scored_counts(sequences: list[torch.Tensor], n_scored, min_context: int) -> list[int]:
@@ -287,17 +318,148 @@ def _scored_counts(sequences: list[torch.Tensor], n_scored, min_context: int) ->
     return counts
 
 
-def _extend_cache(model, ids_dev: torch.Tensor, start: int, stop: int, chunk_size: int, past):
-    """Feed ``ids_dev[:, start:stop]`` into the KV cache ``past``, ``chunk_size`` tokens per forward (only the
-    last column's logits are computed); returns the cache. A model without a cache cannot share a prefix."""
-    for a in range(start, stop, chunk_size):
-        b = min(a + chunk_size, stop)
-        logits, out = _forward_logits(model, ids_dev[:, a:b], 1, use_cache=True, past_key_values=past)
-        if getattr(out, "past_key_values", None) is None:
-            raise ScoringError(f"{type(model).__name__} returned no KV cache, so a prefix cannot be shared")
-        past = out.past_key_values
-        del logits, out
-    return past
+def _fitting_batch(model, n_tokens: int, batch_size: int) -> int:
+    """At most ``batch_size`` sequences of ``n_tokens`` per forward, fewer when the memory estimate says so."""
+    device = input_device(model)
+    free = memory.free_bytes(device)
+    batch = max(1, int(batch_size))
+    while batch > 1 and free is not None and \
+            memory.full_forward_bytes(model, n_tokens, batch, device.type) > memory.FREE_MEMORY_SHARE * free:
+        batch //= 2
+    return batch
+
+
+def _fitting_cache_batch(model, n_tokens: int, batch_size: int) -> int:
+    """At most ``batch_size`` continuations on one repeated cache of ``n_tokens``, fewer when the extra copies of
+    the cache would not fit (by the memory estimate)."""
+    free = memory.free_bytes(input_device(model))
+    batch = max(1, int(batch_size))
+    per_row = memory.kv_cache_bytes(model, n_tokens, 1)
+    while batch > 1 and free is not None and (batch - 1) * per_row > memory.FREE_MEMORY_SHARE * free:
+        batch //= 2
+    return batch
+
+
+@torch.no_grad()
+def score_sequence_ends(
+    model,
+    sequences: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
+    n_scored: int | Sequence[int],
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[TokenLogprobs]:
+    """Scores of the last ``n_scored`` tokens of every sequence, each sequence on its own (no shared context):
+    token s[i] (i >= len(s) - n_scored) gets log p(s[i] | s[:i]) in float32 and a greedy hit.
+
+    Returns one TokenLogprobs per sequence, of length n_scored, in the order given. Sequences of one length go
+    ``batch_size`` per forward (no padding, so no mask, and a length-dependent RoPE sees each sequence's own
+    length); only the scored rows reach the output head.
+    """
+    model = causal_lm(model)
+    seqs = [_as_ids(s) for s in sequences]
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    counts = _scored_counts(seqs, n_scored, 1)
+    results: list[TokenLogprobs | None] = [None] * len(seqs)
+    if not seqs:
+        return []
+    caps = capabilities(model)
+    if not caps.full:
+        check_model(model, "auto")  # refuses a model that has neither strategy
+    device = input_device(model)
+    by_length: dict[int, list[int]] = {}
+    for i, s in enumerate(seqs):
+        by_length.setdefault(int(s.numel()), []).append(i)
+    for width in sorted(by_length, reverse=True):
+        members = by_length[width]
+        step = _fitting_batch(model, width, batch_size)
+        for a in range(0, len(members), step):
+            batch = members[a : a + step]
+            ids = torch.stack([seqs[i] for i in batch])
+            # row r scores targets [width - k_r, width): array positions [width - k_r - 1, width - 1)
+            first = min(width - counts[i] - 1 for i in batch)
+            if caps.full:
+                lps, hits = full_scores(model, ids.to(device), first, width - 1, caps.support)
+            else:
+                logits, _ = own_logits(model, ids.to(device), width - first, use_cache=False)
+                rows = [logprob_and_greedy(logits[r, : width - 1 - first], ids[r, first + 1 :])
+                        for r in range(len(batch))]
+                lps, hits = torch.stack([x[0] for x in rows]), torch.stack([x[1] for x in rows])
+                del logits
+            for r, i in enumerate(batch):
+                k = counts[i]
+                results[i] = TokenLogprobs(lps[r, -k:].numpy().copy(), hits[r, -k:].numpy().copy())
+    _count(model, "sequence_ends", "full" if caps.full else "own_logits", len(seqs))
+    return results
+
+
+@torch.no_grad()
+def score_truncated(
+    model,
+    sequences: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
+    trunc_len: int,
+    stride: int,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[TokenLogprobs]:
+    """Scores of every sequence under the reference truncated windows (K = trunc_len, d = stride).
+
+    Each window ids[s : s + K + d'] is a sequence of its own whose last d' tokens are scored, so the windows of
+    all sequences go through ``score_sequence_ends``.
+    """
+    seqs = [_as_ids(s) for s in sequences]
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    results = [_unscored(int(s.numel())) for s in seqs]
+    jobs = [(i, w) for i, s in enumerate(seqs) for w in truncated_windows(int(s.numel()), trunc_len, stride)]
+    if not jobs:
+        return results
+    scored = score_sequence_ends(model, [seqs[i][w.start : w.stop] for i, w in jobs],
+                                 [w.stop - w.score_from for _, w in jobs], batch_size=batch_size)
+    for (i, w), window in zip(jobs, scored):
+        # target t lives at array index t - 1
+        results[i].logprob[w.score_from - 1 : w.stop - 1] = window.logprob
+        results[i].greedy[w.score_from - 1 : w.stop - 1] = window.greedy
+    return results
+
+
+# ------------------------------------------------------------------ continuations of a shared prefix
+
+
+def _continuation_groups(conts: list[torch.Tensor], batch_size: int) -> list[list[int]]:
+    """Indices of equal-length continuations, ``batch_size`` per group (one forward each)."""
+    by_length: dict[int, list[int]] = {}
+    for i, c in enumerate(conts):
+        by_length.setdefault(int(c.numel()), []).append(i)
+    return [idx[a : a + batch_size] for _, idx in sorted(by_length.items()) for a in range(0, len(idx), batch_size)]
+
+
+def _read_on_cache(model, cache: KVCache, last_token: torch.Tensor, conts: list[torch.Tensor], counts: list[int],
+                   batch_size: int, device) -> list[TokenLogprobs]:
+    """Each continuation c fed as [last prefix token] + c on top of ``cache`` (equal lengths batched on a
+    repeated cache), scored on its last k tokens, then the cache cropped back to the prefix."""
+    held = cache.length
+    out: list[TokenLogprobs | None] = [None] * len(conts)
+    longest = held + 1 + max(int(c.numel()) for c in conts)
+    for group in _continuation_groups(conts, _fitting_cache_batch(model, longest, batch_size)):
+        inp = torch.stack([torch.cat([last_token, conts[i]]) for i in group]).to(device)
+        keep = max(counts[i] for i in group) + 1
+        cache.expand(len(group))
+        logits = cache.feed(inp, keep)
+        # input column j predicts c[j]: c's last k tokens come from the k columns before the last
+        for r, i in enumerate(group):
+            k = counts[i]
+            lp, hit = logprob_and_greedy(logits[r, keep - 1 - k : keep - 1], conts[i][-k:])
+            out[i] = TokenLogprobs(lp.numpy(), hit.numpy())
+        del logits
+        cache.crop(held)
+        cache.keep_first_row(len(group))
+    return out
+
+
+def _fill_cache(cache: KVCache, ids_dev: torch.Tensor, stop: int, strategy: str, chunk_size: int) -> None:
+    """Feed ids_dev[:, cache.length : stop] into the cache: in one forward (``full``) or in chunks."""
+    step = max(stop - cache.length, 1) if strategy == "full" else chunk_size
+    for a in range(cache.length, stop, step):
+        cache.feed(ids_dev[:, a : min(a + step, stop)], 1)
 
 
 @torch.no_grad()
@@ -307,170 +469,56 @@ def score_continuations(
     continuations: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
     n_scored: int | Sequence[int] | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    long_pass: str = "auto",
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[TokenLogprobs]:
-    """Scores of the last ``n_scored`` tokens of every continuation, each read after the same prefix,
-    with the prefix computed ONCE.
+    """Scores of the last ``n_scored`` tokens of every continuation, each read after the same prefix.
 
-    For continuation c and its scored token c[i] (i >= len(c) - n_scored): log p(c[i] | prefix + c[:i])
-    in float32, and whether c[i] is the argmax. Returns one TokenLogprobs per continuation, of length
-    n_scored, index j holding continuation token len(c) - n_scored + j. ``n_scored`` (int or one per
-    continuation) defaults to the whole continuation.
+    For continuation c and its scored token c[i] (i >= len(c) - n_scored): log p(c[i] | prefix + c[:i]) in
+    float32, and whether c[i] is the argmax. Returns one TokenLogprobs per continuation, of length n_scored,
+    index j holding continuation token len(c) - n_scored + j. ``n_scored`` (int or one per continuation)
+    defaults to the whole continuation.
 
-    How: prefix[:-1] is fed into a KV cache in chunks of ``chunk_size`` tokens (logits of one position
-    per chunk only: the prefix itself is not scored). Each continuation is then fed as
-    [prefix[-1]] + c on top of that cache, and the cache is cropped back to len(prefix) - 1 tokens
-    before the next one. Holding back the last prefix token makes c[0] scorable from the
-    continuation's own forward; cropping makes every continuation see exactly the prefix, never an
-    earlier continuation. Continuations run one at a time: memory is one copy of the prefix's KV
-    cache plus one continuation's logits.
+    Where a KV cache is exact (``support.py``), prefix[:-1] is computed ONCE into a cache (one forward, or chunks)
+    and every continuation is fed as [prefix[-1]] + c on top of it, ``batch_size`` equal-length ones at a time,
+    the cache cropped back before the next. Elsewhere every prefix + c is one forward of its own.
     """
+    model = causal_lm(model)
     prefix = _as_ids(prefix_ids)
     conts = [_as_ids(c) for c in continuations]
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if chunk_size < 1 or batch_size < 1:
+        raise ValueError(f"chunk_size and batch_size must be >= 1, got {chunk_size}, {batch_size}")
     if prefix.numel() < 1:
         raise ScoringError("score_continuations needs a prefix of at least one token")
     counts = _scored_counts(conts, [int(c.numel()) for c in conts] if n_scored is None else n_scored, 0)
     if not conts:
         return []
-
-    device = input_device(model)
-    held = int(prefix.numel()) - 1  # tokens kept in the cache between continuations
-    past = None
-    if held > 0:
-        from transformers import DynamicCache
-
-        past = _extend_cache(model, prefix.to(device)[None], 0, held, chunk_size, DynamicCache())
-
-    results = []
-    for c, k in zip(conts, counts):
-        inp = torch.cat([prefix[-1:], c]).to(device)[None]
-        # input column j predicts inp[j + 1] = c[j]: the scored c[len(c) - k:] come from the k columns
-        # before the last, so the last k + 1 columns are kept and the final one dropped
-        kwargs = {"use_cache": past is not None}
-        if past is not None:
-            kwargs["past_key_values"] = past
-        logits, out = _forward_logits(model, inp, k + 1, **kwargs)
-        lp, hit = _logprob_and_greedy(logits[0, :k], c[-k:])
-        results.append(TokenLogprobs(lp.numpy(), hit.numpy()))
-        del logits, out
-        if past is not None:
-            # a negative count removes that many positions (transformers 4.x and 5.x alike)
-            past.crop(-int(inp.shape[1]))
-            if past.get_seq_length() != held:
-                raise ScoringError(f"the KV cache of {type(model).__name__} could not be cropped back to the "
-                                   f"prefix ({past.get_seq_length()} positions instead of {held})")
-    return results
+    return _score_rung(model, prefix, conts, counts, chunk_size, long_pass, batch_size, None)
 
 
-@torch.no_grad()
-def score_sequence_ends(
-    model,
-    sequences: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
-    n_scored: int | Sequence[int],
-    batch_size: int = 8,
-    pad_token_id: int = 0,
-) -> list[TokenLogprobs]:
-    """Scores of the last ``n_scored`` tokens of every sequence, each sequence on its own (no shared
-    context): token s[i] (i >= len(s) - n_scored) gets log p(s[i] | s[:i]) in float32 and a greedy hit.
-
-    Returns one TokenLogprobs per sequence, of length n_scored, in the order given. Sequences go
-    ``batch_size`` per forward, longest first, right-padded (padding follows the real tokens, so
-    causal attention never lets it reach a scored position; the attention mask excludes it too), and
-    ``logits_to_keep`` limits the logits to the columns that hold scored positions.
-    """
-    seqs = [_as_ids(s) for s in sequences]
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    counts = _scored_counts(seqs, n_scored, 1)
-    results: list[TokenLogprobs | None] = [None] * len(seqs)
-    device = input_device(model)
-    order = sorted(range(len(seqs)), key=lambda i: -int(seqs[i].numel()))
-    for a in range(0, len(order), batch_size):
-        batch = order[a : a + batch_size]
-        width = int(seqs[batch[0]].numel())
-        input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for r, i in enumerate(batch):
-            input_ids[r, : seqs[i].numel()] = seqs[i]
-            attention_mask[r, : seqs[i].numel()] = 1
-        # row i scores columns [len_i - k_i - 1, len_i - 1); keep from the earliest of them on
-        first = min(int(seqs[i].numel()) - counts[i] - 1 for i in batch)
-        logits, _ = _forward_logits(model, input_ids.to(device), width - first,
-                                    attention_mask=attention_mask.to(device), use_cache=False)
-        for r, i in enumerate(batch):
-            n, k = int(seqs[i].numel()), counts[i]
-            lp, hit = _logprob_and_greedy(logits[r, n - k - 1 - first : n - 1 - first], seqs[i][n - k :])
-            results[i] = TokenLogprobs(lp.numpy(), hit.numpy())
-        del logits
-    return results
-
-
-# ------------------------------------------------------------------ long pass, batched (equal lengths)
-
-
-@torch.no_grad()
-def score_long_batch(
-    model,
-    sequences: Iterable[Sequence[int] | np.ndarray | torch.Tensor],
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    score_from: int = 1,
-) -> list[TokenLogprobs]:
-    """``score_long`` for several sequences of ONE length in one batched pass.
-
-    Equal lengths need no padding and no attention mask: row r of every forward is exactly what
-    ``score_long(model, sequences[r], chunk_size, score_from)`` feeds. The prefix goes in KV-cache
-    chunks of ``chunk_size`` tokens; logits exist for the positions that predict targets
-    t >= score_from only, one chunk at a time ([batch, chunk, vocab] at most).
-    """
-    seqs = [_as_ids(s) for s in sequences]
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    if not seqs:
-        return []
-    n = int(seqs[0].numel())
-    if any(int(s.numel()) != n for s in seqs):
-        raise ScoringError(f"score_long_batch needs sequences of one length, got {sorted({int(s.numel()) for s in seqs})}")
-    score_from = max(1, int(score_from))
-    results = [TokenLogprobs(np.full(max(n - 1, 0), np.nan, dtype=np.float32), np.zeros(max(n - 1, 0), dtype=bool))
-               for _ in seqs]
-    if n < 2 or score_from >= n:
-        return results
-
-    device = input_device(model)
-    ids = torch.stack(seqs)
-    ids_dev = ids.to(device)
-    past = None
-    if n > chunk_size:
-        from transformers import DynamicCache
-
-        past = DynamicCache()
-    for a in range(0, n, chunk_size):
-        b = min(a + chunk_size, n)
-        first = max(a, score_from - 1)  # as in score_long: positions before score_from - 1 fill the cache only
-        keep = max(b - first, 1)
-        kwargs = {"use_cache": past is not None}
-        if past is not None:
-            kwargs["past_key_values"] = past
-        logits, out = _forward_logits(model, ids_dev[:, a:b], keep, **kwargs)
-        if past is not None:
-            if getattr(out, "past_key_values", None) is None:
-                raise ScoringError(
-                    f"{type(model).__name__} returned no KV cache, so {n}-token sequences cannot be "
-                    f"scored in chunks of {chunk_size}; pass chunk_size >= {n} (one full forward)."
-                )
-            past = out.past_key_values
-        stop = min(b, n - 1)
-        if stop > first:
-            for r in range(len(seqs)):  # row by row: no [batch, chunk, vocab] float32 copy
-                lp, hit = _logprob_and_greedy(logits[r, : stop - first], ids[r, first + 1 : stop + 1])
-                results[r].logprob[first:stop] = lp.numpy()
-                results[r].greedy[first:stop] = hit.numpy()
-        del logits, out
-    return results
-
-
-# ------------------------------------------------------------------ a ladder of prefix lengths, one pass
+def _score_rung(model, prefix: torch.Tensor, conts, counts, chunk_size, long_pass, batch_size,
+                cache: KVCache | None) -> list[TokenLogprobs]:
+    """One prefix's continuations: on a cache of prefix[:-1] (given, or built here) where a KV cache is exact,
+    else each prefix + c in a forward of its own."""
+    check_model(model, long_pass)
+    caps = capabilities(model)
+    held = int(prefix.numel()) - 1
+    longest = held + 1 + max(int(c.numel()) for c in conts)
+    if caps.support.kv_cache_exact and held > 0:
+        strategy = "chunked" if not caps.full else choose_long_pass(model, long_pass, longest, 1, chunk_size, True)
+        device = input_device(model)
+        if cache is None:
+            cache = KVCache(model)
+            _fill_cache(cache, prefix[:held].to(device)[None], held, strategy, chunk_size)
+            _count(model, "long", strategy)
+        out = _read_on_cache(model, cache, prefix[-1:], conts, counts, batch_size, device)
+        _count(model, "continuations", "shared_kv_cache", len(conts))
+        return out
+    if long_pass == "chunked" and not caps.support.kv_cache_exact:
+        raise ScoringError(_chunked_refusal(model, caps))
+    out = score_sequence_ends(model, [torch.cat([prefix, c]) for c in conts], counts, batch_size=batch_size)
+    _count(model, "continuations", "one_forward_each", len(conts))
+    return out
 
 
 @torch.no_grad()
@@ -480,24 +528,24 @@ def score_prefix_ladder(
     rungs: Sequence[tuple[int, Iterable[Sequence[int] | np.ndarray | torch.Tensor]]],
     n_scored: int | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    long_pass: str = "auto",
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[list[TokenLogprobs]]:
-    """``score_continuations(model, ids[:P], continuations)`` for every rung (P, continuations), with
-    ids fed ONCE: the KV cache only ever grows along ids, from one rung's prefix to the next.
+    """``score_continuations(model, ids[:P], continuations)`` for every rung (P, continuations).
 
-    ``rungs`` lists (prefix length P, continuations) with strictly increasing P in [1, len(ids)].
-    Returns, per rung, one TokenLogprobs per continuation (its last ``n_scored`` tokens; default:
-    the whole continuation), exactly as ``score_continuations`` defines them.
+    ``rungs`` lists (prefix length P, continuations) with strictly increasing P in [1, len(ids)]. Returns, per
+    rung, one TokenLogprobs per continuation (its last ``n_scored`` tokens; default: the whole continuation),
+    exactly as ``score_continuations`` defines them.
 
-    How: at a rung of prefix length P the cache holds ids[:P - 1], filled from the previous rung's
-    length in chunks of at most ``chunk_size`` tokens (logits of one position per chunk only). Each
-    continuation c is fed as [ids[P - 1]] + c on top of it and the cache is cropped back to P - 1
-    before the next one, so every continuation sees exactly ids[:P]. Cost: one chunked pass over
-    ids[:P_max - 1] plus the continuations' own tokens; memory: one KV cache of the longest prefix
-    plus one continuation's logits.
+    Where a KV cache is exact, ids is computed ONCE: with ``full``, ids[:P_max - 1] in one forward and the rungs
+    read from the longest down, the cache cropped to each rung's P - 1; with ``chunked``, the cache grows in
+    chunks from one rung's prefix to the next. Each rung's continuations go ``batch_size`` at a time on a
+    repeated cache. Elsewhere every ids[:P] + c is one forward of its own, a rung's cells batched.
     """
+    model = causal_lm(model)
     seq = _as_ids(ids)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if chunk_size < 1 or batch_size < 1:
+        raise ValueError(f"chunk_size and batch_size must be >= 1, got {chunk_size}, {batch_size}")
     plan = []
     last = 0
     for p, conts in rungs:
@@ -511,31 +559,36 @@ def score_prefix_ladder(
         last = p
     if not plan:
         return []
-
-    from transformers import DynamicCache
+    check_model(model, long_pass)
+    caps = capabilities(model)
+    if not caps.support.kv_cache_exact:
+        return [_score_rung(model, seq[:p], cs, counts, chunk_size, long_pass, batch_size, None) if cs else []
+                for p, cs, counts in plan]
 
     device = input_device(model)
+    p_max = plan[-1][0]
+    longest = p_max + max((int(c.numel()) for _, cs, _ in plan for c in cs), default=0)
+    strategy = "chunked" if not caps.full else choose_long_pass(model, long_pass, longest, 1, chunk_size, True)
     seq_dev = seq.to(device)[None]
-    past = DynamicCache()
-    filled = 0  # positions of ids in the cache
-    out = []
-    for p, conts, counts in plan:
-        held = p - 1
-        past = _extend_cache(model, seq_dev, filled, held, chunk_size, past)
-        filled = max(filled, held)
-        rung = []
-        for c, k in zip(conts, counts):
-            inp = torch.cat([seq[p - 1 : p], c]).to(device)[None]
-            # as in score_continuations: the last k + 1 columns hold the k scored predictions
-            kwargs = {"use_cache": True, "past_key_values": past} if held > 0 else {"use_cache": False}
-            logits, res = _forward_logits(model, inp, k + 1, **kwargs)
-            lp, hit = _logprob_and_greedy(logits[0, :k], c[-k:])
-            rung.append(TokenLogprobs(lp.numpy(), hit.numpy()))
-            del logits, res
-            if held > 0:
-                past.crop(-int(inp.shape[1]))
-                if past.get_seq_length() != held:
-                    raise ScoringError(f"the KV cache of {type(model).__name__} could not be cropped back to the "
-                                       f"prefix ({past.get_seq_length()} positions instead of {held})")
-        out.append(rung)
+    cache = KVCache(model)
+    out: list = [None] * len(plan)
+    # full: the whole prefix in one forward, then the rungs from the longest down (a cache only shrinks);
+    # chunked: the cache grows rung by rung
+    order = range(len(plan) - 1, -1, -1) if strategy == "full" else range(len(plan))
+    if strategy == "full":
+        _fill_cache(cache, seq_dev, p_max - 1, "full", chunk_size)
+    for r in order:
+        p, cs, counts = plan[r]
+        if p - 1 > cache.length:
+            _fill_cache(cache, seq_dev, p - 1, strategy, chunk_size)
+        else:
+            cache.crop(p - 1)
+        if not cs:
+            out[r] = []
+        elif p == 1:
+            out[r] = _score_rung(model, seq[:1], cs, counts, chunk_size, long_pass, batch_size, None)
+        else:
+            out[r] = _read_on_cache(model, cache, seq[p - 1 : p], cs, counts, batch_size, device)
+            _count(model, "continuations", "shared_kv_cache", len(cs))
+    _count(model, "long", strategy)
     return out

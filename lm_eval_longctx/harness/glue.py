@@ -131,8 +131,9 @@ def score_request(model, tokenizer, text: str, spec: dict, max_length: int | Non
     """The ``sequence`` kind for one request: tokenize (or take ``spec['token_ids']``), check length,
     run the long pass and, if asked, the truncated pass.
 
-    spec keys: ``add_special_tokens`` (bool), ``offsets`` (bool), ``chunk_size`` (int),
-    ``score_from`` (int), ``truncated`` ({"trunc_len", "stride"} or None), ``allow_beyond_max_length``.
+    spec keys: ``add_special_tokens`` (bool), ``offsets`` (bool), ``long_pass`` and ``chunk_size`` (how the
+    long pass runs), ``score_from`` (int), ``truncated`` ({"trunc_len", "stride"} or None),
+    ``allow_beyond_max_length``.
     """
     if spec.get("token_ids") is not None:
         ids = [int(x) for x in spec["token_ids"]]
@@ -144,12 +145,11 @@ def score_request(model, tokenizer, text: str, spec: dict, max_length: int | Non
         offsets = None
     check_length(len(ids), max_length, spec)
     long = engine.score_long(model, ids, chunk_size=int(spec.get("chunk_size", engine.DEFAULT_CHUNK_SIZE)),
-                             score_from=int(spec.get("score_from", 1)))
+                             score_from=int(spec.get("score_from", 1)), long_pass=str(spec.get("long_pass", "auto")))
     short = None
     trunc = spec.get("truncated")
     if trunc:
-        pad = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else 0
-        short = _truncated_with_backoff(model, ids, int(trunc["trunc_len"]), int(trunc["stride"]), batch_size, pad)
+        short = _truncated_with_backoff(model, ids, int(trunc["trunc_len"]), int(trunc["stride"]), batch_size)
     return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets, long, short)
 
 
@@ -195,9 +195,9 @@ def with_batch_backoff(score, batch_size: int, what: str):
             log.warning("out of memory in %s; retrying with %d per forward", what, batch_size)
 
 
-def _truncated_with_backoff(model, ids, trunc_len, stride, batch_size, pad):
+def _truncated_with_backoff(model, ids, trunc_len, stride, batch_size):
     return with_batch_backoff(
-        lambda bs: engine.score_truncated(model, [ids], trunc_len, stride, batch_size=bs, pad_token_id=pad)[0],
+        lambda bs: engine.score_truncated(model, [ids], trunc_len, stride, batch_size=bs)[0],
         batch_size, "the truncated pass (windows)")
 
 
@@ -217,7 +217,7 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
         db = None
     batch = self.batch_size if isinstance(getattr(self, "batch_size", None), int) else 8
     out: list = [None] * len(requests)
-    pending: dict[str, list[int]] = {}
+    pending: dict[tuple[str, str], list[int]] = {}  # (task, kind) -> request indices
     keys: list[str | None] = [None] * len(requests)
     for i, req in enumerate(requests):
         text, spec = req.args
@@ -232,12 +232,17 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
                 if n is not None:  # the same length check as an uncached request
                     check_length(n, self.max_length, spec)
                 continue
-        pending.setdefault(kind, []).append(i)
+        pending.setdefault((str(getattr(req, "task_name", "")), kind), []).append(i)
+    # a model the engine cannot score exactly is refused here, before any request is scored
+    for long_pass in sorted({str(requests[i].args[1].get("long_pass", "auto")) for idx in pending.values() for i in idx}):
+        engine.check_model(self.model, long_pass)
     bar = tqdm(total=sum(map(len, pending.values())), disable=disable_tqdm or self.rank != 0,
                desc=f"Running {REQUEST_TYPE} requests")
     ctx = ScoringContext(self.model, self.tokenizer, self.max_length, batch, bar.update)
-    for kind, idx in pending.items():
-        results = REQUEST_KINDS[kind].serve(ctx, [requests[i].args for i in idx])
+    for (task_name, kind), idx in pending.items():
+        with engine.recording(self.model) as record:
+            results = REQUEST_KINDS[kind].serve(ctx, [requests[i].args for i in idx])
+        note_scoring(task_name, record.summary())
         for i, res in zip(idx, results, strict=True):
             out[i] = res
             # plain arrays, not our classes; results that say they are not cacheable (failures) are not stored
@@ -245,6 +250,34 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
                 db[keys[i]] = res.to_state()
     bar.close()
     return out
+
+
+# How each task's requests were scored in this process (strategy per pass, dtype, model type): the tasks put it
+# into their results record (``configs.<task>.metadata.longctx_settings.runtime.scoring``).
+SCORING_BY_TASK: dict[str, dict] = {}
+
+
+def merge_scoring(previous: dict | None, summary: dict) -> dict:
+    """An engine record (``ScoringRecord.summary``) with an earlier one's pass counts added."""
+    if previous is not None:
+        for what, by_strategy in previous.get("passes", {}).items():
+            merged = summary["passes"].setdefault(what, {})
+            for how, n in by_strategy.items():
+                merged[how] = merged.get(how, 0) + n
+    return summary
+
+
+def note_scoring(task_name: str, summary: dict) -> None:
+    """Add one serving round's engine record to the task's."""
+    SCORING_BY_TASK[task_name] = merge_scoring(SCORING_BY_TASK.get(task_name), summary)
+
+
+def forget_scoring(task_name: str) -> None:
+    SCORING_BY_TASK.pop(task_name, None)
+
+
+def scoring_of(task_name: str) -> dict | None:
+    return SCORING_BY_TASK.get(task_name)
 
 
 def _unsupported_backend(self, requests, disable_tqdm: bool = False):
@@ -282,6 +315,15 @@ METRICS: dict[str, tuple[str, bool | None]] = {
     "key_token_fraction": ("corpus_ratio", None),
     "n_key_tokens": ("mean", None),
 }
+
+
+def perplexity_or_note(note: str):
+    """Token-weighted perplexity, or ``note`` (a text for the table and the results) when no item has a token."""
+    import functools
+
+    fn = functools.partial(metrics.token_weighted_perplexity_or, note)
+    fn._longctx_bootstrap = True
+    return fn
 
 
 def add_aggregation(name: str, fn, bootstrap: bool = True) -> None:
@@ -325,8 +367,9 @@ def bootstrap_stderr(aggregate, items, iters: int, seed: int = 1234) -> float:
     """
     items = list(items)
     rng = np.random.default_rng(seed)
-    values = np.array([aggregate([items[i] for i in rng.integers(0, len(items), len(items))]) for _ in range(iters)])
-    values = values[np.isfinite(values)]
+    values = [aggregate([items[i] for i in rng.integers(0, len(items), len(items))]) for _ in range(iters)]
+    # a resample without a defined value (NaN, or a note such as "n/a: ...") is skipped
+    values = np.array([v for v in values if isinstance(v, (int, float)) and np.isfinite(v)], dtype=np.float64)
     return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
 
 

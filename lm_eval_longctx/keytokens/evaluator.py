@@ -90,13 +90,13 @@ def check_evaluator_length(n_tokens: int, max_length: int | None, identity: dict
 
 def score_text(model, tokenizer, text: str, trunc_len: int, stride: int, chunk_size: int = engine.DEFAULT_CHUNK_SIZE,
                batch_size: int = 4, add_special_tokens: bool = True, max_length: int | None = None,
-               identity: dict | None = None) -> engine.SequenceScores:
-    """Long and truncated passes over ``text`` as the evaluator tokenizes it (checked against ``max_length``)."""
+               identity: dict | None = None, long_pass: str = "auto") -> engine.SequenceScores:
+    """Long and truncated passes over ``text`` as the evaluator tokenizes it (checked against ``max_length``);
+    the long pass runs as ``long_pass`` says, by the same rule as the evaluated model's."""
     ids, offsets = keyspans.token_offsets(tokenizer, text, add_special_tokens=add_special_tokens)
     check_evaluator_length(len(ids), max_length, identity)
-    long = engine.score_long(model, ids, chunk_size=chunk_size)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    short = engine.score_truncated(model, [ids], trunc_len, stride, batch_size=batch_size, pad_token_id=pad)[0]
+    long = engine.score_long(model, ids, chunk_size=chunk_size, long_pass=long_pass)
+    short = engine.score_truncated(model, [ids], trunc_len, stride, batch_size=batch_size)[0]
     return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets, long, short)
 
 

@@ -57,6 +57,14 @@ def token_weighted_perplexity(items: Iterable[Sequence[float]]) -> float:
     return perplexity_from_sums(total, weight)
 
 
+def token_weighted_perplexity_or(note: str, items: Iterable[Sequence[float]]) -> float | str:
+    """``token_weighted_perplexity``, or ``note`` when the items hold no token at all (a reason, not a NaN)."""
+    items = list(items)
+    if sum(float(x[1]) for x in items) <= 0:
+        return note
+    return token_weighted_perplexity(items)
+
+
 def corpus_ratio(items: Iterable[Sequence[float]]) -> float:
     """sum(numerator) / sum(denominator) over per-document pairs (e.g. key tokens / tokens)."""
     items = list(items)
@@ -190,6 +198,18 @@ def failed_lengths_from_samples(items) -> list[int]:
     """The tested lengths that failed (any sample with a NaN accuracy)."""
     c = _curve_from_items(items)
     return [int(x) for x in c["length"][c["failed"]]]
+
+
+def skipped_lengths_text(items) -> str:
+    """Aggregation over per-sample (length, reason) items, reason "" for a sample that ran: "none", or the skipped
+    lengths with their reasons ("5166, 6198: out of memory at one sample per forward")."""
+    by_reason: dict[str, set[int]] = {}
+    for length, reason in items:
+        if reason:
+            by_reason.setdefault(str(reason), set()).add(int(length))
+    if not by_reason:
+        return "none"
+    return "; ".join(f"{', '.join(map(str, sorted(lengths)))}: {reason}" for reason, lengths in sorted(by_reason.items()))
 
 
 def n_failed_lengths_from_samples(items) -> float:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
+# metrics of the suite whose value is a text for the reader (which lengths were skipped, and why): not compared
+TEXT_NOTES = frozenset({"skipped_lengths"})
 DEFAULT_Z = 1.96
 
 
@@ -152,7 +154,8 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
     """Flatten ``results`` into ``{"task/metric": Metric}`` (stderr and direction attached).
 
     A value that is not a number (null, a string, a list) is kept with ``invalid`` set, so that a tool that uses it
-    can refuse it by name; a malformed stderr or direction is an error at once."""
+    can refuse it by name; a malformed stderr or direction is an error at once. The suite's text notes
+    (``TEXT_NOTES``: ``forgetting_curve``'s ``skipped_lengths``) are for the reader, not metrics: they are left out."""
     hib_all = data.get("higher_is_better") or {}
     out = {}
     for task, entries in data["results"].items():
@@ -165,6 +168,8 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
             if "," not in key or "_stderr," in key:
                 continue  # "alias", "name", ... and the stderr entries (read below)
             metric, filt = key.split(",", 1)
+            if metric in TEXT_NOTES and isinstance(raw, str) and hib.get(metric) is None:
+                continue  # a note, shown in lm-eval's table
             value = _number(raw)
             invalid = None if value is not None else json.dumps(raw)
             se_key = f"{metric}_stderr,{filt}"

@@ -10,6 +10,9 @@ from ..harness import glue as harness
 from . import token_export
 
 
+NOTHING_SCORED = "no request scored in this process (results from the --use_cache database, or none yet)"
+
+
 class LongContextTask(ConfigurableTask):
     """A ConfigurableTask built from a YAML ``class:`` entry.
 
@@ -31,6 +34,7 @@ class LongContextTask(ConfigurableTask):
         cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
         # every task of this package sends longctx_scores requests (the accuracy task too: prompt lengths)
         harness.note_evaluated_model(str(cfg.get("task", type(self).__name__)))
+        harness.forget_scoring(str(cfg.get("task", "")))  # a new run of this task: its record starts empty
         self.settings = self.resolve_settings(cfg.get("metadata"))
         if token_export.SETTING in self.settings:
             self.settings[token_export.SETTING] = token_export.parse_setting(self.settings[token_export.SETTING])
@@ -54,6 +58,22 @@ class LongContextTask(ConfigurableTask):
 
     def build_all_requests(self, **kwargs) -> None:
         harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+
+    def _scoring_records(self) -> dict:
+        """How this task's requests were scored (the engine's strategy per pass, dtype, model type), for the
+        results record; tasks that run a second model (LongPPL's evaluator) add its record."""
+        scoring = harness.scoring_of(str(getattr(self.config, "task", "")))
+        return {"scoring": scoring if scoring is not None else NOTHING_SCORED}
+
+    def dump_config(self) -> dict:
+        """lm-eval's config dump, with how the requests were scored under ``longctx_settings.runtime``."""
+        config = super().dump_config()
+        metadata = config.get("metadata")
+        record = metadata.get("longctx_settings") if isinstance(metadata, dict) else None
+        if isinstance(record, dict):
+            runtime = {**record.get("runtime", {}), **self._scoring_records()}
+            config["metadata"] = {**metadata, "longctx_settings": {**record, "runtime": runtime}}
+        return config
 
     def has_training_docs(self):
         return False

@@ -182,7 +182,7 @@ class CurveSampleScore:
         return f"CurveSampleScore({self.mode}, l={self.length}, acc={self.accuracy:.4f}, n={self.n_scored})"
 
 
-def _score_with_backoff(model, seqs: list, chunk_size: int, score_from: int, batch_size: int) -> list:
+def _score_with_backoff(model, seqs: list, chunk_size: int, score_from: int, batch_size: int, long_pass: str) -> list:
     """score_long_batch over ``batch_size`` samples per forward, halving it on CUDA out-of-memory
     (no collective calls: ranks stay independent). Out of memory at one sample is raised."""
     import torch
@@ -191,7 +191,8 @@ def _score_with_backoff(model, seqs: list, chunk_size: int, score_from: int, bat
     while a < len(seqs):
         oom = False
         try:
-            out.extend(engine.score_long_batch(model, seqs[a : a + bs], chunk_size=chunk_size, score_from=score_from))
+            out.extend(engine.score_long_batch(model, seqs[a : a + bs], chunk_size=chunk_size, score_from=score_from,
+                                               long_pass=long_pass))
             a += bs
         except torch.cuda.OutOfMemoryError:
             if bs == 1:
@@ -207,35 +208,45 @@ def _score_with_backoff(model, seqs: list, chunk_size: int, score_from: int, bat
 def serve(ctx: harness.ScoringContext, items: list) -> list:
     """All uncached forgetting-curve requests: grouped by copy length, each group batched.
 
-    A length that fails (out of memory at one sample per forward, or a sample too long for the
-    model) gives failed results for all its samples, is logged, and the other lengths still run.
+    A sample the engine cannot score (too long for the model, a model it refuses) ends the run with the error,
+    before any length is scored where that can be known. A length that runs out of memory at one sample per
+    forward is skipped: its samples are failed results (NaN accuracies), the log and the results' ``skipped_lengths``
+    name it with the reason, and the other lengths still run.
     """
     import torch
 
     groups: dict[tuple, list[int]] = {}
     for i, (_, spec) in enumerate(items):
         key = (spec["stream"], int(spec["length"]), int(spec["chunk_size"]), spec.get("batch_size"),
-               bool(spec.get("allow_beyond_max_length", False)))
+               bool(spec.get("allow_beyond_max_length", False)), str(spec.get("long_pass", "auto")))
         groups.setdefault(key, []).append(i)
+    # before any length runs: every sample fits the model, and the engine can score the longest one
+    for key, idx in groups.items():
+        harness.check_length(sample_tokens(key[1]), ctx.max_length, items[idx[0]][1])
+    for key in {(k[5], k[2]) for k in groups}:
+        longest = max(k[1] for k in groups if (k[5], k[2]) == key)
+        engine.choose_long_pass(ctx.model, key[0], sample_tokens(longest), 1, key[1])
     out: list = [None] * len(items)
-    for (stream_key, length, chunk_size, batch_size, _), idx in sorted(groups.items(), key=lambda kv: kv[0][1]):
+    for (stream_key, length, chunk_size, batch_size, _, long_pass), idx in sorted(groups.items(), key=lambda kv: kv[0][1]):
         specs = [items[i][1] for i in idx]
         stream = _STREAMS.get(stream_key)
         if stream is None:
             raise RuntimeError(f"forgetting_curve: token stream {stream_key} is not loaded (requests outlived their task)")
         first, stop = data.forgetting_curve_scored_targets(length)
+        seqs = [data.forgetting_curve_sample(stream, length, int(s["start"]), s["mode"], int(s["bos"]), int(s["eos"]))
+                for s in specs]
         try:
-            seqs = [data.forgetting_curve_sample(stream, length, int(s["start"]), s["mode"], int(s["bos"]), int(s["eos"]))
-                    for s in specs]
-            harness.check_length(len(seqs[0]), ctx.max_length, specs[0])
-            scores = _score_with_backoff(ctx.model, seqs, chunk_size, first, batch_size or ctx.batch_size)
+            scores = _score_with_backoff(ctx.model, seqs, chunk_size, first, batch_size or ctx.batch_size, long_pass)
             # target t lives at array index t - 1
             results = [CurveSampleScore(length, s["mode"], stop - first, int(sc.greedy[first - 1 : stop - 1].sum()))
                        for s, sc in zip(specs, scores, strict=True)]
-        except (engine.ScoringError, torch.cuda.OutOfMemoryError) as e:
-            msg = f"{type(e).__name__}: {e}"
-            log.warning("forgetting_curve: copy length %d (%d-token samples) failed and is reported as failed "
-                        "(NaN accuracies); the other lengths still run. %s", length, sample_tokens(length), msg)
+        except engine.ScoringError as e:
+            raise engine.ScoringError(f"forgetting_curve: copy length {length} ({sample_tokens(length)}-token "
+                                      f"samples): {e}") from e
+        except torch.cuda.OutOfMemoryError as e:
+            msg = f"out of memory at one sample per forward ({e})"
+            log.warning("forgetting_curve: copy length %d (%d-token samples) is skipped: %s; it is named in the "
+                        "results' skipped_lengths and the other lengths still run", length, sample_tokens(length), msg)
             results = [CurveSampleScore(length, s["mode"], 0, 0, error=msg) for s in specs]
         if results[0].error and torch.cuda.is_available():
             torch.cuda.empty_cache()  # after the except block: the failed forward's tensors are gone
@@ -320,6 +331,7 @@ class ForgettingCurveTask(LongContextTask):
         s = self.settings
         return {"kind": KIND, "stream": self.stream_key, "mode": mode, "length": int(doc["length"]),
                 "start": int(doc["start"]), "bos": self.bos_id, "eos": self.eos_id, "chunk_size": s["chunk_size"],
+                "long_pass": s["long_pass"],
                 "batch_size": s["batch_size"], "allow_beyond_max_length": s["allow_beyond_max_length"]}
 
     def construct_requests(self, doc, ctx, **kwargs):
@@ -348,6 +360,7 @@ class ForgettingCurveTask(LongContextTask):
             "fine_memory_length": point,
             "coarse_memory_length": point,
             "n_failed_lengths": point,
+            "skipped_lengths": (length, copy.error or lm.error),
         }
 
     def aggregation(self):
@@ -360,10 +373,12 @@ class ForgettingCurveTask(LongContextTask):
         agg["coarse_memory_length"] = functools.partial(
             metrics.coarse_memory_length_from_samples, margin=s["coarse_margin"], rule=s["coarse_rule"])
         agg["n_failed_lengths"] = metrics.n_failed_lengths_from_samples
+        agg["skipped_lengths"] = metrics.skipped_lengths_text
         return agg
 
     def higher_is_better(self):
         hib = {name: True for name in self.aggregation()}
         hib["n_failed_lengths"] = False
+        hib["skipped_lengths"] = None  # a text: which lengths were skipped, and why
         return hib
 

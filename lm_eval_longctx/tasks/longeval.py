@@ -136,7 +136,7 @@ def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None
         raise engine.ScoringError(f"longeval_lines_ppl: {err} Or pass --metadata '{{\"over_length\": \"skip\"}}' "
                                   "to record such cases as skipped, or fewer num_lines.") from err
     lp = engine.score_long(model, ids, chunk_size=int(spec.get("chunk_size", engine.DEFAULT_CHUNK_SIZE)),
-                           score_from=first).logprob[first - 1 :]
+                           score_from=first, long_pass=str(spec.get("long_pass", "auto"))).logprob[first - 1 :]
     return AnswerScores(n, first, offsets[first:] - start, lp.astype(np.float32))
 
 
@@ -289,7 +289,8 @@ class LongEvalLinesPPLTask(_LinesTask):
         # (the 200-680 files do), so every configuration reads the same response text.
         sep = "" if templated or ctx[-1:].isspace() else " "
         spec = {"kind": ANSWER_KIND, "response_start": len(ctx) + len(sep), "add_special_tokens": "auto",
-                "chunk_size": self.settings["chunk_size"], "over_length": self.settings["over_length"],
+                "chunk_size": self.settings["chunk_size"], "long_pass": self.settings["long_pass"],
+                "over_length": self.settings["over_length"],
                 "allow_beyond_max_length": self.settings["allow_beyond_max_length"]}
         return [Instance(harness.REQUEST_TYPE, doc, (ctx + sep + doc["response"], spec), 0, **kwargs)]
 

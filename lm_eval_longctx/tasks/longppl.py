@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from lm_eval.api.instance import Instance
 
+from ..engine import scoring as engine
 from ..harness import glue as harness
 from ..keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
 from ..keytokens import span_files
@@ -34,6 +35,8 @@ SETTINGS = task_settings.LONGPPL
 DEFAULTS = SETTINGS.defaults()
 # With key_spans_dir these come from the span folder's manifest (what the spans were computed with).
 MANIFEST_KEYS = ("trunc_len", "sliding_window", "alpha", "beta", "evaluator")
+# a largest long-short gain below this (nats) means the long context changed nothing
+NO_GAIN_NATS = 1e-3
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
@@ -64,6 +67,8 @@ class LongPPLTask(LongContextTask):
     def __init__(self, config: dict | None = None):
         self._judgements: dict[int, key_tokens.EvaluatorJudgement] = {}
         self._evaluator = None
+        self._evaluator_scoring: dict | None = None
+        self._no_key_reasons: dict[str, int] = {}
         super().__init__(config)
 
     # ---------------------------------------------------------------- data
@@ -134,7 +139,7 @@ class LongPPLTask(LongContextTask):
 
     def _spec(self, judge: bool) -> dict:
         s = self.settings
-        spec = {"add_special_tokens": judge, "offsets": True, "chunk_size": s["chunk_size"],
+        spec = {"add_special_tokens": judge, "offsets": True, "chunk_size": s["chunk_size"], "long_pass": s["long_pass"],
                 "allow_beyond_max_length": s["allow_beyond_max_length"]}
         if judge:
             spec["truncated"] = {"trunc_len": s["trunc_len"], "stride": s["sliding_window"]}
@@ -154,6 +159,12 @@ class LongPPLTask(LongContextTask):
         return reqs
 
     # ---------------------------------------------------------------- evaluator
+
+    def _scoring_records(self) -> dict:
+        records = super()._scoring_records()
+        if self.settings["key_source"] == "evaluator":
+            records["evaluator_scoring"] = self._evaluator_scoring or "no text judged in this run (spans from the cache)"
+        return records
 
     def _evaluator_settings(self) -> dict:
         """What the key spans depend on: the cache key."""
@@ -215,9 +226,11 @@ class LongPPLTask(LongContextTask):
         judgement = cache.get(key)
         if judgement is None:
             model, tok = self._load_evaluator()
-            scores = key_tokens.score_text(model, tok, text, s["trunc_len"], s["sliding_window"],
-                                           chunk_size=s["chunk_size"], batch_size=s["short_batch_size"] or 4,
-                                           max_length=self._evaluator_length_limit())
+            with engine.recording(model) as record:
+                scores = key_tokens.score_text(model, tok, text, s["trunc_len"], s["sliding_window"],
+                                               chunk_size=s["chunk_size"], batch_size=s["short_batch_size"] or 4,
+                                               max_length=self._evaluator_length_limit(), long_pass=s["long_pass"])
+            self._evaluator_scoring = harness.merge_scoring(self._evaluator_scoring, record.summary())
             judgement = key_tokens.judge_from_scores(scores, s["alpha"], s["beta"])
             cache.put(key, judgement, settings)
         else:  # the same check as on a miss: the evaluator judged this many tokens
@@ -245,11 +258,9 @@ class LongPPLTask(LongContextTask):
         key_idx = keyspans.key_target_indices(scored.offsets, judgement.spans)
         n_key = int(len(key_idx))
         if n_key == 0:
-            why = ""
-            if judgement.offsets is not None and len(judgement.offsets) <= self.settings["trunc_len"]:
-                why = (f" (it has {len(judgement.offsets)} evaluator tokens, not more than trunc_len = "
-                       f"{self.settings['trunc_len']}, so no token has a truncated context)")
-            msg = (f"longppl_govreport: document {doc['doc_id']} has no key tokens{why}; it is left out of "
+            why = self._why_no_key_tokens(judgement)
+            self._no_key_reasons[why] = self._no_key_reasons.get(why, 0) + 1
+            msg = (f"longppl_govreport: document {doc['doc_id']} has no key tokens ({why}); it is left out of "
                    "longppl and kept in ppl (as the reference does)")
             log.warning(msg)
             warnings.warn(msg, stacklevel=2)
@@ -266,12 +277,40 @@ class LongPPLTask(LongContextTask):
         token_export.write_document(self, doc, results, judgement, key_idx)
         return out
 
+    def _why_no_key_tokens(self, judgement: key_tokens.EvaluatorJudgement) -> str:
+        """Why a text has no key token, from what its judgement holds."""
+        s = self.settings
+        if s["key_source"] == "spans_dir":
+            return "its precomputed span file holds no key span"
+        if judgement.offsets is not None and len(judgement.offsets) <= s["trunc_len"]:
+            return (f"{len(judgement.offsets)} evaluator tokens, not more than trunc_len = {s['trunc_len']}, so no "
+                    "token has a truncated context")
+        lsd = None if judgement.lsd is None else judgement.lsd[np.isfinite(judgement.lsd)]
+        if lsd is None or lsd.size == 0:
+            return f"no token gains more than alpha = {s['alpha']} nats from the long context with log-prob > beta"
+        gain = float(lsd.max())
+        if gain < NO_GAIN_NATS:
+            return (f"the long and truncated contexts give the same log-probs (no gain above {NO_GAIN_NATS} nats): "
+                    f"the judging model reads no further back than trunc_len = {s['trunc_len']} tokens (a sliding "
+                    "window shorter than trunc_len, or a model that ignores its context)")
+        if gain <= s["alpha"]:
+            return f"no token gains more than alpha = {s['alpha']} nats from the long context (largest gain {gain:.3g})"
+        return f"the tokens that gain more than alpha = {s['alpha']} nats all have log-prob <= beta = {s['beta']}"
+
+    def _no_key_note(self) -> str:
+        reasons = "; ".join(f"{why} ({n} document{'s' if n > 1 else ''})"
+                            for why, n in sorted(self._no_key_reasons.items(), key=lambda kv: -kv[1]))
+        return f"n/a: no key tokens in any document: {reasons or 'none met alpha and beta'}"
+
     def _metric_names(self):
         names = ["longppl", "ppl", "key_token_fraction", "n_key_tokens"]
         return names + (["longppl_soft"] if self.settings["soft_gamma"] is not None else [])
 
     def aggregation(self):
-        return {m: harness.aggregation_fn(harness.METRICS[m][0]) for m in self._metric_names()}
+        agg = {m: harness.aggregation_fn(harness.METRICS[m][0]) for m in self._metric_names()}
+        # no key token in any document: the reason, not a bare NaN (called after every process_results)
+        agg["longppl"] = harness.perplexity_or_note(self._no_key_note())
+        return agg
 
     def higher_is_better(self):
         return {m: harness.METRICS[m][1] for m in self._metric_names()}

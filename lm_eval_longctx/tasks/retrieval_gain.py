@@ -176,9 +176,9 @@ class RetrievalScores:
                 f"anchors={self.anchors.tolist()}, gain=[{', '.join(f'{g:+.4f}' for g in gain)}])")
 
 
-def _without_with_backoff(model, sequences, n_scored, batch_size, pad):
+def _without_with_backoff(model, sequences, n_scored, batch_size):
     return harness.with_batch_backoff(
-        lambda bs: engine.score_sequence_ends(model, sequences, n_scored, batch_size=bs, pad_token_id=pad),
+        lambda bs: engine.score_sequence_ends(model, sequences, n_scored, batch_size=bs),
         batch_size, "the without-document pass (sequences)")
 
 
@@ -199,11 +199,10 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
                     short, len(cases))
 
     # without the document: every pair of every document, batched
-    pad = ctx.tokenizer.pad_token_id if getattr(ctx.tokenizer, "pad_token_id", None) is not None else 0
     batch = min(int(spec.get("without_batch_size") or ctx.batch_size) for _, spec in items) if items else 1
     flat = [(i, j) for i, c in enumerate(cases) for j in range(len(c.without))]
     without = _without_with_backoff(ctx.model, [cases[i].without[j] for i, j in flat],
-                                    [cases[i].answer_tokens for i, _ in flat], batch, pad)
+                                    [cases[i].answer_tokens for i, _ in flat], batch)
     without_by_case: list[list] = [[None] * len(c.without) for c in cases]
     for (i, j), res in zip(flat, without, strict=True):
         without_by_case[i][j] = res.logprob
@@ -213,8 +212,11 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
     for case, (_, spec), wo in zip(cases, items, without_by_case):
         with_lp: list = [None] * len(case.anchors)
         for prefix, idx in case.groups:
-            scored = engine.score_continuations(ctx.model, prefix, [case.continuations[i] for i in idx],
-                                                n_scored=case.answer_tokens, chunk_size=int(spec["chunk_size"]))
+            scored = harness.with_batch_backoff(
+                lambda bs: engine.score_continuations(ctx.model, prefix, [case.continuations[i] for i in idx],
+                                                      n_scored=case.answer_tokens, chunk_size=int(spec["chunk_size"]),
+                                                      long_pass=str(spec["long_pass"]), batch_size=bs),
+                batch, "the with-document pass (continuations)")
             for i, res in zip(idx, scored, strict=True):
                 with_lp[i] = res.logprob
         out.append(RetrievalScores(np.asarray(case.anchors, dtype=np.int64), case.n_doc_tokens,
@@ -247,7 +249,8 @@ class RetrievalGainTask(LongContextTask):
     def _spec(self) -> dict:
         s = self.settings
         spec = {k: s[k] for k in SCORING_KEYS}
-        spec.update(kind=KIND, chunk_size=s["chunk_size"], without_batch_size=s["without_batch_size"],
+        spec.update(kind=KIND, chunk_size=s["chunk_size"], long_pass=s["long_pass"],
+                    without_batch_size=s["without_batch_size"],
                     allow_beyond_max_length=s["allow_beyond_max_length"])
         return spec
 

@@ -190,7 +190,6 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
         cases.append(case)
 
     # without the context: every distinct [BOS] Q A of every document, batched
-    pad = ctx.tokenizer.pad_token_id if getattr(ctx.tokenizer, "pad_token_id", None) is not None else 0
     batch = min(int(spec.get("without_batch_size") or ctx.batch_size) for _, spec in items) if items else 1
     distinct: dict[tuple, int] = {}  # (sequence, scored tokens) -> index: one anchor at several lengths is read once
     for case in cases:
@@ -200,15 +199,18 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
     seqs = [list(w) for w, _ in distinct]
     counts = [r for _, r in distinct]
     scored = harness.with_batch_backoff(
-        lambda bs: engine.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs, pad_token_id=pad),
+        lambda bs: engine.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs),
         batch, "the without-context pass (sequences)") if seqs else []
 
     out = []
     for case, (_, spec) in zip(cases, items):
         nL, nD, n = case.anchors.shape
         rungs = [(len(case.lead) + L, case.continuations[i]) for i, L in enumerate(case.lengths)]
-        ladder = engine.score_prefix_ladder(ctx.model, case.prefix, rungs, n_scored=case.answer_tokens,
-                                            chunk_size=int(spec["chunk_size"]))
+        ladder = harness.with_batch_backoff(
+            lambda bs: engine.score_prefix_ladder(ctx.model, case.prefix, rungs, n_scored=case.answer_tokens,
+                                                  chunk_size=int(spec["chunk_size"]),
+                                                  long_pass=str(spec["long_pass"]), batch_size=bs),
+            batch, "the with-context pass (ladder)")
         w = np.stack([np.stack([res.logprob for res in rung]) for rung in ladder])
         wo = np.stack([np.stack([scored[distinct[(tuple(x), case.answer_tokens)]].logprob for x in rung])
                        for rung in case.without])
@@ -288,6 +290,7 @@ class RetrievalGainMapTask(LongContextTask):
         s = self.settings
         spec = {k: s[k] for k in SCORING_KEYS}
         spec.update(kind=KIND, lengths=self.lengths, depths=list(s["depths"]), chunk_size=s["chunk_size"],
+                    long_pass=s["long_pass"],
                     without_batch_size=s["without_batch_size"], allow_beyond_max_length=s["allow_beyond_max_length"])
         return spec
 

@@ -12,12 +12,20 @@ from ..data import longeval_cases as longeval_data
 from ..metrics import per_token as metrics
 from ..settings import (BOOLEAN, MAPPING, TEXT, TEXT_OR_LIST, Declaration, Setting, choice, integer, integer_list, number)
 
-CHUNK_SIZE_DOC = "tokens per forward of the chunked long pass (KV cache)"
+CHUNK_SIZE_DOC = "tokens per forward when the long pass runs in KV-cache chunks (long_pass chunked)"
+LONG_PASS_DOC = ("how a long sequence is scored: `auto` (one forward when its memory estimate fits the device, else "
+                 "KV-cache chunks where that is exact for the model), `full` (one forward), `chunked` (KV-cache "
+                 "chunks; refused for models where a cache is not exact): docs/support.md")
 ALLOW_BEYOND_DOC = "score sequences longer than the model's maximum length instead of stopping with an error"
 
 
 def _chunk_size() -> Setting:
     return Setting("chunk_size", integer(1), engine.DEFAULT_CHUNK_SIZE, CHUNK_SIZE_DOC, affects_numbers=False)
+
+
+def _long_pass() -> list[Setting]:
+    return [Setting("long_pass", choice(*engine.LONG_PASS_CHOICES), "auto", LONG_PASS_DOC, affects_numbers=False),
+            _chunk_size()]
 
 
 def _allow_beyond() -> Setting:
@@ -69,7 +77,7 @@ LONGPPL = Declaration("longppl_govreport", [
             affects_numbers=False),
     Setting("soft_gamma", number(0.0, lo_open=True), None, "adds longppl_soft with weights min(exp(LSD), gamma)",
             optional=True),
-    _chunk_size(),
+    *_long_pass(),
     Setting("short_batch_size", integer(1), None, "truncated windows per forward (default: the harness "
             "--batch_size, or 8)", optional=True, affects_numbers=False),
     _allow_beyond(),
@@ -94,9 +102,10 @@ RETRIEVAL_GAIN = Declaration("retrieval_gain", [
                                                               "none": "never"}),
             "auto", "BOS at the start of both conditions: `auto` when the tokenizer itself adds one (Llama, Mistral; "
             "not GPT-2, Qwen2); `always` (an error if it has none); `never`"),
-    _chunk_size(),
-    Setting("without_batch_size", integer(1), None, "without-document sequences per forward (default: the "
-            "harness --batch_size, or 8)", optional=True, affects_numbers=False),
+    *_long_pass(),
+    Setting("without_batch_size", integer(1), None, "sequences per forward of the batched passes: the "
+            "without-document sequences, and the continuations read on one prefix (default: the harness "
+            "--batch_size, or 8)", optional=True, affects_numbers=False),
     _allow_beyond(),
     _export_tokens(),
     *_govreport(),
@@ -132,9 +141,10 @@ RETRIEVAL_GAIN_MAP = Declaration("retrieval_gain_map", [
             optional=True, affects_numbers=False),
     Setting("effective_rule", choice(*metrics.MEMORY_LENGTH_RULES), "contiguous", "`contiguous`: every shorter L "
             "passes too; `largest`: the largest passing L"),
-    _chunk_size(),
-    Setting("without_batch_size", integer(1), None, "without-document sequences per forward (default: the "
-            "harness --batch_size, or 8)", optional=True, affects_numbers=False),
+    *_long_pass(),
+    Setting("without_batch_size", integer(1), None, "sequences per forward of the batched passes: the "
+            "without-document sequences, and the continuations read on one prefix (default: the harness "
+            "--batch_size, or 8)", optional=True, affects_numbers=False),
     _allow_beyond(),
     *_govreport(),
 ])
@@ -159,7 +169,7 @@ FORGETTING_CURVE = Declaration("forgetting_curve", [
             "curve: the largest passing length, or the end of the first run of passing lengths"),
     Setting("coarse_rule", choice(*metrics.MEMORY_LENGTH_RULES), "contiguous", "the same for the coarse length"),
     _allow_beyond(),
-    _chunk_size(),
+    *_long_pass(),
     Setting("batch_size", integer(1), None, "samples per forward (default: the harness --batch_size, or 8)",
             optional=True, affects_numbers=False),
     Setting("bos_token_id", integer(0), None, "BOS of the samples (default: the tokenizer's BOS, else its EOS)",
@@ -191,7 +201,7 @@ LONGEVAL_LINES = Declaration("longeval_lines", [
     Setting("over_length", choice("error", "skip"), "error",
             "a prompt longer than the model allows: stop with an error, or record the case as skipped"),
     Setting("allow_beyond_max_length", BOOLEAN, False, "answer-token PPL only: " + ALLOW_BEYOND_DOC),
-    _chunk_size(),
+    *_long_pass(),
     _export_tokens("answer-token PPL only: "),
 ])
 

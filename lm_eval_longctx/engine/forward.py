@@ -1,0 +1,423 @@
+"""One forward, run and read exactly: the pieces the scoring functions (``scoring.py``) are built from.
+
+* ``full``: one forward of the whole sequence with no cache and no mask (so SDPA and flash kernels apply), its
+  decoder's output kept, and the model's own output head replayed on it a block of rows at a time: the head's
+  code runs as written (soft-capping, logit scales, dtype casts, whatever the model does), only on fewer rows,
+  and is checked against the model's own logits on the last rows of every forward.
+* ``own logits``: a forward that returns the model's logits for its last ``keep`` positions (the chunks of the
+  chunked long pass).
+* ``KVCache``: a cache handed to the model the way its forward takes it, trusted only when it advances by the
+  tokens fed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import weakref
+
+import torch
+
+from .support import ModelSupport, describe
+
+# Logits are turned into float32 log-probs a block of rows at a time, the block about this many bytes, so no
+# [sequence x vocabulary] tensor exists; CPU blocks stay under glibc's mmap threshold (reused, not page-faulted
+# in afresh), GPU blocks are larger because there a block costs kernel launches (docs/architecture.md).
+LOGPROB_BLOCK_BYTES = 16 * 2**20
+LOGPROB_BLOCK_BYTES_ACCELERATOR = 256 * 2**20
+# Rows of the output head replayed at once (their logits, as float32, about this many bytes): on a CPU larger than
+# a log-prob block, because small head matmuls are slower per row (docs/architecture.md)
+HEAD_BLOCK_BYTES = 64 * 2**20
+HEAD_BLOCK_BYTES_ACCELERATOR = 256 * 2**20
+# rows of every full forward checked against the model's own logits
+CHECKED_ROWS = 1
+# tokens of the probe that checks, once per model, that the head replay reproduces a plain forward
+PROBE_TOKENS = 8
+
+
+class ScoringError(ValueError):
+    """A sequence or model the engine cannot score exactly."""
+
+
+# ------------------------------------------------------------------ devices
+
+
+def _hook_execution_device(module) -> torch.device | None:
+    """The device accelerate runs ``module`` on, when a dispatch hook says so (None otherwise)."""
+    hook = getattr(module, "_hf_hook", None)
+    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
+        device = getattr(h, "execution_device", None)
+        if device is not None:
+            return torch.device(device)
+    return None
+
+
+def _module_device(module) -> torch.device | None:
+    """Where ``module`` computes: its dispatch hook's execution device, else its first real tensor's device
+    (offloaded weights sit on "meta" between forwards)."""
+    device = _hook_execution_device(module)
+    if device is not None:
+        return device
+    for t in list(module.parameters(recurse=True)) + list(module.buffers(recurse=True)):
+        if t.device.type != "meta":
+            return t.device
+    return None
+
+
+def _io_same_device(model) -> bool:
+    hook = getattr(model, "_hf_hook", None)
+    return any(getattr(h, "io_same_device", False) for h in getattr(hook, "hooks", None) or [hook])
+
+
+def input_device(model) -> torch.device:
+    """The device the engine puts token ids on: the output head's under an accelerate dispatch (the top-level
+    hook moves inputs to the first device and outputs back, so logits stay where the head made them), else the
+    input embedding's."""
+    if getattr(model, "_hf_hook", None) is not None and _io_same_device(model):
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        device = (_module_device(head) if head is not None else None) or _hook_execution_device(model)
+        if device is not None:
+            return device
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    device = _module_device(embeddings) if embeddings is not None else None
+    if device is None:
+        device = _module_device(model)
+    if device is None:
+        raise ScoringError(f"cannot tell which device {type(model).__name__} runs on (every weight is on 'meta' "
+                           "and no accelerate hook names an execution device)")
+    return device
+
+
+# ------------------------------------------------------------------ log-probs from logits
+
+
+def logprob_and_greedy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log_softmax(logits)[targets] in float32 and argmax == target, a block of rows at a time.
+
+    logits: [m, vocab] (any float dtype); targets: [m]. Returns float32 [m] and bool [m] on the CPU.
+    """
+    lps, hits = [], []
+    block_bytes = LOGPROB_BLOCK_BYTES if logits.device.type == "cpu" else LOGPROB_BLOCK_BYTES_ACCELERATOR
+    rows = max(1, block_bytes // (4 * logits.shape[-1]))
+    targets = targets.to(logits.device)
+    for a in range(0, logits.shape[0], rows):
+        block = logits[a : a + rows].float()
+        tgt = targets[a : a + rows]
+        # one max gives both the argmax and the shift of a numerically stable log-sum-exp
+        top, argmax = block.max(dim=-1)
+        lse = top + (block - top[:, None]).exp_().sum(dim=-1).log()
+        lps.append(block.gather(1, tgt[:, None]).squeeze(1) - lse)
+        hits.append(argmax == tgt)
+        del block
+    if not lps:
+        return torch.empty(0), torch.empty(0, dtype=torch.bool)
+    # one copy to the host per call (each copy waits for the device)
+    return torch.cat(lps).cpu(), torch.cat(hits).cpu()
+
+
+def head_rows_per_block(batch: int, vocab: int, device: torch.device) -> int:
+    """Rows of the head replayed at once for ``batch`` sequences: about one head block of float32 logits."""
+    block_bytes = HEAD_BLOCK_BYTES if device.type == "cpu" else HEAD_BLOCK_BYTES_ACCELERATOR
+    return max(1, block_bytes // (4 * vocab * max(1, batch)))
+
+
+# ------------------------------------------------------------------ the model's parts
+
+
+def causal_lm(model):
+    """The transformers model under a PEFT wrapper (its adapters are injected in place, so they still run)."""
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base) and type(model).__module__.startswith("peft"):
+        return get_base()
+    return model
+
+
+def decoder_module(model):
+    """The submodule whose output's first field is the hidden state the output head reads, or None."""
+    candidates = []
+    get_decoder = getattr(model, "get_decoder", None)
+    if callable(get_decoder):
+        with contextlib.suppress(Exception):
+            candidates.append(get_decoder())
+    candidates.append(getattr(model, "base_model", None))
+    for module in candidates:
+        if isinstance(module, torch.nn.Module) and module is not model:
+            return module
+    return None
+
+
+def forward_parameters(model) -> set[str]:
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def cache_argument(model) -> str | None:
+    """The name under which the model's forward takes its KV cache (``cache`` since transformers 5.x deprecated
+    ``past_key_values``), or None."""
+    params = forward_parameters(model)
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return None
+
+
+def returned_cache(output):
+    """The cache a forward returned, under either name."""
+    for name in ("cache", "past_key_values"):
+        value = output.get(name) if hasattr(output, "get") else getattr(output, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+@contextlib.contextmanager
+def _captured_output(module):
+    """Keep ``module``'s output of the next forward in ``box["output"]``."""
+    box: dict = {}
+    handle = module.register_forward_hook(lambda _m, _args, output: box.__setitem__("output", output))
+    try:
+        yield box
+    finally:
+        handle.remove()
+
+
+@contextlib.contextmanager
+def _forward_returning(module, output):
+    """Make ``module`` return ``output`` without computing (its instance ``forward`` swapped for the duration;
+    accelerate's own instance ``forward``, when there is one, is restored afterwards)."""
+    had = "forward" in module.__dict__
+    saved = module.__dict__.get("forward")
+    module.forward = lambda *args, **kwargs: output
+    try:
+        yield
+    finally:
+        if had:
+            module.forward = saved
+        else:
+            del module.forward
+
+
+def _hidden_of(output) -> torch.Tensor:
+    return output[0]
+
+
+def _with_hidden(output, hidden: torch.Tensor):
+    """``output`` (a ModelOutput or a tuple) with its first field, the last hidden state, replaced."""
+    if isinstance(output, tuple):
+        return (hidden, *output[1:])
+    fields = dict(output)
+    fields[next(iter(fields))] = hidden
+    return type(output)(**fields)
+
+
+# ------------------------------------------------------------------ full: one forward, the head in blocks
+
+
+class FullForward:
+    """One forward of ``ids`` [batch, n] with no cache, its decoder's output kept; ``logits(a, b)`` gives the
+    model's own logits of rows [a, b) by replaying the output head on them.
+
+    The model runs as a whole, asked for the logits of its last row only, which are checked against the replay.
+    A forward that cannot limit its logits (no ``logits_to_keep``, as in older transformers) would build them
+    all, so there the decoder runs alone; ``probe_full`` has checked once, on a few tokens, that the decoder and
+    the replayed head give the model's own forward."""
+
+    def __init__(self, model, ids: torch.Tensor, support: ModelSupport):
+        self.model, self.ids = model, ids
+        self.decoder = decoder_module(model)
+        if support.stateful_rope:
+            reset_rope_state(model, ids)
+        n = ids.shape[1]
+        if "logits_to_keep" not in forward_parameters(model):
+            no_cache = {"use_cache": False} if "use_cache" in forward_parameters(self.decoder) else {}
+            self.output = self.decoder(input_ids=ids, **no_cache)
+            head = model.get_output_embeddings()
+            self.vocab = int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
+            self.logits_device = (_module_device(head) if head is not None else None) or input_device(model)
+            return
+        with _captured_output(self.decoder) as box:
+            out = model(input_ids=ids, use_cache=False, logits_to_keep=CHECKED_ROWS)
+        if "output" not in box:
+            raise ScoringError(f"{type(model).__name__} did not run its decoder module "
+                               f"{type(self.decoder).__name__}, so its hidden states cannot be read")
+        self.output = box["output"]
+        own = out.logits
+        del out
+        self.vocab, self.logits_device = own.shape[-1], own.device
+        if own.shape[1] != min(CHECKED_ROWS, n):
+            raise ScoringError(f"{type(model).__name__} returned logits for {own.shape[1]} positions when asked for "
+                               f"{CHECKED_ROWS} (logits_to_keep)")
+        check_same_logits(model, self.logits(n - own.shape[1], n), own, "the last row of a full forward")
+
+    def logits(self, a: int, b: int) -> torch.Tensor:
+        """[batch, b - a, vocab]: the output head, post-processing included, on rows [a, b)."""
+        rows = _with_hidden(self.output, _hidden_of(self.output)[:, a:b])
+        with _forward_returning(self.decoder, rows):
+            return self.model(input_ids=self.ids[:, a:b], use_cache=False).logits
+
+
+def check_same_logits(model, replayed: torch.Tensor, own: torch.Tensor, where: str) -> None:
+    """The replayed head must give the model's own logits (up to a few float units): else refuse, never guess."""
+    if replayed.shape != own.shape:
+        diff = float("inf")
+    else:
+        diff = float((replayed.float() - own.float()).abs().max()) if own.numel() else 0.0
+    scale = float(own.float().abs().max()) if own.numel() else 0.0
+    if not diff <= 8 * torch.finfo(own.dtype).eps * (1.0 + scale):
+        model_type = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+        raise ScoringError(
+            f"model type {model_type!r}: the output head replayed on the decoder's hidden states does not give the "
+            f"model's own logits ({where}: max difference {diff:.3g}), so the engine cannot score it from one forward "
+            "without building a [sequence x vocabulary] tensor. Way out: --metadata '{\"long_pass\": \"chunked\"}' "
+            "for a model whose KV cache is exact (docs/support.md)")
+
+
+def full_scores(model, ids: torch.Tensor, first: int, stop: int, support: ModelSupport):
+    """log p(ids[r, t + 1] | ids[r, :t + 1]) and greedy hits for t in [first, stop), every row r, from one forward.
+
+    ids: [batch, n] on the input device. Returns float32 [batch, stop - first] and bool [batch, stop - first]."""
+    batch = ids.shape[0]
+    full = FullForward(model, ids, support)
+    lps = torch.empty(batch, max(stop - first, 0), dtype=torch.float32)
+    hits = torch.zeros(batch, max(stop - first, 0), dtype=torch.bool)
+    step = head_rows_per_block(batch, full.vocab, full.logits_device)
+    for a in range(first, stop, step):
+        b = min(a + step, stop)
+        logits = full.logits(a, b)
+        targets = ids[:, a + 1 : b + 1]
+        for r in range(batch):  # row by row: no [batch, rows, vocab] float32 copy
+            lp, hit = logprob_and_greedy(logits[r], targets[r])
+            lps[r, a - first : b - first] = lp
+            hits[r, a - first : b - first] = hit
+        del logits
+    return lps, hits
+
+
+def reset_rope_state(model, ids: torch.Tensor) -> None:
+    """transformers' dynamic NTK RoPE keeps the frequencies of the longest sequence seen until a forward shorter
+    than the original maximum comes; one one-token forward restores the freshly loaded state, so every sequence
+    is scored as by the model just loaded, whatever ran before."""
+    own_logits(model, ids[:1, :1], 1, use_cache=False)
+
+
+# ------------------------------------------------------------------ own logits, and the KV cache
+
+
+def own_logits(model, ids: torch.Tensor, keep: int, **kwargs):
+    """(logits of the last ``keep`` positions, output) of one forward, from the model's own head (all of its
+    positions' logits where the forward cannot limit them: at most one chunk's)."""
+    if "logits_to_keep" in forward_parameters(model):
+        kwargs["logits_to_keep"] = keep
+    out = model(input_ids=ids, **kwargs)
+    logits = out.logits
+    if logits.shape[1] != keep:  # a model that accepts the argument but ignores it
+        logits = logits[:, -keep:]
+    return logits, out
+
+
+class KVCache:
+    """A transformers ``DynamicCache`` fed through the model's own forward, passed under the name the forward
+    takes, and trusted only when each forward returns it advanced by exactly the tokens fed (a model that ignores
+    its cache argument would score every chunk without its prefix)."""
+
+    def __init__(self, model):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.argument = cache_argument(model)
+        if self.argument is None:
+            raise ScoringError(f"{type(model).__name__}.forward takes no KV cache (neither `cache` nor "
+                               "`past_key_values`), so it cannot be fed in chunks")
+        self.cache = DynamicCache()
+        self.length = 0
+
+    def feed(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """Feed ``ids`` [batch, m] on top of the cache; returns the logits of the last ``keep`` positions."""
+        logits, out = own_logits(self.model, ids, keep, use_cache=True, **{self.argument: self.cache})
+        cache = returned_cache(out)
+        del out
+        expected = self.length + ids.shape[1]
+        if cache is None:
+            raise ScoringError(f"{type(self.model).__name__} returned no KV cache, so a prefix cannot be kept")
+        if cache.get_seq_length() != expected:
+            raise ScoringError(
+                f"{type(self.model).__name__} did not extend the KV cache it was given ({cache.get_seq_length()} "
+                f"positions after {ids.shape[1]} tokens fed onto {self.length}); it does not read `{self.argument}`, "
+                "so chunks would be scored without their prefix")
+        self.cache, self.length = cache, expected
+        return logits
+
+    def crop(self, length: int) -> None:
+        if length < self.length:
+            self.cache.crop(-(self.length - length))  # a negative count removes that many (transformers 4.x and 5.x)
+        if self.cache.get_seq_length() != length:
+            raise ScoringError(f"the KV cache of {type(self.model).__name__} could not be cropped back to {length} "
+                               f"positions ({self.cache.get_seq_length()} remain)")
+        self.length = length
+
+    def expand(self, batch: int) -> None:
+        """Repeat the (batch-1) cache ``batch`` times, so ``batch`` continuations read the same prefix."""
+        if batch > 1:
+            self.cache.batch_repeat_interleave(batch)
+
+    def keep_first_row(self, batch: int) -> None:
+        if batch > 1:
+            self.cache.batch_select_indices(torch.tensor([0], device=_cache_device(self.cache)))
+
+
+def _cache_device(cache) -> torch.device | str:
+    for layer in getattr(cache, "layers", []) or []:
+        keys = getattr(layer, "keys", None)
+        if isinstance(keys, torch.Tensor):
+            return keys.device
+    return "cpu"
+
+
+# ------------------------------------------------------------------ what a model allows, probed once
+
+
+class Capabilities:
+    """``describe(model)`` plus whether the full strategy reproduces a plain forward of the model (probed once)."""
+
+    def __init__(self, model):
+        self.support = describe(model)
+        # a refused model is not run at all
+        self.full_problem = self.support.refused or probe_full(model)
+
+    @property
+    def full(self) -> bool:
+        return self.full_problem is None
+
+
+_CAPABILITIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def capabilities(model) -> Capabilities:
+    caps = _CAPABILITIES.get(model)
+    if caps is None:
+        caps = _CAPABILITIES[model] = Capabilities(model)
+    return caps
+
+
+@torch.no_grad()
+def probe_full(model) -> str | None:
+    """Why the full strategy cannot score ``model`` exactly, or None: on a few tokens, the hidden states must be
+    readable, logits must be limitable to the last positions, and the replayed head must equal a plain forward."""
+    model_type = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+    if decoder_module(model) is None:
+        return f"model type {model_type!r} has no decoder module whose hidden states the engine can read"
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or PROBE_TOKENS)
+    ids = (torch.arange(PROBE_TOKENS) % vocab)[None].to(input_device(model))
+    try:
+        support = describe(model)
+        plain = model(input_ids=ids, use_cache=False).logits
+        full = FullForward(model, ids, support)
+        check_same_logits(model, full.logits(0, PROBE_TOKENS), plain, f"a {PROBE_TOKENS}-token probe")
+    except ScoringError as err:
+        return str(err)
+    except Exception as err:  # noqa: BLE001  (any failure of the model's own code: the strategy is not available)
+        return (f"model type {model_type!r}: one forward with its output head replayed on the hidden states failed "
+                f"({type(err).__name__}: {err})")
+    return None
