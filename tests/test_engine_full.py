@@ -153,7 +153,7 @@ def test_the_record_names_the_model_its_dtype_and_each_pass():
     s = record.summary()
     assert s["model_type"] == "phi3" and s["rope_types"] == ["longrope"] and not s["kv_cache_exact"]
     assert s["dtype"] == "float32" and s["device"] == "cpu"
-    assert s["passes"] == {"long": {"full": 1}, "sequence_ends": {"full": 5}, "continuations": {"one_forward_each": 2}}
+    assert s["passes"] == {"long": {"full": 1}, "separate_sequences": {"full": 5}, "continuations": {"one_forward_each": 2}}
 
 
 def test_a_head_that_the_replay_cannot_reproduce_is_refused(monkeypatch):

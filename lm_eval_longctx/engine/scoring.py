@@ -388,7 +388,7 @@ def score_sequence_ends(
             for r, i in enumerate(batch):
                 k = counts[i]
                 results[i] = TokenLogprobs(lps[r, -k:].numpy().copy(), hits[r, -k:].numpy().copy())
-    _count(model, "sequence_ends", "full" if caps.full else "own_logits", len(seqs))
+    _count(model, "separate_sequences", "full" if caps.full else "own_logits", len(seqs))
     return results
 
 
