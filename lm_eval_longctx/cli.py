@@ -210,7 +210,7 @@ def add_demo_parser(sub, full: bool = True) -> None:
     g.add_argument("--model", default=None, metavar="DIR",
                    help="checkpoint folder to evaluate instead of the packaged demo model")
     g.add_argument("--budget", choices=sorted(DEMO_BUDGETS), default="full",
-                   help="full (default; about 2.5 minutes on 2 CPU cores) or ci (a reduced run of about 20 seconds)")
+                   help="full (default; about 3 minutes on 2 CPU cores) or ci (a reduced run of about 20 seconds)")
     g.add_argument("--check", action="store_true", help="exit 1 when a target fails, a task is missing or a metric is not finite")
     g.add_argument("--limit", type=float, default=None,
                    help="lm_eval --limit: documents per task (a fraction if < 1); for a quick look only")
