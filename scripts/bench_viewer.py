@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lm_eval_longctx.tasks import token_export
+from lm_eval_longctx.data import export_files
 from lm_eval_longctx.report import viewer
 
 WORDS = ("the of and to a in for is on that by this with be are as it from at an or was report agency federal "
@@ -51,7 +51,7 @@ def synthetic_document(doc_id: int, n_tokens: int, rng: np.random.Generator) -> 
 
 
 def write_export(root: Path, n_docs: int, n_tokens: int, seed: int, shift: float = 0.0) -> Path:
-    ex = token_export.TokenExport(root, "longppl_govreport")
+    ex = export_files.TokenExport(root, "longppl_govreport")
     for i in range(n_docs):
         d = synthetic_document(i, n_tokens, np.random.default_rng(i))  # same documents in every export
         noise = np.random.default_rng(seed * 1000 + i).normal(shift, 0.5, n_tokens).astype(np.float32)

@@ -71,14 +71,38 @@ def test_longer_than_the_model_maximum_is_an_error_unless_asked(model_dirs, docs
 
 
 def test_registrations_are_idempotent_and_keep_builtins():
-    from lm_eval.api.registry import get_aggregation, get_metric, get_metric_aggregation
+    import lm_eval.evaluator_utils as eu
+    from lm_eval.api.registry import get_aggregation, get_metric
+    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
+    from lm_eval.models.huggingface import HFLM
 
     harness.install()
+    patched = (HFLM.longctx_scores, eu.stderr_for_metric, EvaluationTracker.save_results_aggregated)
     harness.install()
+    assert (HFLM.longctx_scores, eu.stderr_for_metric, EvaluationTracker.save_results_aggregated) == patched
     assert get_metric("acc") is not None and get_metric("perplexity") is not None
     assert get_aggregation("mean") is not None
     assert get_aggregation("token_weighted_perplexity") is harness.AGGREGATIONS["token_weighted_perplexity"]
-    assert get_metric_aggregation("longppl") is harness.AGGREGATIONS["token_weighted_perplexity"]
+
+
+def test_importing_the_tasks_changes_nothing_in_lm_eval_building_one_does():
+    """lm-eval is patched in one function, install(), which building a task of the suite calls; importing the
+    modules (as a script or the docs tables do) leaves lm-eval as it is."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import lm_eval.evaluator_utils as eu\n"
+        "from lm_eval.models.huggingface import HFLM\n"
+        "before = eu.stderr_for_metric\n"
+        "import lm_eval_longctx.suite, lm_eval_longctx.tasks.longppl, lm_eval_longctx.tasks.forgetting_curve\n"
+        "print(hasattr(HFLM, 'longctx_scores'), eu.stderr_for_metric is before)\n"
+        "from lm_eval_longctx.harness import glue\n"
+        "glue.install()\n"
+        "print(hasattr(HFLM, 'longctx_scores'), eu.stderr_for_metric is before)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True", "True", "False"]
 
 
 def test_each_rank_builds_only_its_shard(model_dirs, docs, tmp_path):

@@ -31,8 +31,8 @@ LOWER = {
     "keytokens": {"engine", "metrics", "data"},
     "training": {"engine"},
     "harness": {"engine", "metrics", "keytokens", "data"},
-    "report": {"metrics", "tasks.token_export"},
-    "tasks": {"engine", "metrics", "keytokens", "data", "harness", "report", "training"},
+    "report": {"metrics", "data"},
+    "tasks": {"engine", "metrics", "keytokens", "data", "harness", "training"},
     "task_configs": set(),
     "demo": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training"},
     "entry": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training", "demo"},
@@ -83,10 +83,8 @@ def _target_layer(target: str) -> str | None:
     first = rest.split(".")[0]
     if first in BASICS:
         return "basics"
-    if first in ("cli", "__main__"):
+    if first in ("cli", "__main__", "suite"):
         return "entry"
-    if rest.startswith("tasks.token_export"):
-        return "tasks.token_export"
     return first
 
 
@@ -114,10 +112,7 @@ def violations(package: Path) -> list[str]:
                 other = _target_layer(target)
                 if other in (layer, "basics") or other is None:
                     continue
-                allowed = LOWER[layer]
-                if other == "tasks.token_export" and ("tasks" in allowed or layer == "tasks"):
-                    continue
-                if other not in allowed:
+                if other not in LOWER[layer]:
                     found.append(f"{where}: {layer} imports {target} ({other} is not below {layer})")
     return found
 
@@ -155,10 +150,41 @@ def test_the_checker_reports_each_kind_of_violation(tmp_path, rel, source, expec
     for sub in ("", "engine", "metrics", "report", "data", "harness", "tasks"):
         (pkg / sub).mkdir(parents=True, exist_ok=True)
         (pkg / sub / "__init__.py").write_text('"""x"""\n')
-    (pkg / "report" / "fine.py").write_text("import numpy\nfrom ..metrics import per_token\n"
-                                            "from ..tasks import token_export\n")
+    (pkg / "report" / "fine.py").write_text("import numpy\nfrom ..metrics import per_token\nfrom ..data import files\n")
     (pkg / "tasks" / "fine.py").write_text("from lm_eval.api.task import ConfigurableTask\nfrom ..harness import glue\n")
     assert violations(pkg) == []
     (pkg / rel).write_text(source)
     found = violations(pkg)
     assert any(expected in f for f in found), found
+
+
+def _layers_above(layer: str) -> set[str]:
+    """Every layer that may import ``layer`` (directly or not): importing one of them from ``layer`` is a back-arrow."""
+    above = {other for other, lower in LOWER.items() if layer in lower}
+    for other in list(above):
+        above |= _layers_above(other)
+    return above
+
+
+BACK_ARROWS = sorted((low, high) for low in LOWER for high in _layers_above(low)
+                     if low not in ("basics", "entry") and high not in ("entry", "task_configs"))
+
+
+def test_the_layers_form_no_cycle():
+    """No layer may import a layer that may import it: the graph only points down."""
+    for layer, lower in LOWER.items():
+        assert layer not in _layers_above(layer), layer
+        assert not (lower & _layers_above(layer)), (layer, lower & _layers_above(layer))
+
+
+@pytest.mark.parametrize("low, high", BACK_ARROWS)
+def test_the_checker_reports_every_back_arrow(tmp_path, low, high):
+    """A module of each layer importing any layer above it is reported (the report -> tasks arrow included)."""
+    pkg = tmp_path / NAME
+    for sub in {"", low, high}:
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+        (pkg / sub / "__init__.py").write_text('"""x"""\n')
+    (pkg / high / "up.py").write_text("")
+    (pkg / low / "bad.py").write_text(f"def f():\n    from ..{high} import up\n")
+    found = violations(pkg)
+    assert any(f"{low} imports lm_eval_longctx.{high}" in f and f"({high} is not below {low})" in f for f in found), found

@@ -10,6 +10,8 @@ import torch
 
 from lm_eval_longctx.report import results as reporting
 from lm_eval_longctx.report import gate as report_gate
+from lm_eval_longctx.report import viewer
+from lm_eval_longctx.data import export_files
 from lm_eval_longctx.tasks import token_export
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import brute_force_doc, load
@@ -42,11 +44,11 @@ def exported(model_dirs, docs, tmp_path_factory):
 def test_export_round_trips_the_task_numbers(exported, docs):
     res, export, _ = exported
     folder = export / TASK
-    files = token_export.document_files(folder)
+    files = export_files.document_files(folder)
     assert [f.name for f in files] == [f"doc_{i:05d}.npz" for i in range(len(docs[0]))]
     samples = {s["doc_id"]: s for s in res["samples"][TASK]}
     for f in files:
-        d = token_export.load_document(f)
+        d = export_files.load_document(f)
         s = samples[d["doc_id"]]
         assert d["text"] == docs[0][d["doc_id"]]
         # the task's own per-document pairs, exactly, and recomputed from the per-token columns
@@ -56,11 +58,11 @@ def test_export_round_trips_the_task_numbers(exported, docs):
         assert int(d["key"].sum()) == d["n_key"] and not d["key"][0] and np.isnan(d["logprob"][0])
         np.testing.assert_array_equal(d["nll"], -d["logprob"])
     r = res["results"][TASK]
-    again = token_export.longppl_from_export(export)
+    again = viewer.longppl_from_export(export)
     assert again["longppl"] == r["longppl,none"] and again["ppl"] == r["ppl,none"] and again["n_docs"] == 4
     # LongPPL-soft from the exported weights
     num = den = 0.0
-    for d in token_export.iter_documents(folder):
+    for d in export_files.iter_documents(folder):
         num += float(np.sum(d["soft_weight"][1:] * d["nll"][1:].astype(np.float64)))
         den += float(np.sum(d["soft_weight"][1:]))
     assert math.exp(num / den) == pytest.approx(r["longppl_soft,none"], rel=1e-6)
@@ -71,7 +73,7 @@ def test_exported_columns_equal_slow_per_token_forwards(exported, docs, model_di
     (ev_model, ev_tok), (model, tok) = load(model_dirs["b"]), load(model_dirs["a"])
     n_key_total = 0
     for i, text in enumerate(docs[0][:3]):
-        d = token_export.load_document(export / TASK / f"doc_{i:05d}.npz")
+        d = export_files.load_document(export / TASK / f"doc_{i:05d}.npz")
         enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
         np.testing.assert_array_equal(d["token_id"], enc["input_ids"])
         np.testing.assert_array_equal(np.stack([d["char_start"], d["char_end"]], 1), enc["offset_mapping"])
@@ -115,8 +117,8 @@ def test_manifest_and_settings_record_the_path_only(exported, docs):
     res, export, _ = exported
     rec = res["configs"][TASK]["metadata"]["longctx_settings"]
     assert rec["export_tokens"] == str(export.resolve())
-    m = token_export.read_manifest(export / TASK)
-    assert m["format"] == token_export.FORMAT and m["task"] == TASK
+    m = export_files.read_manifest(export / TASK)
+    assert m["format"] == export_files.FORMAT and m["task"] == TASK
     assert m["settings"]["data"]["texts_sha256"] == rec["data"]["texts_sha256"]
     # the results add, under runtime, how the requests were scored (known once they are)
     runtime = dict(rec["runtime"])
@@ -134,8 +136,8 @@ def test_export_changes_no_number_and_reads_cached_judgements(exported, docs, mo
     for name in ("longppl,none", "ppl,none", "longppl_soft,none", "key_token_fraction,none"):
         assert plain["results"][TASK][name] == res["results"][TASK][name] == again["results"][TASK][name]
     assert "export_tokens" not in plain["configs"][TASK]["metadata"]["longctx_settings"]
-    for f in token_export.document_files(export / TASK):
-        a, b = token_export.load_document(f), token_export.load_document(tmp_path / "t2" / TASK / f.name)
+    for f in export_files.document_files(export / TASK):
+        a, b = export_files.load_document(f), export_files.load_document(tmp_path / "t2" / TASK / f.name)
         assert a.keys() == b.keys()
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
@@ -149,9 +151,9 @@ def test_self_evaluator_export(model_dirs, docs, tmp_path):
     res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], "evaluator": "self", "trunc_len": K,
                                           "sliding_window": D, "alpha": ALPHA, "beta": BETA,
                                           "export_tokens": str(tmp_path)})
-    again = token_export.longppl_from_export(tmp_path)
+    again = viewer.longppl_from_export(tmp_path)
     assert again["longppl"] == res["results"][TASK]["longppl,none"]
-    d = token_export.load_document(tmp_path / TASK / "doc_00000.npz")
+    d = export_files.load_document(tmp_path / TASK / "doc_00000.npz")
     # the evaluated model judges itself: its evaluator pass (with BOS) is a second tokenization of the same text
     assert "evaluator_logprob_long" in d and len(d["evaluator_char_start"]) >= len(d["token_id"])
 
@@ -160,44 +162,44 @@ def test_folders_the_task_did_not_create_are_refused(model_dirs, docs, tmp_path)
     foreign = tmp_path / "mine"
     (foreign / TASK).mkdir(parents=True)
     (foreign / TASK / "notes.txt").write_text("keep me")
-    with pytest.raises(token_export.ExportFolderError, match="not empty and was not created by a token export"):
+    with pytest.raises(export_files.ExportFolderError, match="not empty and was not created by a token export"):
         run_task(TASK, model_dirs["a"], {"data_files": docs[1], "evaluator": "self", "trunc_len": K,
                                         "sliding_window": D, "export_tokens": str(foreign)})
     assert [p.name for p in (foreign / TASK).iterdir()] == ["notes.txt"]
     # an earlier export is not overwritten either
     earlier = tmp_path / "earlier" / TASK
     earlier.mkdir(parents=True)
-    (earlier / token_export.MANIFEST).write_text(json.dumps({"format": token_export.FORMAT, "created": "x"}))
-    with pytest.raises(token_export.ExportFolderError, match="already holds a token export"):
-        token_export.check_folder(earlier)
+    (earlier / export_files.MANIFEST).write_text(json.dumps({"format": export_files.FORMAT, "created": "x"}))
+    with pytest.raises(export_files.ExportFolderError, match="already holds a token export"):
+        export_files.check_folder(earlier)
     # a file where the folder should be
     (tmp_path / "file").write_text("")
-    with pytest.raises(token_export.ExportFolderError, match="not a folder"):
-        token_export.check_folder(tmp_path / "file")
+    with pytest.raises(export_files.ExportFolderError, match="not a folder"):
+        export_files.check_folder(tmp_path / "file")
     # an empty folder, or none, is fine; the root may hold other things (each task writes its own subfolder)
     (tmp_path / "empty").mkdir()
-    token_export.check_folder(tmp_path / "empty")
-    token_export.check_folder(tmp_path / "absent")
+    export_files.check_folder(tmp_path / "empty")
+    export_files.check_folder(tmp_path / "absent")
 
 
 def test_ranks_of_one_launch_share_the_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("MASTER_PORT", "29500")
-    ex = token_export.TokenExport(tmp_path, TASK)
+    ex = export_files.TokenExport(tmp_path, TASK)
     ex.write(0, {"x": np.arange(3)}, {"k": 1})
-    token_export.TokenExport(tmp_path, TASK).write(1, {"x": np.arange(2)}, {"k": 1})  # the other rank
+    export_files.TokenExport(tmp_path, TASK).write(1, {"x": np.arange(2)}, {"k": 1})  # the other rank
     assert sorted(p.name for p in (tmp_path / TASK).iterdir()) == ["doc_00000.npz", "doc_00001.npz", "manifest.json"]
     monkeypatch.setenv("MASTER_PORT", "29501")  # another launch
-    with pytest.raises(token_export.ExportFolderError, match="already holds"):
-        token_export.TokenExport(tmp_path, TASK)
+    with pytest.raises(export_files.ExportFolderError, match="already holds"):
+        export_files.TokenExport(tmp_path, TASK)
 
 
 def test_setting_parsing():
-    assert token_export.parse_setting(None) is None and token_export.parse_setting("none") is None
-    assert token_export.parse_setting("") is None
-    assert token_export.parse_setting("x/y").endswith("x/y")
+    assert export_files.parse_setting(None) is None and export_files.parse_setting("none") is None
+    assert export_files.parse_setting("") is None
+    assert export_files.parse_setting("x/y").endswith("x/y")
     with pytest.raises(ValueError, match="export_tokens must be a folder path"):
-        token_export.parse_setting(3)
+        export_files.parse_setting(3)
 
 
 def test_validation_gives_each_variant_its_own_export(tmp_path, monkeypatch):
@@ -258,7 +260,7 @@ def test_judgements_without_per_token_numbers(tmp_path):
     np.testing.assert_array_equal(arrays["lsd"], np.concatenate([[np.nan], lsd])[1:])  # token i is evaluator token i+1
     assert np.flatnonzero(arrays["evaluator_key"]).tolist() == [6, 7, 8, 21]
     # the viewer draws such an export: flags from the spans, no shading where there is no LSD
-    ex = token_export.TokenExport(tmp_path, TASK)
+    ex = export_files.TokenExport(tmp_path, TASK)
     ex.write(0, from_files, {"alpha": 2.0, "beta": -2.0})
     info = viewer.build_page([tmp_path], tmp_path / "p.html")
     assert info["n_key"] == [4] and info["n_tokens"] == [40]

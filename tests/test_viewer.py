@@ -21,7 +21,7 @@ import pytest
 
 from lm_eval_longctx import cli
 from lm_eval_longctx.demo import run as demo
-from lm_eval_longctx.tasks import token_export
+from lm_eval_longctx.data import export_files
 from lm_eval_longctx.demo import known_answer as validation
 from lm_eval_longctx.report import viewer
 
@@ -77,16 +77,16 @@ def _samples(summary, task):
 
 def test_demo_export_round_trips(demo_run):
     export, results, summary = demo_run["export"], demo_run["results"], demo_run["summary"]
-    again = token_export.longppl_from_export(export)
+    again = viewer.longppl_from_export(export)
     r = results["results"][TASK]
     assert again["longppl"] == r["longppl,none"] and again["ppl"] == r["ppl,none"]
     assert results["configs"][TASK]["metadata"]["longctx_settings"]["export_tokens"] == str(export.resolve())
     samples = _samples(summary, TASK)
-    for d in token_export.iter_documents(export / TASK):
+    for d in export_files.iter_documents(export / TASK):
         assert (d["key_nll_sum"], d["n_key"]) == tuple(samples[d["doc_id"]]["longppl"])
     # retrieval_gain: per-anchor answer log-probs give the document's gain
     samples = _samples(summary, "retrieval_gain")
-    docs = list(token_export.iter_documents(export / "retrieval_gain"))
+    docs = list(export_files.iter_documents(export / "retrieval_gain"))
     assert len(docs) == len(samples) > 0
     for d in docs:
         gain = (-d["without_logprob"].astype(np.float64).mean(1)) - (-d["with_logprob"].astype(np.float64).mean(1))
@@ -94,7 +94,7 @@ def test_demo_export_round_trips(demo_run):
         np.testing.assert_array_equal(d["gain"], gain)
     # longeval_lines_ppl: the answer tokens' NLL is the case's answer_ppl pair
     samples = _samples(summary, "longeval_lines_ppl")
-    docs = list(token_export.iter_documents(export / "longeval_lines_ppl"))
+    docs = list(export_files.iter_documents(export / "longeval_lines_ppl"))
     assert len(docs) == len(samples) > 0
     for d in docs:
         s = samples[d["doc_id"]]
@@ -150,7 +150,7 @@ def test_page_embeds_the_export(demo_run, tmp_path, compress):
     info = viewer.build_page([demo_run["export"]], tmp_path / "page.html", compress=compress)
     assert info["compressed"] is compress
     meta, docs = page_data(tmp_path / "page.html")
-    exported = list(token_export.iter_documents(demo_run["export"] / TASK))
+    exported = list(export_files.iter_documents(demo_run["export"] / TASK))
     assert len(docs) == len(exported) == info["n_docs"]
     for d, e in zip(docs, exported):
         assert d["text"] == e["text"]
@@ -183,8 +183,8 @@ def test_diff_of_two_variants(variant_runs, tmp_path):
     info = viewer.build_page([a["export"], b["export"]], tmp_path / "diff.html")
     assert info["diff"]
     meta, docs = page_data(tmp_path / "diff.html")
-    for d, ea, eb in zip(docs, token_export.iter_documents(a["export"] / TASK),
-                         token_export.iter_documents(b["export"] / TASK)):
+    for d, ea, eb in zip(docs, export_files.iter_documents(a["export"] / TASK),
+                         export_files.iter_documents(b["export"] / TASK)):
         np.testing.assert_array_equal(d["nll"], ea["nll"])
         np.testing.assert_array_equal(d["nll_b"], eb["nll"])
         np.testing.assert_array_equal((d["flags"] >> 2) & 1, eb["key"])
@@ -199,7 +199,7 @@ def test_diff_refuses_other_documents_or_tokenizations(demo_run, tmp_path):
     other = tmp_path / "other" / TASK
     shutil.copytree(demo_run["export"] / TASK, other)
     f = other / "doc_00001.npz"
-    d = token_export.load_document(f)
+    d = export_files.load_document(f)
     np.savez(f, **{**d, "text_sha256": "0" * 64})
     with pytest.raises(viewer.ViewerError, match="not document 1 of the first export"):
         viewer.build_page([demo_run["export"], other], tmp_path / "x.html")
@@ -267,7 +267,7 @@ def rendered(page, k, tmp_path, mode=None):
 def test_browser_renders_every_document_of_the_demo(demo_run, tmp_path):
     page = tmp_path / "page.html"
     viewer.build_page([demo_run["export"]], page, compress=True)  # the gzip path (DecompressionStream)
-    for k, e in enumerate(token_export.iter_documents(demo_run["export"] / TASK)):
+    for k, e in enumerate(export_files.iter_documents(demo_run["export"] / TASK)):
         dom = rendered(page, k, tmp_path)
         assert dom.body["data-doc"] == str(k)
         assert dom.tokens == len(e["token_id"]) == int(dom.body["data-tokens"])
@@ -284,8 +284,8 @@ def test_browser_renders_the_diff_of_two_variants(variant_runs, tmp_path):
     a, b = variant_runs["long"], variant_runs["none"]
     page = tmp_path / "diff.html"
     viewer.build_page([a["export"], b["export"]], page, compress=False)
-    for k, (ea, eb) in enumerate(zip(token_export.iter_documents(a["export"] / TASK),
-                                     token_export.iter_documents(b["export"] / TASK))):
+    for k, (ea, eb) in enumerate(zip(export_files.iter_documents(a["export"] / TASK),
+                                     export_files.iter_documents(b["export"] / TASK))):
         dom = rendered(page, k, tmp_path)
         assert dom.tokens == len(ea["token_id"])
         assert dom.keys == int(ea["key"].sum()) and dom.keys_b == int((eb["key"] & ~ea["key"]).sum())

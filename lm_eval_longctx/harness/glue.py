@@ -7,7 +7,8 @@
   the supported ones.
 * ``--use_cache``: the method reads and writes the harness's cache database (``cache_hook.dbdict``)
   itself, because ``CachingLM`` only caches the three built-in request types.
-* Metric and aggregation registrations (guarded: re-import is a no-op, built-ins stay visible).
+* The named aggregations the tasks' metric declarations use (``aggregation_fn``), registered with lm-eval once;
+  the harness knows no task's metrics: each task declares its own (``MetricDeclaration``).
 * Bootstrap stderr for corpus perplexities: lm-eval only bootstraps a fixed list of aggregations
   and reports "N/A" for token-weighted ones; ``install()`` wraps the stderr lookup so aggregations
   flagged ``_longctx_bootstrap`` get a bootstrap estimate.
@@ -305,16 +306,22 @@ _twp._longctx_bootstrap = True
 _ratio._longctx_bootstrap = True
 
 AGGREGATIONS = {"token_weighted_perplexity": _twp, "corpus_ratio": _ratio}
-# metric -> (aggregation name, higher_is_better); tasks add theirs with register_metrics(). None: a diagnostic
-# with no better direction (how many tokens the evaluator marks is a property of the texts and the evaluator, not
-# a quality of the evaluated model), so a regression gate shows it and never fails on it.
-METRICS: dict[str, tuple[str, bool | None]] = {
-    "longppl": ("token_weighted_perplexity", False),
-    "longppl_soft": ("token_weighted_perplexity", False),
-    "ppl": ("token_weighted_perplexity", False),
-    "key_token_fraction": ("corpus_ratio", None),
-    "n_key_tokens": ("mean", None),
-}
+
+
+@dataclass(frozen=True)
+class MetricDeclaration:
+    """One metric of a task: how its per-document values aggregate, and which way is better (None: a diagnostic
+    with no better direction, which a regression gate shows and never fails on)."""
+
+    aggregation: Callable
+    higher_is_better: bool | None
+
+
+def declare(aggregation: str | Callable, higher_is_better: bool | None) -> MetricDeclaration:
+    """A metric declaration from a named aggregation (``mean``, ``token_weighted_perplexity``, ``corpus_ratio``) or
+    an aggregation function (a module-level function or a partial of one: it must pickle)."""
+    return MetricDeclaration(aggregation_fn(aggregation) if isinstance(aggregation, str) else aggregation,
+                             higher_is_better)
 
 
 def perplexity_or_note(note: str):
@@ -334,22 +341,14 @@ def add_aggregation(name: str, fn, bootstrap: bool = True) -> None:
     AGGREGATIONS.setdefault(name, fn)
 
 
-def _passthrough(items):  # per-document values are computed in process_results
-    return items
-
-
-def register_metrics(extra: dict[str, tuple[str, bool | None]] | None = None) -> None:
-    """Register our aggregations and metrics (plus ``extra``) once; never replace an existing entry."""
+def _register_aggregations() -> None:
+    """Our named aggregations in lm-eval's registry (never replacing an entry, so built-ins stay as they are)."""
     import lm_eval.api.metrics  # noqa: F401  (fills the built-in registries first)
     from lm_eval.api import registry
 
-    METRICS.update(extra or {})
     for name, fn in AGGREGATIONS.items():
         if name not in registry.aggregation_registry:
             registry.register_aggregation(name)(fn)
-    for name, (agg, hib) in METRICS.items():
-        if name not in registry.metric_registry:
-            registry.register_metric(metric=name, higher_is_better=hib, aggregation=agg)(_passthrough)
 
 
 def aggregation_fn(name: str):
@@ -394,7 +393,10 @@ def _install_stderr_hook() -> None:
 
 
 def install() -> None:
-    """Idempotent: attach the request type to HFLM, the clear error to other LMs, register metrics."""
+    """Every change this package makes to lm-eval, in one place; idempotent (a second call changes nothing).
+    Called when a task of the suite is built, before lm-eval reads its metrics or sends its requests:
+    attach the request type to HFLM and the clear error to other LMs, register the named aggregations, wrap the
+    stderr lookup and the results tracker's save."""
     import lm_eval.models  # noqa: F401  (built-in model registrations before anything of ours)
     from lm_eval.api.model import LM
     from lm_eval.models.huggingface import HFLM
@@ -404,7 +406,7 @@ def install() -> None:
     if not hasattr(LM, REQUEST_TYPE):
         setattr(LM, REQUEST_TYPE, _unsupported_backend)
     _install_model_creation_hooks(HFLM)
-    register_metrics()
+    _register_aggregations()
     if os.environ.get("LM_EVAL_LONGCTX_NO_STDERR_HOOK", "") not in ("1", "true", "True"):
         _install_stderr_hook()
     _install_results_saved_hook()

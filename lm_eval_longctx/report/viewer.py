@@ -1,7 +1,7 @@
 """``lm-eval-longctx view EXPORT [EXPORT_B] -o page.html``: the key tokens of a LongPPL run, in a browser.
 
 One self-contained static HTML file (inline CSS and JavaScript; no network, no external scripts or
-fonts) built from a per-token export of ``longppl_govreport`` (``token_export.py``):
+fonts) built from a per-token export of ``longppl_govreport`` (``data/export_files.py``):
 
 * per document, the text with every token of the evaluated model shaded by the evaluator's LSD (a
   diverging scale with a legend), key tokens outlined, greedy hits optionally underlined; hovering a
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..metrics import per_token as metrics
-from ..tasks import token_export
+from ..data import export_files
 
 LSD_RANGE = 4.0  # the colour scale saturates at |LSD| = 4 (alpha is 2 by default)
 DNLL_RANGE = 4.0
@@ -56,15 +56,15 @@ class Export:
 
 def open_export(path) -> Export:
     try:
-        folder = token_export.task_folder(path, "longppl_govreport")
+        folder = export_files.task_folder(path, "longppl_govreport")
     except FileNotFoundError as e:
         raise ViewerError(str(e)) from e
-    manifest = token_export.read_manifest(folder)
+    manifest = export_files.read_manifest(folder)
     if manifest.get("task") != "longppl_govreport":
         raise ViewerError(f"{folder}: a {manifest.get('task')} export; the viewer shows longppl_govreport exports")
-    files = token_export.document_files(folder)
+    files = export_files.document_files(folder)
     if not files:
-        raise ViewerError(f"{folder}: no document files ({token_export.DOC_GLOB})")
+        raise ViewerError(f"{folder}: no document files ({export_files.DOC_GLOB})")
     return Export(folder, manifest, files)
 
 
@@ -155,8 +155,8 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(_HEAD.replace("%TITLE%", html.escape(title or "LongPPL key tokens")).replace("%CSS%", _css()))
         for k, path in enumerate(a.files):
-            da = token_export.load_document(path)
-            db = token_export.load_document(b.files[k]) if b else None
+            da = export_files.load_document(path)
+            db = export_files.load_document(b.files[k]) if b else None
             if db is not None:
                 _check_same_documents(da, db, b.files[k])
             blob = _encode(da, db)
@@ -447,3 +447,15 @@ init();
 </script>
 </body></html>
 """
+
+
+def longppl_from_export(folder: str | Path) -> dict:
+    """Corpus LongPPL and PPL recomputed from the per-token arrays (key flags and log-probs)."""
+    pairs_key, pairs_all = [], []
+    for d in export_files.iter_documents(export_files.task_folder(folder, "longppl_govreport")):
+        lp = d["logprob"][1:].astype(np.float64)
+        key = d["key"][1:]
+        pairs_key.append((metrics.nll_sum(lp[key]), int(key.sum())))
+        pairs_all.append((metrics.nll_sum(lp), len(lp)))
+    return {"longppl": metrics.token_weighted_perplexity(pairs_key),
+            "ppl": metrics.token_weighted_perplexity(pairs_all), "n_docs": len(pairs_all)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from lm_eval.api.task import ConfigurableTask
 
 from ..data import documents as data
+from ..data import export_files
 from ..harness import glue as harness
 from . import token_export
 
@@ -30,14 +31,15 @@ class LongContextTask(ConfigurableTask):
         raise NotImplementedError
 
     def __init__(self, config: dict | None = None):
+        harness.install()  # before lm-eval reads the task's metrics or sends its requests
         cfg = dict(config or {})
         cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
         # every task of this package sends longctx_scores requests (the accuracy task too: prompt lengths)
         harness.note_evaluated_model(str(cfg.get("task", type(self).__name__)))
         harness.forget_scoring(str(cfg.get("task", "")))  # a new run of this task: its record starts empty
         self.settings = self.resolve_settings(cfg.get("metadata"))
-        if token_export.SETTING in self.settings:
-            self.settings[token_export.SETTING] = token_export.parse_setting(self.settings[token_export.SETTING])
+        if export_files.SETTING in self.settings:
+            self.settings[export_files.SETTING] = export_files.parse_setting(self.settings[export_files.SETTING])
         super().__init__(config=cfg)
         if self.SCORES_PER_TOKEN:
             # Set after validation, which only accepts built-in types (also what DP padding counts).
@@ -48,12 +50,22 @@ class LongContextTask(ConfigurableTask):
     def _record_settings(self) -> None:
         raise NotImplementedError
 
+    def metric_declarations(self) -> dict[str, harness.MetricDeclaration]:
+        """Every metric the task reports, with its aggregation and direction: the one place they are declared."""
+        raise NotImplementedError
+
+    def aggregation(self):
+        return {name: d.aggregation for name, d in self.metric_declarations().items()}
+
+    def higher_is_better(self):
+        return {name: d.higher_is_better for name, d in self.metric_declarations().items()}
+
     def _store_settings(self, record: dict) -> None:
         """Put what changes the numbers where the results JSON keeps it: configs.<task>.metadata."""
         if self.config.metadata is None:
             self.config.metadata = {}
         if token_export.enabled(self):  # a path only: the export changes no number
-            record[token_export.SETTING] = self.settings[token_export.SETTING]
+            record[export_files.SETTING] = self.settings[export_files.SETTING]
         self.config.metadata["longctx_settings"] = record
 
     def build_all_requests(self, **kwargs) -> None:

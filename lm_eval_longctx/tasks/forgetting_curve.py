@@ -29,12 +29,10 @@ from ..data import documents as data
 from ..engine import scoring as engine
 from ..harness import glue as harness
 from ..metrics import per_token as metrics
-from ..report.pictures import forgetting_curve as plotting
 from . import settings as task_settings
 from ..settings import BOOLEAN, SettingsError, integer
 from .base import LongContextTask
 
-harness.install()
 log = logging.getLogger("lm_eval_longctx")
 
 KIND = "forgetting_curve"
@@ -257,7 +255,6 @@ def serve(ctx: harness.ScoringContext, items: list) -> list:
 
 
 harness.register_request_kind(KIND, serve, CurveSampleScore.from_state, n_tokens=lambda r: sample_tokens(r.length))
-harness.on_results_saved(KIND, plotting.save_beside_results)
 
 
 # ---------------------------------------------------------------- the task
@@ -363,22 +360,17 @@ class ForgettingCurveTask(LongContextTask):
             "skipped_lengths": (length, copy.error or lm.error),
         }
 
-    def aggregation(self):
+    def metric_declarations(self):
         s = self.settings
-        mean = harness.aggregation_fn("mean")
-        agg = {self._name(w, x): mean for x in self.lengths for w in ("copy_acc", "lm_acc")}
+        mean = harness.declare("mean", True)
+        out = {self._name(w, x): mean for x in self.lengths for w in ("copy_acc", "lm_acc")}
         # partials of module-level functions: they pickle; they get no stderr (a threshold statistic)
-        agg["fine_memory_length"] = functools.partial(
-            metrics.fine_memory_length_from_samples, threshold=s["fine_threshold"], rule=s["fine_rule"])
-        agg["coarse_memory_length"] = functools.partial(
-            metrics.coarse_memory_length_from_samples, margin=s["coarse_margin"], rule=s["coarse_rule"])
-        agg["n_failed_lengths"] = metrics.n_failed_lengths_from_samples
-        agg["skipped_lengths"] = metrics.skipped_lengths_text
-        return agg
-
-    def higher_is_better(self):
-        hib = {name: True for name in self.aggregation()}
-        hib["n_failed_lengths"] = False
-        hib["skipped_lengths"] = None  # a text: which lengths were skipped, and why
-        return hib
+        out["fine_memory_length"] = harness.declare(functools.partial(
+            metrics.fine_memory_length_from_samples, threshold=s["fine_threshold"], rule=s["fine_rule"]), True)
+        out["coarse_memory_length"] = harness.declare(functools.partial(
+            metrics.coarse_memory_length_from_samples, margin=s["coarse_margin"], rule=s["coarse_rule"]), True)
+        out["n_failed_lengths"] = harness.declare(metrics.n_failed_lengths_from_samples, False)
+        # a text: which lengths were skipped, and why
+        out["skipped_lengths"] = harness.declare(metrics.skipped_lengths_text, None)
+        return out
 

@@ -186,7 +186,6 @@ serve_prompt_lengths = harness.serve_each(
 harness.register_request_kind(ANSWER_KIND, serve_answers, AnswerScores.from_state,
                               n_tokens=lambda r: None if r.skipped else r.n_tokens)
 harness.register_request_kind(LENGTH_KIND, serve_prompt_lengths, PromptLength.from_state)
-harness.install()
 
 
 # ------------------------------------------------------------------ the tasks
@@ -246,21 +245,15 @@ class _LinesTask(LongContextTask):
 
     # ---------------------------------------------------------------- metrics
 
-    def _metrics(self) -> dict[str, tuple[str, bool | None]]:
-        out = {m: self.PER_CONFIG[m] for m in self.POOLED}
+    def metric_declarations(self):
+        out = {m: harness.declare(*self.PER_CONFIG[m]) for m in self.POOLED}
         stems = dict(self.PER_CONFIG)
         if self.settings["over_length"] == "skip":
             stems["skipped"] = ("mean", False)
         for n in self.configurations:
-            for stem, v in stems.items():
-                out[f"{stem}_{self.config_key(n)}"] = v
+            for stem, (agg, hib) in stems.items():
+                out[f"{stem}_{self.config_key(n)}"] = harness.declare(agg, hib)
         return out
-
-    def aggregation(self):
-        return {m: harness.aggregation_fn(agg) for m, (agg, _) in self._metrics().items()}
-
-    def higher_is_better(self):
-        return {m: hib for m, (_, hib) in self._metrics().items()}
 
     def _skipped(self, key: str, skipped: bool) -> dict:
         return {f"skipped_{key}": float(skipped)} if self.settings["over_length"] == "skip" else {}

@@ -28,13 +28,21 @@ from . import settings as task_settings, token_export
 from ..settings import SettingsError
 from .base import LongContextTask, govreport_documents
 
-harness.install()
 log = logging.getLogger("lm_eval_longctx")
 
 SETTINGS = task_settings.LONGPPL
 DEFAULTS = SETTINGS.defaults()
 # With key_spans_dir these come from the span folder's manifest (what the spans were computed with).
 MANIFEST_KEYS = ("trunc_len", "sliding_window", "alpha", "beta", "evaluator")
+# metric -> (aggregation, higher is better). None: a diagnostic with no better direction (how many tokens the
+# evaluator marks is a property of the texts and the evaluator, not a quality of the evaluated model).
+METRICS: dict[str, tuple[str, bool | None]] = {
+    "longppl": ("token_weighted_perplexity", False),
+    "longppl_soft": ("token_weighted_perplexity", False),
+    "ppl": ("token_weighted_perplexity", False),
+    "key_token_fraction": ("corpus_ratio", None),
+    "n_key_tokens": ("mean", None),
+}
 # a largest long-short gain below this (nats) means the long context changed nothing
 NO_GAIN_NATS = 1e-3
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
@@ -306,11 +314,8 @@ class LongPPLTask(LongContextTask):
         names = ["longppl", "ppl", "key_token_fraction", "n_key_tokens"]
         return names + (["longppl_soft"] if self.settings["soft_gamma"] is not None else [])
 
-    def aggregation(self):
-        agg = {m: harness.aggregation_fn(harness.METRICS[m][0]) for m in self._metric_names()}
-        # no key token in any document: the reason, not a bare NaN (called after every process_results)
-        agg["longppl"] = harness.perplexity_or_note(self._no_key_note())
-        return agg
-
-    def higher_is_better(self):
-        return {m: harness.METRICS[m][1] for m in self._metric_names()}
+    def metric_declarations(self):
+        out = {m: harness.declare(*METRICS[m]) for m in self._metric_names()}
+        # no key token in any document: the reason, not a bare NaN (lm-eval aggregates after every process_results)
+        out["longppl"] = harness.declare(harness.perplexity_or_note(self._no_key_note()), METRICS["longppl"][1])
+        return out

@@ -39,6 +39,7 @@ from .base import LongContextTask, govreport_documents
 log = logging.getLogger("lm_eval_longctx")
 
 KIND = "retrieval_gain"
+# metric -> (aggregation, higher is better)
 METRICS = {"retrieval_gain": ("mean", True), "nll_with": ("mean", False), "nll_without": ("mean", False)}
 ANCHOR_SPACINGS = ("endpoints", "centered")
 
@@ -227,8 +228,6 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
 
 
 harness.register_request_kind(KIND, serve, RetrievalScores.from_state, n_tokens=lambda r: r.n_with_tokens)
-harness.install()
-harness.register_metrics(METRICS)
 
 
 # ------------------------------------------------------------------ the task
@@ -268,8 +267,5 @@ class RetrievalGainTask(LongContextTask):
         return {"retrieval_gain": float(gain.mean()), "nll_with": float(nll_with.mean()),
                 "nll_without": float(nll_without.mean())}
 
-    def aggregation(self):
-        return {m: harness.aggregation_fn(agg) for m, (agg, _) in METRICS.items()}
-
-    def higher_is_better(self):
-        return {m: hib for m, (_, hib) in METRICS.items()}
+    def metric_declarations(self):
+        return {m: harness.declare(agg, hib) for m, (agg, hib) in METRICS.items()}

@@ -35,7 +35,6 @@ from lm_eval.api.instance import Instance
 from ..data import documents as data
 from ..engine import scoring as engine
 from ..metrics import gain_map as gainmap
-from ..report.pictures import gain_map as gain_map_pictures
 from ..harness import glue as harness
 from . import settings as task_settings
 from ..settings import BOOLEAN, SettingsError
@@ -223,8 +222,6 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
 
 
 harness.register_request_kind(KIND, serve, GainMapScores.from_state, n_tokens=lambda r: r.n_with_tokens)
-harness.install()
-harness.on_results_saved(KIND, gain_map_pictures.save_beside_results)
 
 
 # ------------------------------------------------------------------ the task
@@ -323,20 +320,17 @@ class RetrievalGainMapTask(LongContextTask):
         out["effective_length_abs"] = per_length
         return out
 
-    def aggregation(self):
+    def metric_declarations(self):
         s = self.settings
-        mean = harness.aggregation_fn("mean")
-        agg = {self.cell_name(L, d): mean for L in self.lengths for d in s["depths"]}
-        agg.update({self.length_name(L): mean for L in self.lengths})
-        agg["gain"] = mean
+        mean = harness.declare("mean", True)
+        out = {self.cell_name(L, d): mean for L in self.lengths for d in s["depths"]}
+        out.update({self.length_name(L): mean for L in self.lengths})
+        out["gain"] = mean
         # partials of module-level functions: they pickle; a threshold statistic gets no stderr
-        agg["effective_length"] = functools.partial(gainmap.effective_length_from_docs, lengths=tuple(self.lengths),
-                                                    fraction=s["effective_fraction"], rule=s["effective_rule"],
-                                                    base_minimum=s["effective_threshold"])
-        agg["effective_length_abs"] = functools.partial(gainmap.effective_length_abs_from_docs,
-                                                        lengths=tuple(self.lengths),
-                                                        threshold=s["effective_threshold"], rule=s["effective_rule"])
-        return agg
-
-    def higher_is_better(self):
-        return {name: True for name in self.aggregation()}
+        out["effective_length"] = harness.declare(functools.partial(
+            gainmap.effective_length_from_docs, lengths=tuple(self.lengths), fraction=s["effective_fraction"],
+            rule=s["effective_rule"], base_minimum=s["effective_threshold"]), True)
+        out["effective_length_abs"] = harness.declare(functools.partial(
+            gainmap.effective_length_abs_from_docs, lengths=tuple(self.lengths), threshold=s["effective_threshold"],
+            rule=s["effective_rule"]), True)
+        return out

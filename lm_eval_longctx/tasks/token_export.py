@@ -1,4 +1,5 @@
-"""Per-token export: what a task saw, token by token, one ``.npz`` file per document (opt-in).
+"""Per-token export: what a task saw, token by token, one ``.npz`` file per document (opt-in). This module builds
+each task's arrays; the files themselves (manifest, writing, reading) are ``data/export_files.py``.
 
 ``--metadata '{"export_tokens": "DIR"}'`` makes ``longppl_govreport``, ``retrieval_gain`` and
 ``longeval_lines_ppl`` write ``DIR/<task>/doc_<doc_id>.npz`` as each document's results are processed,
@@ -31,158 +32,19 @@ longppl_govreport arrays (two tokenizations of one text):
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import json
-import os
-from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
-FORMAT = "lm_eval_longctx/token-export/1"
-MANIFEST = "manifest.json"
-SETTING = "export_tokens"
-DOC_GLOB = "doc_*.npz"
-
-COLUMNS = {
-    "longppl_govreport": {
-        "token_id": "evaluated-model token ids [n] (text tokenized without special tokens)",
-        "char_start": "character offset where token i starts in `text` [n]",
-        "char_end": "character offset where token i ends in `text` [n]",
-        "logprob": "evaluated model: log p(token i | tokens < i), long context [n]; NaN for token 0",
-        "nll": "evaluated model: -logprob [n]",
-        "greedy": "evaluated model: argmax of the prediction of token i == token i [n]; False for token 0",
-        "key": "token i is a key token (counted in LongPPL) [n]",
-        "lsd": "evaluator LSD of the evaluator token holding token i's last character [n]; NaN: none",
-        "lcl": "evaluator long-context log-prob (LCL) of that evaluator token [n]; NaN: none or not available",
-        "soft_weight": "LongPPL-soft weight of token i [n] (only with soft_gamma); 1 where no LSD",
-        "evaluator_token_id": "evaluator token ids [m] (with its special tokens), when available",
-        "evaluator_char_start": "evaluator token j's start in `text` [m]",
-        "evaluator_char_end": "evaluator token j's end in `text` [m]",
-        "evaluator_logprob_long": "evaluator: log p(token j | all before), LCL [m]; NaN for j = 0; when available",
-        "evaluator_logprob_short": "evaluator: log p(token j | truncated window) [m]; NaN before K; when available",
-        "evaluator_lsd": "evaluator: LSD = long - short log-prob [m]; NaN where no truncated context",
-        "evaluator_key": "evaluator token j is key (LSD > alpha and LCL > beta) [m]",
-        "doc_id, text, text_sha256": "the document",
-        "nll_sum, n_targets, key_nll_sum, n_key": "the task's per-document (NLL sum, count) pairs of ppl and longppl",
-    },
-    "retrieval_gain": {
-        "anchors": "anchor token positions in the document [q]",
-        "with_logprob": "answer tokens' log-probs read after the document [q, r]",
-        "without_logprob": "answer tokens' log-probs without the document [q, r]",
-        "gain, nll_with, nll_without": "per anchor [q] (gain = nll_without - nll_with)",
-        "n_doc_tokens, n_source_tokens, doc_id, text, text_sha256": "the document",
-    },
-    "longeval_lines_ppl": {
-        "char_start": "response token's start, relative to the response's first character [m]",
-        "char_end": "response token's end, relative to the response's first character [m]",
-        "logprob": "log p(response token | prompt and earlier response tokens) [m]",
-        "nll": "-logprob [m]",
-        "answer": "the token overlaps the number's digits (answer_ppl) [m]; others with width > 0: non_answer_ppl",
-        "doc_id, num_lines, response, answer_start, answer_end, prompt_tokens, n_tokens, skipped": "the case",
-    },
-}
+from ..data import export_files
+from ..data.export_files import SETTING
 
 
-class ExportFolderError(ValueError):
-    """An ``export_tokens`` folder this run may not write into."""
-
-
-# --------------------------------------------------------------------------- settings
-
-
-def parse_setting(value) -> str | None:
-    """The ``export_tokens`` setting: a folder path, or None (off)."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
-        return None
-    if not isinstance(value, (str, os.PathLike)):
-        raise ValueError(f"export_tokens must be a folder path, got {value!r}")
-    return str(Path(value).expanduser().resolve())
-
-
-def _launch_id() -> str | None:
-    """What the ranks of one data-parallel launch share (None outside data parallelism)."""
-    world = os.environ.get("WORLD_SIZE", "1") or "1"
-    if int(world) <= 1:
-        return None
-    parts = [os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")]
-    if os.environ.get("LOCAL_WORLD_SIZE", world) == world:
-        # one node: the ranks are children of one launcher process, which a later launch is not
-        parts.append(str(os.getppid()))
-    return "|".join(parts)
-
-
-def check_folder(folder: Path) -> None:
-    """Refuse a folder that exists and holds anything, unless a sibling rank of this launch made it."""
-    if not folder.exists():
-        return
-    if not folder.is_dir():
-        raise ExportFolderError(f"export_tokens: {folder} exists and is not a folder")
-    if not any(folder.iterdir()):
-        return
-    manifest = folder / MANIFEST
-    if manifest.is_file():
-        try:
-            m = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            m = {}
-        launch = _launch_id()
-        if m.get("format") == FORMAT and launch is not None and m.get("launch") == launch:
-            return
-        if m.get("format") == FORMAT:
-            raise ExportFolderError(
-                f"export_tokens: {folder} already holds a token export (created {m.get('created')}); it is not "
-                "overwritten. Pass another export_tokens folder, or remove that one yourself.")
-    raise ExportFolderError(
-        f"export_tokens: {folder} is not empty and was not created by a token export; nothing is written into "
-        "it. Pass a new or empty folder as export_tokens.")
-
-
-# --------------------------------------------------------------------------- writing
-
-
-class TokenExport:
-    """Writes one task's per-document files into ``root/<task>/``; the folder is checked when this is
-    built (before any model runs) and created at the first document."""
-
-    def __init__(self, root: str | Path, task: str):
-        self.folder = Path(root) / task
-        self.task = task
-        check_folder(self.folder)
-        self._opened = False
-
-    def _open(self, settings_record: dict) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        manifest = {"format": FORMAT, "task": self.task, "settings": settings_record,
-                    "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                    "launch": _launch_id(), "columns": COLUMNS.get(self.task, {})}
-        try:
-            fd = os.open(self.folder / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            check_folder(self.folder)  # a sibling rank of this launch wrote it; anything else is refused
-        else:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(manifest, f, indent=2, default=str)
-                f.write("\n")
-        self._opened = True
-
-    def write(self, doc_id: int, arrays: dict, settings_record: dict) -> Path:
-        """Write ``doc_<doc_id>.npz`` (atomically: a partial file never carries the final name)."""
-        if not self._opened:
-            self._open(settings_record)
-        path = self.folder / f"doc_{int(doc_id):05d}.npz"
-        tmp = self.folder / f".doc_{int(doc_id):05d}.{os.getpid()}.tmp.npz"
-        np.savez_compressed(tmp, **arrays)
-        os.replace(tmp, path)
-        return path
-
-
-def for_task(task) -> TokenExport | None:
+def for_task(task) -> export_files.TokenExport | None:
     """The export of a task whose settings name an ``export_tokens`` folder, else None."""
     if not enabled(task):
         return None
-    return TokenExport(task.settings[SETTING], task.config.task)
+    return export_files.TokenExport(task.settings[SETTING], task.config.task)
 
 
 def enabled(task) -> bool:
@@ -310,53 +172,3 @@ def write_document(task, doc: dict, results, judgement=None, key_idx=None) -> No
     else:
         raise ValueError(f"export_tokens: no per-token export for task {name}")
     export.write(doc["doc_id"], arrays, (task.config.metadata or {}).get("longctx_settings") or {})
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def task_folder(path: str | Path, task: str = "longppl_govreport") -> Path:
-    """The task folder of an export: ``path`` itself when it holds a manifest, else ``path/<task>``."""
-    path = Path(path)
-    if (path / MANIFEST).is_file():
-        return path
-    if (path / task / MANIFEST).is_file():
-        return path / task
-    raise FileNotFoundError(f"{path} is not a token export (no {MANIFEST} in it or in {path / task})")
-
-
-def read_manifest(folder: str | Path) -> dict:
-    folder = Path(folder)
-    m = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    if m.get("format") != FORMAT:
-        raise ValueError(f"{folder / MANIFEST}: format {m.get('format')!r}, expected {FORMAT!r}")
-    return m
-
-
-def document_files(folder: str | Path) -> list[Path]:
-    return sorted(Path(folder).glob(DOC_GLOB))
-
-
-def load_document(path: str | Path) -> dict:
-    """One document's arrays (0-d arrays become Python scalars / str). No pickles are loaded."""
-    with np.load(path, allow_pickle=False) as z:
-        return {k: (z[k].item() if z[k].ndim == 0 else z[k]) for k in z.files}
-
-
-def iter_documents(folder: str | Path) -> Iterator[dict]:
-    for p in document_files(folder):
-        yield load_document(p)
-
-
-def longppl_from_export(folder: str | Path) -> dict:
-    """Corpus LongPPL and PPL recomputed from the per-token arrays (key flags and log-probs)."""
-    from ..metrics import per_token as metrics
-
-    pairs_key, pairs_all = [], []
-    for d in iter_documents(task_folder(folder, "longppl_govreport")):
-        lp = d["logprob"][1:].astype(np.float64)
-        key = d["key"][1:]
-        pairs_key.append((metrics.nll_sum(lp[key]), int(key.sum())))
-        pairs_all.append((metrics.nll_sum(lp), len(lp)))
-    return {"longppl": metrics.token_weighted_perplexity(pairs_key),
-            "ppl": metrics.token_weighted_perplexity(pairs_all), "n_docs": len(pairs_all)}
