@@ -40,7 +40,7 @@ import torch
 
 from lm_eval_longctx.data import documents as data
 from lm_eval_longctx.keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
-from lm_eval_longctx.keytokens import span_files
+from lm_eval_longctx.keytokens import span_files, text_scoring
 from lm_eval_longctx.settings import add_arguments
 from lm_eval_longctx.tasks.settings import LONGPPL
 
@@ -110,9 +110,9 @@ def main(argv=None) -> int:
     try:
         shard = tmp / "shard"  # every rank's span files, each written atomically
         for i in range(rank, len(docs.texts), world):  # round robin: long and short documents spread evenly
-            scores = key_tokens.score_text(model, tok, docs.texts[i], args.trunc_len, args.sliding_window,
-                                           chunk_size=args.chunk_size, batch_size=args.batch_size,
-                                           max_length=max_length, identity=identity, long_pass=args.long_pass)
+            request = key_tokens.evaluator_request(args.trunc_len, args.sliding_window, args.chunk_size,
+                                                   args.batch_size, args.long_pass)
+            scores = text_scoring.score_text(model, tok, docs.texts[i], request, max_length, evaluator=identity["name"])
             spans = key_tokens.judge_from_scores(scores, args.alpha, args.beta).spans
             span_files.write_span_file(shard / f"slice_{i}.txt", spans)
             print(f"[rank {rank}] document {i}: {len(scores.token_ids)} evaluator tokens, {len(spans)} key spans",

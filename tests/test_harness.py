@@ -7,6 +7,7 @@ import pytest
 
 from lm_eval_longctx.engine import scoring as engine
 from lm_eval_longctx.harness import glue as harness
+from lm_eval_longctx.keytokens import text_scoring
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import brute_force_doc, load
 
@@ -42,7 +43,7 @@ def test_use_cache_serves_repeated_requests(model_dirs, docs, tmp_path, monkeypa
     def fail(*a, **k):
         raise AssertionError("scored again although --use_cache holds the result")
 
-    monkeypatch.setattr(harness, "score_request", fail)
+    monkeypatch.setattr(text_scoring, "score_text", fail)
     second = run_task(TASK, model_dirs["a"], md(docs, evaluator="self"), use_cache=str(tmp_path / "cache"))
     assert second["results"][TASK]["longppl,none"] == first["results"][TASK]["longppl,none"]
     assert second["results"][TASK]["ppl,none"] == first["results"][TASK]["ppl,none"]
@@ -139,11 +140,40 @@ def test_batch_backoff_halves_on_out_of_memory_and_fails_at_one(caplog):
         return f"scored with {bs}"
 
     with caplog.at_level("WARNING", logger="lm_eval_longctx"):
-        assert harness.with_batch_backoff(score, 8, "a test pass") == "scored with 2"
+        assert engine.with_batch_backoff(score, 8, "a test pass") == "scored with 2"
     assert tried == [8, 4, 2] and any("a test pass" in m for m in caplog.messages)
 
     def never(bs):
         raise torch.cuda.OutOfMemoryError("simulated")
 
     with pytest.raises(torch.cuda.OutOfMemoryError):
-        harness.with_batch_backoff(never, 4, "a test pass")
+        engine.with_batch_backoff(never, 4, "a test pass")
+
+
+def test_in_batches_with_backoff_continues_at_the_smaller_batch():
+    import torch
+
+    calls = []
+
+    def score(part):
+        calls.append(len(part))
+        if len(part) > 2:
+            raise torch.cuda.OutOfMemoryError("simulated")
+        return [x * 10 for x in part]
+
+    assert engine.in_batches_with_backoff(list(range(7)), 8, score, "a test pass") == [x * 10 for x in range(7)]
+    assert calls == [7, 4, 2, 2, 2, 1]  # halved to 2, then the rest at 2 per forward
+
+
+def test_a_text_request_round_trips_through_its_spec_and_refuses_half_a_window_setting():
+    request = text_scoring.TextRequest(add_special_tokens=True, offsets=True, trunc_len=64, stride=16,
+                                       window_batch_size=2, long_pass="full")
+    spec = request.to_spec()
+    assert spec["kind"] == "sequence" and text_scoring.TextRequest.from_spec(spec) == request
+    import json
+
+    assert json.loads(json.dumps(spec)) == spec  # a plain dict: what lm-eval's cache key hashes
+    with pytest.raises(ValueError, match="both trunc_len and stride"):
+        text_scoring.TextRequest(trunc_len=64)
+    with pytest.raises(ValueError, match="long_pass must be one of"):
+        text_scoring.TextRequest(long_pass="fast")

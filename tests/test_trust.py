@@ -147,7 +147,10 @@ def evaluated_spans(docs, model_dirs):
 
     model = AutoModelForCausalLM.from_pretrained(model_dirs["b"]).eval()
     tok = AutoTokenizer.from_pretrained(model_dirs["b"])
-    return [key_tokens.judge_from_scores(key_tokens.score_text(model, tok, t, K, D), 0.5, -10.0).spans
+    from lm_eval_longctx.keytokens import text_scoring
+
+    request = key_tokens.evaluator_request(K, D)
+    return [key_tokens.judge_from_scores(text_scoring.score_text(model, tok, t, request, None), 0.5, -10.0).spans
             for t in docs[0]]
 
 

@@ -23,6 +23,7 @@ does not score hold NaN (logprob) and False (greedy).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -37,11 +38,12 @@ from .forward import (LOGPROB_BLOCK_BYTES, KVCache, ScoringError, capabilities, 
 __all__ = ["DEFAULT_CHUNK_SIZE", "LONG_PASS_CHOICES", "LOGPROB_BLOCK_BYTES", "ScoringError", "TokenLogprobs",
            "SequenceScores", "Window", "truncated_windows", "input_device", "check_model", "choose_long_pass",
            "score_long", "score_long_batch", "score_truncated", "score_sequence_ends", "score_continuations",
-           "score_prefix_ladder", "recording", "ScoringRecord"]
+           "score_prefix_ladder", "recording", "ScoringRecord", "with_batch_backoff", "in_batches_with_backoff"]
 
 DEFAULT_CHUNK_SIZE = 1024
 LONG_PASS_CHOICES = ("auto", "full", "chunked")
 DEFAULT_BATCH_SIZE = 8
+log = logging.getLogger("lm_eval_longctx")
 
 
 @dataclass
@@ -591,4 +593,39 @@ def score_prefix_ladder(
             out[r] = _read_on_cache(model, cache, seq[p - 1 : p], cs, counts, batch_size, device)
             _count(model, "continuations", "shared_kv_cache", len(cs))
     _count(model, "long", strategy)
+    return out
+
+
+# ------------------------------------------------------------------ out of memory: fewer sequences per forward
+
+
+def with_batch_backoff(score, batch_size: int, what: str):
+    """``score(batch_size)``, halving the batch on CUDA out-of-memory until it fits (or fails at 1).
+
+    No collective calls: under data parallelism each rank backs off on its own."""
+    while True:
+        oom = False
+        try:
+            return score(batch_size)
+        except torch.cuda.OutOfMemoryError:
+            if batch_size == 1:
+                raise
+            oom = True
+        if oom:  # outside the except block, so the failed forward's tensors are freed first
+            batch_size //= 2
+            torch.cuda.empty_cache()
+            log.warning("out of memory in %s; retrying with %d per forward", what, batch_size)
+
+
+def in_batches_with_backoff(items: list, batch_size: int, score_batch, what: str) -> list:
+    """``score_batch(items[a : a + b])`` over consecutive batches, concatenated; on CUDA out-of-memory the batch is
+    halved and the rest continues at the smaller size. Out of memory at one item is raised."""
+    out, a = [], 0
+    bs = max(1, int(batch_size))
+    while a < len(items):
+        part = items[a : a + bs]
+        done = with_batch_backoff(lambda b: (b, score_batch(part[:b])), bs, what)
+        bs = done[0]
+        out.extend(done[1])
+        a += bs
     return out

@@ -28,8 +28,9 @@ from typing import Callable
 import numpy as np
 
 from ..engine import scoring as engine
-from ..keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
 from ..keytokens import cache as span_cache
+from ..keytokens import evaluator
+from ..keytokens import text_scoring
 from ..metrics import per_token as metrics
 from .. import settings
 
@@ -109,7 +110,7 @@ def model_identity(lm) -> dict | None:
         from pathlib import Path
 
         if Path(str(name)).is_dir():
-            identity["files_sha256"] = key_tokens.folder_fingerprint(name, span_cache.default_cache_dir().parent)
+            identity["files_sha256"] = evaluator.folder_fingerprint(name, span_cache.default_cache_dir().parent)
         elif getattr(config, "_commit_hash", None):
             identity["commit"] = config._commit_hash
         else:
@@ -119,39 +120,8 @@ def model_identity(lm) -> dict | None:
 
 
 def check_length(n_tokens: int, max_length: int | None, spec: dict) -> None:
-    """Contexts longer than the model's maximum are an error unless the task asked to allow them."""
-    if max_length and n_tokens > max_length and not spec.get("allow_beyond_max_length", False):
-        raise engine.ScoringError(
-            f"a {n_tokens}-token sequence is longer than the model's maximum length {max_length}; it would "
-            "be scored beyond the positions the model was built for. Raise --model_args max_length=N if the "
-            "model supports it, or pass --metadata '{\"allow_beyond_max_length\": true}' to score it anyway."
-        )
-
-
-def score_request(model, tokenizer, text: str, spec: dict, max_length: int | None, batch_size: int) -> engine.SequenceScores:
-    """The ``sequence`` kind for one request: tokenize (or take ``spec['token_ids']``), check length,
-    run the long pass and, if asked, the truncated pass.
-
-    spec keys: ``add_special_tokens`` (bool), ``offsets`` (bool), ``long_pass`` and ``chunk_size`` (how the
-    long pass runs), ``score_from`` (int), ``truncated`` ({"trunc_len", "stride"} or None),
-    ``allow_beyond_max_length``.
-    """
-    if spec.get("token_ids") is not None:
-        ids = [int(x) for x in spec["token_ids"]]
-        offsets = None
-    elif spec.get("offsets", False):
-        ids, offsets = keyspans.token_offsets(tokenizer, text, bool(spec.get("add_special_tokens", False)))
-    else:
-        ids = tokenizer(text, add_special_tokens=bool(spec.get("add_special_tokens", False)))["input_ids"]
-        offsets = None
-    check_length(len(ids), max_length, spec)
-    long = engine.score_long(model, ids, chunk_size=int(spec.get("chunk_size", engine.DEFAULT_CHUNK_SIZE)),
-                             score_from=int(spec.get("score_from", 1)), long_pass=str(spec.get("long_pass", "auto")))
-    short = None
-    trunc = spec.get("truncated")
-    if trunc:
-        short = _truncated_with_backoff(model, ids, int(trunc["trunc_len"]), int(trunc["stride"]), batch_size)
-    return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets, long, short)
+    """The length rule (``text_scoring.check_length``) for a request's spec."""
+    text_scoring.check_length(n_tokens, max_length, bool(spec.get("allow_beyond_max_length", False)))
 
 
 def serve_each(score_one):
@@ -169,37 +139,11 @@ def serve_each(score_one):
 
 register_request_kind(
     "sequence",
-    serve_each(lambda ctx, text, spec: score_request(ctx.model, ctx.tokenizer, text, spec, ctx.max_length,
-                                                     int(spec.get("batch_size") or ctx.batch_size))),
+    serve_each(lambda ctx, text, spec: text_scoring.score_text(
+        ctx.model, ctx.tokenizer, text, text_scoring.TextRequest.from_spec(spec), ctx.max_length, ctx.batch_size)),
     engine.SequenceScores.from_state,
     n_tokens=lambda result: len(result.token_ids),
 )
-
-
-def with_batch_backoff(score, batch_size: int, what: str):
-    """``score(batch_size)``, halving the batch on CUDA out-of-memory until it fits (or fails at 1).
-
-    No collective calls: under data parallelism each rank backs off on its own."""
-    import torch
-
-    while True:
-        oom = False
-        try:
-            return score(batch_size)
-        except torch.cuda.OutOfMemoryError:
-            if batch_size == 1:
-                raise
-            oom = True
-        if oom:  # outside the except block, so the failed forward's tensors are freed first
-            batch_size //= 2
-            torch.cuda.empty_cache()
-            log.warning("out of memory in %s; retrying with %d per forward", what, batch_size)
-
-
-def _truncated_with_backoff(model, ids, trunc_len, stride, batch_size):
-    return with_batch_backoff(
-        lambda bs: engine.score_truncated(model, [ids], trunc_len, stride, batch_size=bs)[0],
-        batch_size, "the truncated pass (windows)")
 
 
 def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):

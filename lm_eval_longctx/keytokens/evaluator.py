@@ -27,6 +27,7 @@ import numpy as np
 from ..engine import scoring as engine
 from .. import errors
 from . import spans_to_tokens as keyspans
+from . import text_scoring
 from ..metrics import per_token as metrics
 
 log = logging.getLogger("lm_eval_longctx")
@@ -78,26 +79,12 @@ def judge_from_scores(scores: engine.SequenceScores, alpha: float, beta: float) 
                               np.asarray(scores.short.logprob), np.asarray(scores.token_ids))
 
 
-def check_evaluator_length(n_tokens: int, max_length: int | None, identity: dict | None) -> None:
-    """An evaluator judges no text longer than its maximum length (like the evaluated model)."""
-    if max_length and n_tokens > max_length:
-        name = (identity or {}).get("name", "the evaluator")
-        raise engine.ScoringError(
-            f"the key-token evaluator {name} would judge a {n_tokens}-token text, longer than its maximum length "
-            f"{max_length}; its judgement beyond that is not what it was built for. Use an evaluator with a longer "
-            "context, shorter documents (max_tokens), or pass --metadata '{\"allow_beyond_max_length\": true}'.")
-
-
-def score_text(model, tokenizer, text: str, trunc_len: int, stride: int, chunk_size: int = engine.DEFAULT_CHUNK_SIZE,
-               batch_size: int = 4, add_special_tokens: bool = True, max_length: int | None = None,
-               identity: dict | None = None, long_pass: str = "auto") -> engine.SequenceScores:
-    """Long and truncated passes over ``text`` as the evaluator tokenizes it (checked against ``max_length``);
-    the long pass runs as ``long_pass`` says, by the same rule as the evaluated model's."""
-    ids, offsets = keyspans.token_offsets(tokenizer, text, add_special_tokens=add_special_tokens)
-    check_evaluator_length(len(ids), max_length, identity)
-    long = engine.score_long(model, ids, chunk_size=chunk_size, long_pass=long_pass)
-    short = engine.score_truncated(model, [ids], trunc_len, stride, batch_size=batch_size)[0]
-    return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets, long, short)
+def evaluator_request(trunc_len: int, stride: int, chunk_size: int = engine.DEFAULT_CHUNK_SIZE,
+                      window_batch_size: int = 4, long_pass: str = "auto") -> text_scoring.TextRequest:
+    """How the evaluator scores a text: with its special tokens (as the reference tokenizes it), offsets, the long
+    pass and the truncated windows (K = trunc_len, d = stride); its length is checked by the caller's limit."""
+    return text_scoring.TextRequest(add_special_tokens=True, offsets=True, long_pass=long_pass, chunk_size=chunk_size,
+                                    trunc_len=trunc_len, stride=stride, window_batch_size=window_batch_size)
 
 
 # ---------------------------------------------------------------- evaluator identity and loading

@@ -180,29 +180,6 @@ class CurveSampleScore:
         return f"CurveSampleScore({self.mode}, l={self.length}, acc={self.accuracy:.4f}, n={self.n_scored})"
 
 
-def _score_with_backoff(model, seqs: list, chunk_size: int, score_from: int, batch_size: int, long_pass: str) -> list:
-    """score_long_batch over ``batch_size`` samples per forward, halving it on CUDA out-of-memory
-    (no collective calls: ranks stay independent). Out of memory at one sample is raised."""
-    import torch
-
-    out, a, bs = [], 0, max(1, int(batch_size))
-    while a < len(seqs):
-        oom = False
-        try:
-            out.extend(engine.score_long_batch(model, seqs[a : a + bs], chunk_size=chunk_size, score_from=score_from,
-                                               long_pass=long_pass))
-            a += bs
-        except torch.cuda.OutOfMemoryError:
-            if bs == 1:
-                raise
-            oom = True
-        if oom:  # outside the except block, so the failed forward's tensors are freed first
-            bs //= 2
-            torch.cuda.empty_cache()
-            log.warning("forgetting_curve: out of memory; retrying with %d samples per forward", bs)
-    return out
-
-
 def serve(ctx: harness.ScoringContext, items: list) -> list:
     """All uncached forgetting-curve requests: grouped by copy length, each group batched.
 
@@ -234,7 +211,10 @@ def serve(ctx: harness.ScoringContext, items: list) -> list:
         seqs = [data.forgetting_curve_sample(stream, length, int(s["start"]), s["mode"], int(s["bos"]), int(s["eos"]))
                 for s in specs]
         try:
-            scores = _score_with_backoff(ctx.model, seqs, chunk_size, first, batch_size or ctx.batch_size, long_pass)
+            scores = engine.in_batches_with_backoff(
+                seqs, batch_size or ctx.batch_size, lambda part: engine.score_long_batch(
+                    ctx.model, part, chunk_size=chunk_size, score_from=first, long_pass=long_pass),
+                "forgetting_curve samples")
             # target t lives at array index t - 1
             results = [CurveSampleScore(length, s["mode"], stop - first, int(sc.greedy[first - 1 : stop - 1].sum()))
                        for s, sc in zip(specs, scores, strict=True)]

@@ -33,6 +33,7 @@ maximum length minus ``max_gen_toks``, where the harness would cut the prompt's 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from lm_eval.api.instance import Instance
 
 from ..engine import scoring as engine
 from ..harness import glue as harness
-from ..keytokens import spans_to_tokens as keyspans
+from ..keytokens import text_scoring
 from ..data import longeval_cases as longeval_data, longeval_words
 from ..metrics import per_token as metrics
 from . import settings as task_settings, token_export
@@ -116,13 +117,16 @@ class AnswerScores:
 
 def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None) -> AnswerScores:
     """Tokenize prompt + response with offsets, find the response's first token, score from there."""
-    ids, offsets = keyspans.token_offsets(tokenizer, text, _add_special_tokens(tokenizer, text, spec.get("add_special_tokens")))
-    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    request = text_scoring.TextRequest(
+        add_special_tokens=_add_special_tokens(tokenizer, text, spec.get("add_special_tokens")), offsets=True,
+        long_pass=str(spec.get("long_pass", "auto")), chunk_size=int(spec.get("chunk_size", engine.DEFAULT_CHUNK_SIZE)),
+        allow_beyond_max_length=bool(spec.get("allow_beyond_max_length", False)))
+    ids, offsets = text_scoring.tokenize(tokenizer, text, request)
     start = int(spec["response_start"])
-    inside = np.flatnonzero((offsets[:, 1] > start) & (offsets[:, 1] > offsets[:, 0]))
-    if len(inside) == 0:
-        raise engine.ScoringError("longeval_lines: no token of the tokenized text covers the response")
-    first = int(inside[0])
+    try:
+        first = text_scoring.first_token_after(offsets, start)
+    except engine.ScoringError:
+        raise engine.ScoringError("longeval_lines: no token of the tokenized text covers the response") from None
     if first < 1:
         raise engine.ScoringError("longeval_lines: the response's first token starts the sequence; nothing precedes it")
     n = len(ids)
@@ -131,12 +135,12 @@ def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None
         empty = np.zeros((0, 2), dtype=np.int64)
         return AnswerScores(n, first, empty, np.zeros(0, dtype=np.float32), skipped=True)
     try:
-        harness.check_length(n, max_length, spec)
+        text_scoring.check_length(n, max_length, request.allow_beyond_max_length)
     except engine.ScoringError as err:
         raise engine.ScoringError(f"longeval_lines_ppl: {err} Or pass --metadata '{{\"over_length\": \"skip\"}}' "
                                   "to record such cases as skipped, or fewer num_lines.") from err
-    lp = engine.score_long(model, ids, chunk_size=int(spec.get("chunk_size", engine.DEFAULT_CHUNK_SIZE)),
-                           score_from=first, long_pass=str(spec.get("long_pass", "auto"))).logprob[first - 1 :]
+    scored = text_scoring.score_tokens(model, ids, offsets, dataclasses.replace(request, score_from=first))
+    lp = scored.long.logprob[first - 1 :]
     return AnswerScores(n, first, offsets[first:] - start, lp.astype(np.float32))
 
 

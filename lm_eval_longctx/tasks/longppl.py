@@ -21,7 +21,7 @@ from lm_eval.api.instance import Instance
 from ..engine import scoring as engine
 from ..harness import glue as harness
 from ..keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
-from ..keytokens import span_files
+from ..keytokens import span_files, text_scoring
 from ..keytokens import cache as span_cache
 from ..metrics import per_token as metrics
 from . import settings as task_settings, token_export
@@ -146,13 +146,14 @@ class LongPPLTask(LongContextTask):
         self._release_evaluator()
 
     def _spec(self, judge: bool) -> dict:
+        """The request of the evaluated text; with ``judge``, the text the model judges itself on (``self``): with
+        its special tokens, as the reference tokenizes the evaluator's text, and the truncated windows."""
         s = self.settings
-        spec = {"add_special_tokens": judge, "offsets": True, "chunk_size": s["chunk_size"], "long_pass": s["long_pass"],
-                "allow_beyond_max_length": s["allow_beyond_max_length"]}
-        if judge:
-            spec["truncated"] = {"trunc_len": s["trunc_len"], "stride": s["sliding_window"]}
-            spec["batch_size"] = s["short_batch_size"]
-        return spec
+        request = text_scoring.TextRequest(
+            add_special_tokens=judge, offsets=True, long_pass=s["long_pass"], chunk_size=s["chunk_size"],
+            allow_beyond_max_length=s["allow_beyond_max_length"], trunc_len=s["trunc_len"] if judge else None,
+            stride=s["sliding_window"] if judge else None, window_batch_size=s["short_batch_size"] if judge else None)
+        return request.to_spec()
 
     def construct_requests(self, doc, ctx, **kwargs):
         kwargs.pop("apply_chat_template", None)
@@ -234,16 +235,17 @@ class LongPPLTask(LongContextTask):
         judgement = cache.get(key)
         if judgement is None:
             model, tok = self._load_evaluator()
+            request = key_tokens.evaluator_request(s["trunc_len"], s["sliding_window"], s["chunk_size"],
+                                                   s["short_batch_size"] or 4, s["long_pass"])
             with engine.recording(model) as record:
-                scores = key_tokens.score_text(model, tok, text, s["trunc_len"], s["sliding_window"],
-                                               chunk_size=s["chunk_size"], batch_size=s["short_batch_size"] or 4,
-                                               max_length=self._evaluator_length_limit(), long_pass=s["long_pass"])
+                scores = text_scoring.score_text(model, tok, text, request, self._evaluator_length_limit(),
+                                                 evaluator=self.evaluator_identity["name"])
             self._evaluator_scoring = harness.merge_scoring(self._evaluator_scoring, record.summary())
             judgement = key_tokens.judge_from_scores(scores, s["alpha"], s["beta"])
             cache.put(key, judgement, settings)
         else:  # the same check as on a miss: the evaluator judged this many tokens
-            key_tokens.check_evaluator_length(len(judgement.offsets), self._evaluator_length_limit(),
-                                              self.evaluator_identity)
+            text_scoring.check_length(len(judgement.offsets), self._evaluator_length_limit(), False,
+                                      evaluator=self.evaluator_identity["name"])
         return judgement
 
     def _evaluator_length_limit(self) -> int | None:

@@ -178,7 +178,7 @@ class RetrievalScores:
 
 
 def _without_with_backoff(model, sequences, n_scored, batch_size):
-    return harness.with_batch_backoff(
+    return engine.with_batch_backoff(
         lambda bs: engine.score_sequence_ends(model, sequences, n_scored, batch_size=bs),
         batch_size, "the without-document pass (sequences)")
 
@@ -213,7 +213,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
     for case, (_, spec), wo in zip(cases, items, without_by_case):
         with_lp: list = [None] * len(case.anchors)
         for prefix, idx in case.groups:
-            scored = harness.with_batch_backoff(
+            scored = engine.with_batch_backoff(
                 lambda bs: engine.score_continuations(ctx.model, prefix, [case.continuations[i] for i in idx],
                                                       n_scored=case.answer_tokens, chunk_size=int(spec["chunk_size"]),
                                                       long_pass=str(spec["long_pass"]), batch_size=bs),

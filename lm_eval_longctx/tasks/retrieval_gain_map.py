@@ -197,7 +197,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
                 distinct.setdefault((tuple(w), case.answer_tokens), len(distinct))
     seqs = [list(w) for w, _ in distinct]
     counts = [r for _, r in distinct]
-    scored = harness.with_batch_backoff(
+    scored = engine.with_batch_backoff(
         lambda bs: engine.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs),
         batch, "the without-context pass (sequences)") if seqs else []
 
@@ -205,7 +205,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
     for case, (_, spec) in zip(cases, items):
         nL, nD, n = case.anchors.shape
         rungs = [(len(case.lead) + L, case.continuations[i]) for i, L in enumerate(case.lengths)]
-        ladder = harness.with_batch_backoff(
+        ladder = engine.with_batch_backoff(
             lambda bs: engine.score_prefix_ladder(ctx.model, case.prefix, rungs, n_scored=case.answer_tokens,
                                                   chunk_size=int(spec["chunk_size"]),
                                                   long_pass=str(spec["long_pass"]), batch_size=bs),
