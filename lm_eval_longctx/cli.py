@@ -84,26 +84,26 @@ def add_gate_parser(sub) -> None:
 
 
 def run_gate(args) -> int:
-    from .report import results as reporting
-    from .report import gate as report_gate
+    from .report import results
+    from .report import gate
 
-    config = report_gate.load_gate_config(args.config) if args.config else report_gate.GateConfig()
+    config = gate.load_gate_config(args.config) if args.config else gate.GateConfig()
     if args.z is not None:
-        config.z = report_gate.check_z(args.z, "--z")
+        config.z = gate.check_z(args.z, "--z")
     if args.unpaired:
         config.paired = False
     if args.n_resamples is not None:
-        config.n_resamples = report_gate.check_n_resamples(args.n_resamples, "--n-resamples")
+        config.n_resamples = gate.check_n_resamples(args.n_resamples, "--n-resamples")
     if args.seed is not None:
         if args.seed < 0:
-            raise reporting.UnusableInput("--seed must be >= 0")
+            raise results.UnusableInput("--seed must be >= 0")
         config.seed = args.seed
     config.ignore_settings = list(config.ignore_settings) + list(args.ignore_setting)
-    report = report_gate.compare(reporting.load_run(args.results), reporting.load_run(args.baseline), config)
+    report = gate.compare(results.load_run(args.results), results.load_run(args.baseline), config)
     text = report.markdown()
     print(text)
     if args.summary:
-        reporting.write_text(args.summary, text + "\n", append=True, what="--summary file")
+        results.write_text(args.summary, text + "\n", append=True, what="--summary file")
     return report.exit_code
 
 
@@ -121,16 +121,16 @@ def add_leaderboard_parser(sub) -> None:
 
 
 def run_leaderboard(args) -> int:
-    from .report import results as reporting
-    from .report import leaderboard as report_leaderboard
+    from .report import results
+    from .report import leaderboard
 
-    board = report_leaderboard.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
+    board = leaderboard.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
     md = board.markdown()
     print(md)
     if args.csv:
-        reporting.write_text(args.csv, board.csv(), what="--csv file")
+        results.write_text(args.csv, board.csv(), what="--csv file")
     if args.markdown:
-        reporting.write_text(args.markdown, md, what="--markdown file")
+        results.write_text(args.markdown, md, what="--markdown file")
     return 0
 
 
@@ -153,25 +153,25 @@ def run_correlate(args) -> int:
     import json
     from pathlib import Path  # here, not at module level: `lm-eval-longctx --help` needs no pathlib
 
-    from .report import results as reporting
-    from .report import correlate as report_correlate
-    from .report import leaderboard as report_leaderboard
+    from .report import results
+    from .report import correlate
+    from .report import leaderboard
 
     if args.results:
         if not args.metric:
-            raise reporting.UnusableInput("--metric task/metric is required with --results")
-        board = report_leaderboard.build_leaderboard(args.results, [args.metric], one_row_per_model=True)
+            raise results.UnusableInput("--metric task/metric is required with --results")
+        board = leaderboard.build_leaderboard(args.results, [args.metric], one_row_per_model=True)
         if args.metric not in board.metrics:
-            raise reporting.UnusableInput(f"no metric {args.metric!r} in the results (found {board.metrics})")
+            raise results.UnusableInput(f"no metric {args.metric!r} in the results (found {board.metrics})")
         scores = board.column(args.metric)
     else:
-        scores = report_correlate.read_score_csv(args.scores, args.metric, args.model_column)
-    bench = report_correlate.read_score_csv(args.benchmark, args.benchmark_column, args.model_column)
+        scores = correlate.read_score_csv(args.scores, args.metric, args.model_column)
+    bench = correlate.read_score_csv(args.benchmark, args.benchmark_column, args.model_column)
     if args.n_resamples < 1:
-        raise reporting.UnusableInput("--n-resamples must be >= 1")
+        raise results.UnusableInput("--n-resamples must be >= 1")
     if args.seed < 0:
-        raise reporting.UnusableInput("--seed must be >= 0")
-    res = report_correlate.correlate(scores, bench, n_resamples=args.n_resamples, seed=args.seed)
+        raise results.UnusableInput("--seed must be >= 0")
+    res = correlate.correlate(scores, bench, n_resamples=args.n_resamples, seed=args.seed)
     res = {"metric": args.metric, "benchmark": args.benchmark_column or Path(args.benchmark).stem, **res}
     pe, sp, ci, sk = res["pearson"], res["spearman"], res["spearman_bootstrap_ci"], res["skipped_spearman"]
     print(f"models: {res['n_models']}")
@@ -182,7 +182,7 @@ def run_correlate(args) -> int:
     print(f"Spearman {ci['level']:.0%} bootstrap CI = [{ci['low']:+.4f}, {ci['high']:+.4f}] "
           f"(n = {ci['n']}; {ci['n_resamples']} resamples, seed {ci['seed']})")
     if args.out:
-        reporting.write_text(args.out, json.dumps(res, indent=2) + "\n", what="--out file")
+        results.write_text(args.out, json.dumps(res, indent=2) + "\n", what="--out file")
         print(f"wrote {args.out}")
     return 0
 
@@ -200,7 +200,7 @@ OUT/demo_summary.json. Exit 0; with --check, 1 when a target fails, a task is mi
 
 
 def add_demo_parser(sub, full: bool = True) -> None:
-    g = sub.add_parser("demo", help="offline demo: the four tasks on the embedded model and documents",
+    g = sub.add_parser("demo", help="offline demo: the five tasks on the embedded model and documents",
                        description=DEMO_HELP)
     if not full:
         return
@@ -210,7 +210,8 @@ def add_demo_parser(sub, full: bool = True) -> None:
     g.add_argument("--model", default=None, metavar="DIR",
                    help="checkpoint folder to evaluate instead of the packaged demo model")
     g.add_argument("--budget", choices=sorted(DEMO_BUDGETS), default="full",
-                   help="full (default; about 3 minutes on 2 CPU cores) or ci (a reduced run of about 20 seconds)")
+                   help="full (default: every task at the sizes the demo's targets are set for) or ci (every size cut "
+                        "down, for a CI test)")
     g.add_argument("--check", action="store_true", help="exit 1 when a target fails, a task is missing or a metric is not finite")
     g.add_argument("--limit", type=float, default=None,
                    help="lm_eval --limit: documents per task (a fraction if < 1); for a quick look only")
@@ -220,7 +221,7 @@ def add_demo_parser(sub, full: bool = True) -> None:
                    help="extra --metadata keys (JSON object) over the budget's, e.g. '{\"beta\": -20}'")
     g.add_argument("--validate", action="store_true",
                    help="known-answer validation instead: build the long / short / no-memory variants of the demo "
-                        "model (minutes each), run the four tasks on each and print whether every metric orders "
+                        "model (minutes each), run the five tasks on each and print whether every metric orders "
                         "them as constructed (same as `lm-eval-longctx validate`, which has more options)")
 
 

@@ -5,8 +5,8 @@ pictures; this module, above both, connects them."""
 from __future__ import annotations
 
 from .harness import glue
-from .report.pictures import forgetting_curve as forgetting_curve_pictures
-from .report.pictures import gain_map as gain_map_pictures
+from .report.pictures import forgetting_curve
+from .report.pictures import gain_map
 from .tasks.forgetting_curve import ForgettingCurveTask
 from .tasks.longeval import LongEvalLinesAccTask, LongEvalLinesPPLTask
 from .tasks.longppl import LongPPLTask
@@ -16,5 +16,5 @@ from .tasks.retrieval_gain_map import RetrievalGainMapTask
 __all__ = ["ForgettingCurveTask", "LongEvalLinesAccTask", "LongEvalLinesPPLTask", "LongPPLTask", "RetrievalGainTask",
            "RetrievalGainMapTask"]
 
-glue.on_results_saved("forgetting_curve", forgetting_curve_pictures.save_beside_results)
-glue.on_results_saved("retrieval_gain_map", gain_map_pictures.save_beside_results)
+glue.on_results_saved("forgetting_curve", forgetting_curve.save_beside_results)
+glue.on_results_saved("retrieval_gain_map", gain_map.save_beside_results)

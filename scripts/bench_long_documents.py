@@ -59,7 +59,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from lm_eval_longctx.engine import scoring as engine  # noqa: E402
+from lm_eval_longctx.engine import scoring  # noqa: E402
 
 PATHS = ("long", "truncated", "full")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -98,16 +98,16 @@ def make_ids(length: int, vocab_size: int, seed: int) -> torch.Tensor:
 
 @torch.no_grad()
 def full_forward(model, ids: torch.Tensor) -> np.ndarray:
-    inp = ids[:-1].to(engine.input_device(model))[None]
+    inp = ids[:-1].to(scoring.input_device(model))[None]
     logprobs = F.log_softmax(model(inp, use_cache=False).logits, dim=-1, dtype=torch.float32)
     return logprobs[0].gather(1, ids[1:, None].to(logprobs.device))[:, 0].cpu().numpy()
 
 
 def run_path(path: str, model, ids: torch.Tensor, args) -> np.ndarray:
     if path == "long":
-        return engine.score_long(model, ids, chunk_size=args.chunk_size, long_pass=args.long_pass).logprob
+        return scoring.score_long(model, ids, chunk_size=args.chunk_size, long_pass=args.long_pass).logprob
     if path == "truncated":
-        return engine.score_truncated(model, [ids], args.trunc_len, args.stride, batch_size=args.window_batch)[0].logprob
+        return scoring.score_truncated(model, [ids], args.trunc_len, args.stride, batch_size=args.window_batch)[0].logprob
     return full_forward(model, ids)
 
 
@@ -163,8 +163,8 @@ def worker(args) -> list[dict]:
     jobs = [tuple(j.split(":")) for j in args.worker]
     if torch.device(args.device).type == "cuda":  # kernel selection and allocator growth before timing
         warm = make_ids(2 * args.trunc_len, SHAPES[args.shape]["vocab_size"], args.seed)
-        engine.score_long(model, warm, chunk_size=args.chunk_size, long_pass=args.long_pass)
-        engine.score_truncated(model, [warm], args.trunc_len, args.stride, batch_size=args.window_batch)
+        scoring.score_long(model, warm, chunk_size=args.chunk_size, long_pass=args.long_pass)
+        scoring.score_truncated(model, [warm], args.trunc_len, args.stride, batch_size=args.window_batch)
     results = []
     for path, length in jobs:
         results.append(measure(path, int(length), model, args, out_dir))
@@ -209,8 +209,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default=None, choices=sorted(DTYPES), help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
-    p.add_argument("--chunk-size", type=int, default=engine.DEFAULT_CHUNK_SIZE)
-    p.add_argument("--long-pass", default="chunked", choices=engine.LONG_PASS_CHOICES,
+    p.add_argument("--chunk-size", type=int, default=scoring.DEFAULT_CHUNK_SIZE)
+    p.add_argument("--long-pass", default="chunked", choices=scoring.LONG_PASS_CHOICES,
                    help="strategy of the long pass (default chunked: what docs/scaling.md's tables measured; "
                         "scripts/bench_long_pass.py compares the strategies)")
     p.add_argument("--trunc-len", type=int, default=4096, help="K of the truncated pass")

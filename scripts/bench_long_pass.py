@@ -40,7 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from lm_eval_longctx.engine import memory, scoring as engine  # noqa: E402
+from lm_eval_longctx.engine import memory, scoring  # noqa: E402
 
 SHAPES = {
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -77,10 +77,10 @@ def run_path(path: str, model, ids: torch.Tensor, args):
         model.model(input_ids=ids[None].to(args.device), use_cache=False)
         return None
     if path == "map":
-        out = engine.score_prefix_ladder(model, ids, ladder(len(ids), ids), n_scored=QA // 2,
+        out = scoring.score_prefix_ladder(model, ids, ladder(len(ids), ids), n_scored=QA // 2,
                                          batch_size=args.map_batch)
         return np.concatenate([r.logprob for rung in out for r in rung])
-    return engine.score_long(model, ids, chunk_size=args.chunk_size, long_pass=path).logprob
+    return scoring.score_long(model, ids, chunk_size=args.chunk_size, long_pass=path).logprob
 
 
 def _sync(device):
@@ -100,7 +100,7 @@ def worker(args) -> dict:
     model = build_model(args)
     n = args.map_length if args.worker == "map" else args.lengths[0]
     ids = torch.randint(3, SHAPES[args.shape]["vocab_size"], (n,), generator=torch.Generator().manual_seed(1))
-    engine.check_model(model)  # the one-off probe is not part of any timing
+    scoring.check_model(model)  # the one-off probe is not part of any timing
     _sync(device)
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     p.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384])
     p.add_argument("--map-length", type=int, default=8192, help="longest context of the map's ladder")
     p.add_argument("--map-batch", type=int, default=10, help="cells per forward (the map's batch size)")
-    p.add_argument("--chunk-size", type=int, default=engine.DEFAULT_CHUNK_SIZE)
+    p.add_argument("--chunk-size", type=int, default=scoring.DEFAULT_CHUNK_SIZE)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threads", type=int, default=0, help="torch threads on the CPU (0: torch's default)")
     p.add_argument("--json", default=None, help="write the rows here")

@@ -64,9 +64,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(REPO_ROOT))
 
-from lm_eval_longctx.harness import glue as harness
+from lm_eval_longctx.harness import glue
 from lm_eval_longctx.demo import offline  # noqa: E402
-from lm_eval_longctx.tasks import retrieval_gain as rg  # noqa: E402
+from lm_eval_longctx.tasks import retrieval_gain  # noqa: E402
 
 TARGET_SPEEDUP = 1.8
 FLOAT32_TOLERANCE = 1e-4
@@ -90,8 +90,8 @@ def build_lm(args, texts, tmp: Path):
 
 
 def task_path(lm, texts, spec, batch_size):
-    ctx = harness.ScoringContext(lm.model, lm.tokenizer, lm.max_length, batch_size)
-    scores = rg.serve(ctx, [(t, spec) for t in texts])
+    ctx = glue.ScoringContext(lm.model, lm.tokenizer, lm.max_length, batch_size)
+    scores = retrieval_gain.serve(ctx, [(t, spec) for t in texts])
     return (np.concatenate([-s.with_logprob.astype(np.float64).mean(1) for s in scores]),
             np.concatenate([-s.without_logprob.astype(np.float64).mean(1) for s in scores]))
 
@@ -100,7 +100,7 @@ def stock_requests(lm, texts, spec):
     """Token-level loglikelihood requests ((context, continuation) strings are only labels here)."""
     reqs = []
     for text in texts:
-        case = rg.case_for_text(lm.tokenizer, text, spec)
+        case = retrieval_gain.case_for_text(lm.tokenizer, text, spec)
         [(prefix, _)] = case.groups
         for cont, without in zip(case.continuations, case.without):
             q, a = cont[: -case.answer_tokens], cont[-case.answer_tokens :]
@@ -154,8 +154,8 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     texts = offline.python_reference_documents(args.docs, args.chars_per_doc)
-    spec = {**rg.resolve_settings({"doc_tokens": args.doc_tokens, "n_queries": args.n_queries,
-                                   "chunk_size": args.chunk_size}), "kind": rg.KIND}
+    spec = {**retrieval_gain.resolve_settings({"doc_tokens": args.doc_tokens, "n_queries": args.n_queries,
+                                   "chunk_size": args.chunk_size}), "kind": retrieval_gain.KIND}
     with tempfile.TemporaryDirectory() as tmp:
         lm = build_lm(args, texts, Path(tmp))
         n_tokens = [len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]

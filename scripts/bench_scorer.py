@@ -256,7 +256,7 @@ def bench_length(args, length: int, tmp: Path) -> dict:
     return row
 
 
-def _fmt(row: dict, key: str, spec: str) -> str:
+def format_number(row: dict, key: str, spec: str) -> str:
     value = row.get(key)
     return "-" if value is None else format(value, spec)
 
@@ -267,10 +267,10 @@ def print_table(rows: list[dict]) -> None:
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['length']:>7} {_fmt(r, 'straightforward_time_s', '.3f'):>10} "
-              f"{_fmt(r, 'engine_time_s', '.3f'):>9} {_fmt(r, 'time_ratio', '.2f'):>7} "
-              f"{_fmt(r, 'straightforward_peak_mib', '.0f'):>12} {_fmt(r, 'engine_peak_mib', '.0f'):>10} "
-              f"{_fmt(r, 'memory_ratio', '.3f'):>6} {_fmt(r, 'max_abs_diff', '.1e'):>9}")
+        print(f"{r['length']:>7} {format_number(r, 'straightforward_time_s', '.3f'):>10} "
+              f"{format_number(r, 'engine_time_s', '.3f'):>9} {format_number(r, 'time_ratio', '.2f'):>7} "
+              f"{format_number(r, 'straightforward_peak_mib', '.0f'):>12} {format_number(r, 'engine_peak_mib', '.0f'):>10} "
+              f"{format_number(r, 'memory_ratio', '.3f'):>6} {format_number(r, 'max_abs_diff', '.1e'):>9}")
         for path in PATHS:
             if f"{path}_error" in r:
                 print(f"        {path}: {r[f'{path}_error']}")

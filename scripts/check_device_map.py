@@ -28,8 +28,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from lm_eval_longctx.engine import scoring as engine
-from lm_eval_longctx.keytokens import evaluator as key_tokens  # noqa: E402
+from lm_eval_longctx.engine import scoring
+from lm_eval_longctx.keytokens import evaluator  # noqa: E402
 
 
 def save_model(path: Path, layers: int, hidden: int, vocab: int) -> None:
@@ -57,31 +57,31 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp())
     save_model(tmp / "m", layers=8, hidden=256, vocab=1024)
-    plain, _ = key_tokens.load_evaluator(str(tmp / "m"), device=args.device, dtype="float32")
+    plain, _ = evaluator.load_evaluator(str(tmp / "m"), device=args.device, dtype="float32")
     n_gpu = torch.cuda.device_count()
     max_memory = args.max_memory
     if max_memory is None and n_gpu:
         # about half of the weights on the GPUs, the rest offloaded to the CPU: a split on any machine
         per_gpu = max(sum(t.numel() * 4 for t in plain.parameters()) // (2 * n_gpu), 1)
         max_memory = {**{str(i): per_gpu for i in range(n_gpu)}, "cpu": "4GiB"}
-    split, _ = key_tokens.load_evaluator(str(tmp / "m"), device="auto", dtype="float32", max_memory=max_memory)
+    split, _ = evaluator.load_evaluator(str(tmp / "m"), device="auto", dtype="float32", max_memory=max_memory)
     device_map = getattr(split, "hf_device_map", None)
     report = {"device": args.device, "gpus": n_gpu, "max_memory": max_memory,
               "device_map_values": sorted({str(v) for v in (device_map or {}).values()}),
               "hooked": getattr(split, "_hf_hook", None) is not None,
-              "input_device": str(engine.input_device(split))}
+              "input_device": str(scoring.input_device(split))}
 
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, 1024, (3000,), generator=g)
     conts = [torch.randint(3, 1024, (n,), generator=g) for n in (5, 40, 300)]
     diffs = {}
-    a, b = engine.score_long(plain, ids, chunk_size=512), engine.score_long(split, ids, chunk_size=512)
+    a, b = scoring.score_long(plain, ids, chunk_size=512), scoring.score_long(split, ids, chunk_size=512)
     diffs["long"] = float(np.nanmax(np.abs(a.logprob - b.logprob)))
-    a = engine.score_truncated(plain, [ids], 1024, 256, batch_size=4)[0]
-    b = engine.score_truncated(split, [ids], 1024, 256, batch_size=4)[0]
+    a = scoring.score_truncated(plain, [ids], 1024, 256, batch_size=4)[0]
+    b = scoring.score_truncated(split, [ids], 1024, 256, batch_size=4)[0]
     diffs["truncated"] = float(np.nanmax(np.abs(a.logprob - b.logprob)))
-    a = engine.score_continuations(plain, ids[:2000], conts, chunk_size=512)
-    b = engine.score_continuations(split, ids[:2000], conts, chunk_size=512)
+    a = scoring.score_continuations(plain, ids[:2000], conts, chunk_size=512)
+    b = scoring.score_continuations(split, ids[:2000], conts, chunk_size=512)
     diffs["continuations"] = max(float(np.max(np.abs(x.logprob - y.logprob))) for x, y in zip(a, b))
     report["max_abs_diff"] = diffs
 
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
             seen["head_output"] = str(output.device)
 
         handle = head.register_forward_hook(record)
-        out = split(input_ids=ids[:64].to(engine.input_device(split))[None], logits_to_keep=8)
+        out = split(input_ids=ids[:64].to(scoring.input_device(split))[None], logits_to_keep=8)
         handle.remove()
     report["logits_computed_on"] = seen["head_output"]
     report["logits_returned_on"] = str(out.logits.device)

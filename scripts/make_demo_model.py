@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from lm_eval_longctx.demo import model as demo_model
+from lm_eval_longctx.demo import model
 
 
 def is_demo_model_folder(path: Path) -> bool:
@@ -34,9 +34,9 @@ def is_demo_model_folder(path: Path) -> bool:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", nargs="?", default=str(demo_model.packaged_model_dir()),
+    p.add_argument("out", nargs="?", default=str(model.packaged_model_dir()),
                    help="output folder (default: the shipped model's folder)")
-    p.add_argument("--variant", choices=sorted(demo_model.VARIANTS), default=None,
+    p.add_argument("--variant", choices=sorted(model.VARIANTS), default=None,
                    help="a known-answer variant with the shipped tokenizer instead of the demo model")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     p.add_argument("--threads", type=int, default=None)
@@ -49,14 +49,14 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.variant:
-        record = demo_model.build_variant(args.variant, args.out, steps=args.steps)
+        record = model.build_variant(args.variant, args.out, steps=args.steps)
     else:
         overrides = {} if args.steps is None else {"steps": args.steps}
-        recipe = demo_model.Recipe(**{**demo_model.DEMO_RECIPE, **overrides})
+        recipe = model.Recipe(**{**model.DEMO_RECIPE, **overrides})
         # build beside, then swap: a failed run leaves the old model intact; only a demo-model folder
         # (checked above) is replaced
         with tempfile.TemporaryDirectory(dir=out.parent if out.parent.is_dir() else None) as tmp:
-            record = demo_model.make_model(Path(tmp) / "model", recipe)
+            record = model.make_model(Path(tmp) / "model", recipe)
             if out.exists():
                 old = Path(tmp) / "previous"
                 out.rename(old)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lm_eval_longctx.report.pictures import forgetting_curve as plotting
+from lm_eval_longctx.report.pictures import forgetting_curve
 
 
 def main(argv=None) -> int:
@@ -32,10 +32,10 @@ def main(argv=None) -> int:
                    "(default: when the lengths were spaced geometrically)")
     args = p.parse_args(argv)
 
-    curves = plotting.labelled_from_results(args.results, args.task, plotting.forgetting_curve_tasks,
-                                            plotting.curve_from_results, args.label,
+    curves = forgetting_curve.labelled_from_results(args.results, args.task, forgetting_curve.forgetting_curve_tasks,
+                                            forgetting_curve.curve_from_results, args.label,
                                             "forgetting curve (no copy_acc@LENGTH metrics)", p.error)
-    out = plotting.plot_forgetting_curves(curves, args.out, title=args.title, log_x=args.log_x)
+    out = forgetting_curve.plot_forgetting_curves(curves, args.out, title=args.title, log_x=args.log_x)
     print(f"wrote {out}")
     return 0
 

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lm_eval_longctx.report.pictures import longeval as longeval_plot
+from lm_eval_longctx.report.pictures import longeval
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,16 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{len(args.labels)} labels for {len(args.results)} results files")
     runs = {}
     for k, path in enumerate(args.results):
-        results = longeval_plot.load_results(path)
-        label = args.labels[k] if args.labels else longeval_plot.run_label(results, Path(path).stem)
+        results = longeval.load_results(path)
+        label = args.labels[k] if args.labels else longeval.run_label(results, Path(path).stem)
         if label in runs:
             label = f"{label} ({Path(path).name})"
-        curves = longeval_plot.curves_from_results(results)
+        curves = longeval.curves_from_results(results)
         if not curves:
             print(f"warning: {path} holds no LongEval lines metrics; skipped", file=sys.stderr)
             continue
         runs[label] = curves
-    out = longeval_plot.plot_runs(runs, args.out, args.title)
+    out = longeval.plot_runs(runs, args.out, args.title)
     print(out)
     return 0
 

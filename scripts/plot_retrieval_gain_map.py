@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lm_eval_longctx.report.pictures import gain_map as gain_map_pictures
-from lm_eval_longctx.report.pictures import forgetting_curve as plotting
+from lm_eval_longctx.report.pictures import gain_map
+from lm_eval_longctx.report.pictures import forgetting_curve
 
 
 def main(argv=None) -> int:
@@ -33,10 +33,10 @@ def main(argv=None) -> int:
                    help="colour scale runs from -LIMIT to +LIMIT (default: the largest |gain| of all maps)")
     args = p.parse_args(argv)
 
-    maps = plotting.labelled_from_results(args.results, args.task, gain_map_pictures.gain_map_tasks,
-                                          gain_map_pictures.map_from_results,
+    maps = forgetting_curve.labelled_from_results(args.results, args.task, gain_map.gain_map_tasks,
+                                          gain_map.map_from_results,
                                           args.label, "retrieval-gain map (no gain@L..._d.. metrics)", p.error)
-    out = gain_map_pictures.plot_gain_maps(maps, args.out, title=args.title, limit=args.limit)
+    out = gain_map.plot_gain_maps(maps, args.out, title=args.title, limit=args.limit)
     print(f"wrote {out}")
     return 0
 

@@ -38,11 +38,11 @@ from pathlib import Path
 
 import torch
 
-from lm_eval_longctx.data import documents as data
-from lm_eval_longctx.keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
+from lm_eval_longctx.data import documents
+from lm_eval_longctx.keytokens import evaluator, spans_to_tokens
 from lm_eval_longctx.keytokens import span_files, text_scoring
 from lm_eval_longctx.settings import add_arguments
-from lm_eval_longctx.tasks.settings import LONGPPL
+from lm_eval_longctx.tasks.declarations import LONGPPL
 
 SETTING_OPTIONS = ["evaluator", "evaluator_revision", "trunc_len", "sliding_window", "alpha", "beta",
                    "evaluator_dtype", "long_pass", "chunk_size", "evaluator_trust_remote_code", "dataset_path", "dataset_revision",
@@ -58,7 +58,7 @@ def check_output(out: Path, overwrite: bool) -> None:
                              "script, or choose a new folder")
         try:
             span_files.read_manifest(out)
-        except keyspans.KeySpanFormatError:
+        except spans_to_tokens.KeySpanFormatError:
             ours = False
         else:
             ours = (out / span_files.MANIFEST).is_file()
@@ -95,14 +95,14 @@ def main(argv=None) -> int:
     if args.device is None:
         args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
 
-    docs = data.load_govreport(dataset_path=args.dataset_path, revision=args.dataset_revision,
+    docs = documents.load_govreport(dataset_path=args.dataset_path, revision=args.dataset_revision,
                                decode_tokenizer=args.decode_tokenizer, num_docs=args.num_docs,
                                min_tokens=args.min_tokens, max_tokens=args.max_tokens, data_files=args.data_files)
     dtype = args.evaluator_dtype or ("bfloat16" if str(args.device).startswith(("cuda", "auto"))
                                      and torch.cuda.is_available() else "float32")
-    identity = key_tokens.evaluator_identity(args.evaluator, args.evaluator_revision)
-    max_length = key_tokens.evaluator_max_length(identity)
-    model, tok = key_tokens.load_evaluator(identity, dtype=dtype, device=args.device,
+    identity = evaluator.evaluator_identity(args.evaluator, args.evaluator_revision)
+    max_length = evaluator.evaluator_max_length(identity)
+    model, tok = evaluator.load_evaluator(identity, dtype=dtype, device=args.device,
                                            max_memory=args.evaluator_max_memory,
                                            trust_remote_code=args.evaluator_trust_remote_code)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -110,10 +110,10 @@ def main(argv=None) -> int:
     try:
         shard = tmp / "shard"  # every rank's span files, each written atomically
         for i in range(rank, len(docs.texts), world):  # round robin: long and short documents spread evenly
-            request = key_tokens.evaluator_request(args.trunc_len, args.sliding_window, args.chunk_size,
+            request = evaluator.evaluator_request(args.trunc_len, args.sliding_window, args.chunk_size,
                                                    args.batch_size, args.long_pass)
             scores = text_scoring.score_text(model, tok, docs.texts[i], request, max_length, evaluator=identity["name"])
-            spans = key_tokens.judge_from_scores(scores, args.alpha, args.beta).spans
+            spans = evaluator.judge_from_scores(scores, args.alpha, args.beta).spans
             span_files.write_span_file(shard / f"slice_{i}.txt", spans)
             print(f"[rank {rank}] document {i}: {len(scores.token_ids)} evaluator tokens, {len(spans)} key spans",
                   file=sys.stderr)
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
             all_spans = [span_files.read_span_file(shard / f"slice_{i}.txt") for i in range(len(docs.texts))]
             manifest = {"evaluator": args.evaluator, "evaluator_identity": identity, "evaluator_dtype": dtype,
                         "trunc_len": args.trunc_len, "sliding_window": args.sliding_window, "alpha": args.alpha,
-                        "beta": args.beta, "span_algorithm_version": key_tokens.SPAN_ALGORITHM_VERSION,
+                        "beta": args.beta, "span_algorithm_version": evaluator.SPAN_ALGORITHM_VERSION,
                         **docs.provenance}
             new = tmp / "spans"
             span_files.write_span_dir(new, all_spans, docs.texts, manifest)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Regenerate (or, with --check, verify) the settings tables in README.md and docs/**/*.md from the
-settings declarations (lm_eval_longctx/tasks/settings.py, lm_eval_longctx/training/longce.py), and the
+settings declarations (lm_eval_longctx/tasks/declarations.py, lm_eval_longctx/training/longce.py), and the
 support table of docs/support.md from the engine's declaration (lm_eval_longctx/engine/support.py).
 
     python scripts/settings_tables.py          # rewrite the tables in place
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lm_eval_longctx.engine.support import render_support_table  # noqa: E402
-from lm_eval_longctx.tasks.settings import render_settings_tables  # noqa: E402
+from lm_eval_longctx.tasks.declarations import render_settings_tables  # noqa: E402
 
 
 def documents() -> list[Path]:

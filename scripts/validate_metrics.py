@@ -17,13 +17,13 @@ Writes OUT/validation.json, OUT/validation.md and OUT/forgetting_curves.png (the
 import argparse
 import sys
 
-from lm_eval_longctx.demo import known_answer as validation
+from lm_eval_longctx.demo import known_answer
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    validation.add_arguments(p)
-    return validation.run_from_args(p.parse_args(argv))
+    known_answer.add_arguments(p)
+    return known_answer.run_from_args(p.parse_args(argv))
 
 
 if __name__ == "__main__":

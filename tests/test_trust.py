@@ -17,7 +17,7 @@ from lm_eval_longctx.keytokens import evaluator as key_tokens, spans_to_tokens a
 from lm_eval_longctx.keytokens import span_files
 from lm_eval_longctx.keytokens import cache as span_cache
 from lm_eval_longctx import output_dirs
-from lm_eval_longctx.tasks import settings as task_settings
+from lm_eval_longctx.tasks import declarations
 from lm_eval_longctx.settings import SettingsError
 from tests import tiny
 from tests.harness_utils import run_task, write_docs
@@ -52,43 +52,43 @@ def no_evaluator(monkeypatch):
 def test_unknown_key_names_it_and_suggests_the_closest():
     harness.install()
     with pytest.raises(SettingsError, match=r"unknown setting 'trunc_lenn'.*Did you mean 'trunc_len'\?"):
-        task_settings.LONGPPL.parse({"trunc_lenn": 64})
+        declarations.LONGPPL.parse({"trunc_lenn": 64})
     with pytest.raises(SettingsError, match="unknown setting 'smaples_per_length'.*samples_per_length"):
-        task_settings.FORGETTING_CURVE.parse({"smaples_per_length": 3})
+        declarations.FORGETTING_CURVE.parse({"smaples_per_length": 3})
 
 
 def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
     harness.install()
     md = {"pretrained": "x", "dtype": "float32", "max_length": 128, "version": 1, "config_source": "y.yaml",
           "trust_remote_code": False, "parallelize": True}
-    assert task_settings.LONGPPL.parse(md)["trunc_len"] == 4096
+    assert declarations.LONGPPL.parse(md)["trunc_len"] == 4096
     # a setting of another task of the suite (one --metadata reaches every task of a run)
-    assert task_settings.LONGPPL.parse({"lengths": [8, 16]})["trunc_len"] == 4096
+    assert declarations.LONGPPL.parse({"lengths": [8, 16]})["trunc_len"] == 4096
     # a key for another suite's task is accepted only when named
     with pytest.raises(SettingsError, match="max_seq_lengths"):
-        task_settings.LONGPPL.parse({"max_seq_lengths": [4096]})
-    task_settings.LONGPPL.parse({"max_seq_lengths": [4096], "other_tasks_keys": ["max_seq_lengths"]})
+        declarations.LONGPPL.parse({"max_seq_lengths": [4096]})
+    declarations.LONGPPL.parse({"max_seq_lengths": [4096], "other_tasks_keys": ["max_seq_lengths"]})
 
 
 BAD_VALUES = [
-    (task_settings.LONGPPL, "num_docs", -1), (task_settings.LONGPPL, "num_docs", 0),
-    (task_settings.LONGPPL, "num_docs", 2.5), (task_settings.LONGPPL, "num_docs", True),
-    (task_settings.LONGPPL, "num_docs", "ten"), (task_settings.LONGPPL, "max_tokens", -1),
-    (task_settings.LONGPPL, "soft_gamma", 0), (task_settings.LONGPPL, "soft_gamma", -5),
-    (task_settings.LONGPPL, "soft_gamma", "nan"), (task_settings.LONGPPL, "soft_gamma", float("nan")),
-    (task_settings.LONGPPL, "alpha", float("inf")), (task_settings.LONGPPL, "beta", "-inf"),
-    (task_settings.LONGPPL, "trunc_len", "4k"), (task_settings.LONGPPL, "chunk_size", 0),
-    (task_settings.LONGPPL, "evaluator_dtype", "fp8"), (task_settings.LONGPPL, "allow_beyond_max_length", "ture"),
-    (task_settings.LONGPPL, "evaluator_max_memory", "70GiB"),
-    (task_settings.FORGETTING_CURVE, "fine_threshold", float("nan")),
-    (task_settings.FORGETTING_CURVE, "fine_threshold", 1.5), (task_settings.FORGETTING_CURVE, "coarse_margin", "inf"),
-    (task_settings.FORGETTING_CURVE, "lengths", [8, 0]), (task_settings.FORGETTING_CURVE, "lengths", "8,x"),
-    (task_settings.FORGETTING_CURVE, "samples_per_length", 0), (task_settings.FORGETTING_CURVE, "spacing", "cubic"),
-    (task_settings.FORGETTING_CURVE, "bos_token_id", -1), (task_settings.FORGETTING_CURVE, "seed", -3),
-    (task_settings.RETRIEVAL_GAIN, "anchor_min", 1.5), (task_settings.RETRIEVAL_GAIN, "bos", "maybe"),
-    (task_settings.RETRIEVAL_GAIN, "n_queries", 0), (task_settings.RETRIEVAL_GAIN, "separator", 3),
-    (task_settings.LONGEVAL_LINES, "num_lines", [0, 200]), (task_settings.LONGEVAL_LINES, "over_length", "ignore"),
-    (task_settings.LONGEVAL_LINES, "num_cases", 1e9 + 0.5),
+    (declarations.LONGPPL, "num_docs", -1), (declarations.LONGPPL, "num_docs", 0),
+    (declarations.LONGPPL, "num_docs", 2.5), (declarations.LONGPPL, "num_docs", True),
+    (declarations.LONGPPL, "num_docs", "ten"), (declarations.LONGPPL, "max_tokens", -1),
+    (declarations.LONGPPL, "soft_gamma", 0), (declarations.LONGPPL, "soft_gamma", -5),
+    (declarations.LONGPPL, "soft_gamma", "nan"), (declarations.LONGPPL, "soft_gamma", float("nan")),
+    (declarations.LONGPPL, "alpha", float("inf")), (declarations.LONGPPL, "beta", "-inf"),
+    (declarations.LONGPPL, "trunc_len", "4k"), (declarations.LONGPPL, "chunk_size", 0),
+    (declarations.LONGPPL, "evaluator_dtype", "fp8"), (declarations.LONGPPL, "allow_beyond_max_length", "ture"),
+    (declarations.LONGPPL, "evaluator_max_memory", "70GiB"),
+    (declarations.FORGETTING_CURVE, "fine_threshold", float("nan")),
+    (declarations.FORGETTING_CURVE, "fine_threshold", 1.5), (declarations.FORGETTING_CURVE, "coarse_margin", "inf"),
+    (declarations.FORGETTING_CURVE, "lengths", [8, 0]), (declarations.FORGETTING_CURVE, "lengths", "8,x"),
+    (declarations.FORGETTING_CURVE, "samples_per_length", 0), (declarations.FORGETTING_CURVE, "spacing", "cubic"),
+    (declarations.FORGETTING_CURVE, "bos_token_id", -1), (declarations.FORGETTING_CURVE, "seed", -3),
+    (declarations.RETRIEVAL_GAIN, "anchor_min", 1.5), (declarations.RETRIEVAL_GAIN, "bos", "maybe"),
+    (declarations.RETRIEVAL_GAIN, "n_queries", 0), (declarations.RETRIEVAL_GAIN, "separator", 3),
+    (declarations.LONGEVAL_LINES, "num_lines", [0, 200]), (declarations.LONGEVAL_LINES, "over_length", "ignore"),
+    (declarations.LONGEVAL_LINES, "num_cases", 1e9 + 0.5),
 ]
 
 
@@ -101,12 +101,12 @@ def test_wrong_type_or_range_is_an_error_naming_key_value_and_what_is_allowed(de
 
 
 def test_values_given_as_strings_or_whole_floats_mean_the_same():
-    s = task_settings.LONGPPL.parse({"num_docs": "3", "trunc_len": 64.0, "allow_beyond_max_length": "true",
+    s = declarations.LONGPPL.parse({"num_docs": "3", "trunc_len": 64.0, "allow_beyond_max_length": "true",
                                      "soft_gamma": "5"})
     assert (s["num_docs"], s["trunc_len"], s["allow_beyond_max_length"], s["soft_gamma"]) == (3, 64, True, 5.0)
     assert s.explicit == {"num_docs", "trunc_len", "allow_beyond_max_length", "soft_gamma"}
-    assert task_settings.FORGETTING_CURVE.parse({"spacing": "log", "lengths": "64,8,8"})["lengths"] == [8, 64]
-    assert task_settings.RETRIEVAL_GAIN.parse({"bos": False})["bos"] == "never"
+    assert declarations.FORGETTING_CURVE.parse({"spacing": "log", "lengths": "64,8,8"})["lengths"] == [8, 64]
+    assert declarations.RETRIEVAL_GAIN.parse({"bos": False})["bos"] == "never"
 
 
 def test_a_typo_through_the_harness_fails_before_any_model_runs(docs, model_dirs, no_evaluator):
@@ -127,14 +127,14 @@ def test_the_docs_settings_tables_are_the_declarations():
     documents = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # as scripts/settings_tables.py
     for path in documents:
         text = path.read_text(encoding="utf-8")
-        assert task_settings.render_settings_tables(text) == text, f"{path}: run python scripts/settings_tables.py"
+        assert declarations.render_settings_tables(text) == text, f"{path}: run python scripts/settings_tables.py"
     pages = "".join(p.read_text(encoding="utf-8") for p in documents)
-    for owner in task_settings.all_declarations():  # every declaration has its table somewhere
+    for owner in declarations.all_declarations():  # every declaration has its table somewhere
         assert f"<!-- settings: {owner} -->" in pages, owner
     # the check can fail: a changed default shows
     page = (ROOT / "docs" / "tasks" / "longppl_govreport.md").read_text(encoding="utf-8")
     stale = page.replace("| `trunc_len` | whole number >= 1 | `4096` |", "| `trunc_len` | whole number >= 1 | `2048` |")
-    assert stale != page and task_settings.render_settings_tables(stale) != stale
+    assert stale != page and declarations.render_settings_tables(stale) != stale
 
 
 # ------------------------------------------------------------------ 2. key spans: files and caches

@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..data import embedded_corpus as embedded
+from ..data import embedded_corpus
 from .. import output_dirs
 
 log = logging.getLogger("lm_eval_longctx")
@@ -78,7 +78,7 @@ CORPUS_PROVENANCE_FILE = "corpus_provenance.json"
 # meets the targets there too: fine memory length 256, LongEval accuracy 1.0 on its 6 cases).
 DEMO_BUDGETS = {
     "full": {
-        "chars_per_doc": embedded.DEFAULT_CHARS_PER_DOC,
+        "chars_per_doc": embedded_corpus.DEFAULT_CHARS_PER_DOC,
         "batch_size": 4,
         "metadata": {
             "evaluator": "self",
@@ -187,12 +187,12 @@ def _offline_environment() -> None:
 
 def run_harness(argv: list[str]) -> Path:
     """Run lm-eval's CLI entry point in this process with ``argv``; return the results JSON it saved."""
-    from ..harness import glue as harness
+    from ..harness import glue
     from ..harness.glue import cli_evaluate
 
-    harness.install()  # the results-saved hook: where the results JSON went
+    glue.install()  # the results-saved hook: where the results JSON went
     saved: list[Path] = []
-    harness.on_results_saved("lm_eval_longctx_demo", lambda results, path: saved.append(Path(path)))
+    glue.on_results_saved("lm_eval_longctx_demo", lambda results, path: saved.append(Path(path)))
     old_argv = sys.argv
     sys.argv = ["lm_eval", *argv]
     try:
@@ -202,7 +202,7 @@ def run_harness(argv: list[str]) -> Path:
             raise DemoError(f"lm_eval exited with status {e.code} (see the messages above)") from e
     finally:
         sys.argv = old_argv
-        harness.RESULTS_SAVED_CALLBACKS.pop("lm_eval_longctx_demo", None)
+        glue.RESULTS_SAVED_CALLBACKS.pop("lm_eval_longctx_demo", None)
     if not saved:
         raise DemoError("lm_eval finished without saving a results JSON (see the messages above)")
     return saved[-1]
@@ -378,12 +378,12 @@ def run_demo(out_dir=DEFAULT_OUT, model_dir=None, budget: str = "full", extra_me
     model = resolve_model_dir(model_dir)
     out = output_dirs.claim(Path(out_dir).resolve(), "the demo")
 
-    texts = embedded.embedded_documents(chars_per_doc=cfg["chars_per_doc"])
+    texts = embedded_corpus.embedded_documents(chars_per_doc=cfg["chars_per_doc"])
     metadata = budget_metadata(budget, out / CORPUS_FILE, extra_metadata)
     if int(metadata.get("num_docs", 1)) > len(texts):
         raise DemoError(f"the {budget} budget asks for {metadata['num_docs']} documents; the embedded corpus "
                         f"has {len(texts)} of >= {cfg['chars_per_doc']} characters")
-    corpus = embedded.write_corpus(out / CORPUS_FILE, texts)
+    corpus = embedded_corpus.write_corpus(out / CORPUS_FILE, texts)
     (out / CORPUS_PROVENANCE_FILE).write_text(json.dumps(corpus, indent=2) + "\n", encoding="utf-8")
 
     argv = harness_argv(model, metadata, out / "results", batch_size or cfg["batch_size"], device, limit)

@@ -27,11 +27,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..engine import scoring as engine
-from ..keytokens import cache as span_cache
+from ..engine import scoring
+from ..keytokens import cache
 from ..keytokens import evaluator
 from ..keytokens import text_scoring
-from ..metrics import per_token as metrics
+from ..metrics import per_token
 from .. import settings
 
 log = logging.getLogger("lm_eval_longctx")
@@ -110,7 +110,7 @@ def model_identity(lm) -> dict | None:
         from pathlib import Path
 
         if Path(str(name)).is_dir():
-            identity["files_sha256"] = evaluator.folder_fingerprint(name, span_cache.default_cache_dir().parent)
+            identity["files_sha256"] = evaluator.folder_fingerprint(name, cache.default_cache_dir().parent)
         elif getattr(config, "_commit_hash", None):
             identity["commit"] = config._commit_hash
         else:
@@ -141,7 +141,7 @@ register_request_kind(
     "sequence",
     serve_each(lambda ctx, text, spec: text_scoring.score_text(
         ctx.model, ctx.tokenizer, text, text_scoring.TextRequest.from_spec(spec), ctx.max_length, ctx.batch_size)),
-    engine.SequenceScores.from_state,
+    scoring.SequenceScores.from_state,
     n_tokens=lambda result: len(result.token_ids),
 )
 
@@ -180,12 +180,12 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
         pending.setdefault((str(getattr(req, "task_name", "")), kind), []).append(i)
     # a model the engine cannot score exactly is refused here, before any request is scored
     for long_pass in sorted({str(requests[i].args[1].get("long_pass", "auto")) for idx in pending.values() for i in idx}):
-        engine.check_model(self.model, long_pass)
+        scoring.check_model(self.model, long_pass)
     bar = tqdm(total=sum(map(len, pending.values())), disable=disable_tqdm or self.rank != 0,
                desc=f"Running {REQUEST_TYPE} requests")
     ctx = ScoringContext(self.model, self.tokenizer, self.max_length, batch, bar.update)
     for (task_name, kind), idx in pending.items():
-        with engine.recording(self.model) as record:
+        with scoring.recording(self.model) as record:
             results = REQUEST_KINDS[kind].serve(ctx, [requests[i].args for i in idx])
         note_scoring(task_name, record.summary())
         for i, res in zip(idx, results, strict=True):
@@ -237,11 +237,11 @@ def _unsupported_backend(self, requests, disable_tqdm: bool = False):
 
 
 def _twp(items):
-    return metrics.token_weighted_perplexity(items)
+    return per_token.token_weighted_perplexity(items)
 
 
 def _ratio(items):
-    return metrics.corpus_ratio(items)
+    return per_token.corpus_ratio(items)
 
 
 _twp.__name__ = "token_weighted_perplexity"
@@ -272,7 +272,7 @@ def perplexity_or_note(note: str):
     """Token-weighted perplexity, or ``note`` (a text for the table and the results) when no item has a token."""
     import functools
 
-    fn = functools.partial(metrics.token_weighted_perplexity_or, note)
+    fn = functools.partial(per_token.token_weighted_perplexity_or, note)
     fn._longctx_bootstrap = True
     return fn
 
@@ -462,6 +462,6 @@ def _install_results_saved_hook() -> None:
 
 def cli_evaluate():
     """lm-eval's command-line entry point, what the ``lm_eval`` console script calls (reads ``sys.argv``)."""
-    from lm_eval.__main__ import cli_evaluate as run
+    import lm_eval.__main__
 
-    return run()
+    return lm_eval.__main__.cli_evaluate()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluator import SPAN_ALGORITHM_VERSION, EvaluatorJudgement, _atomic_write_bytes
+from .evaluator import SPAN_ALGORITHM_VERSION, EvaluatorJudgement, atomic_write_bytes
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -98,4 +98,4 @@ class SpanCache:
         buf = io.BytesIO()
         np.savez(buf, **arrays, key=np.array(key), settings=np.array(json.dumps(settings, sort_keys=True)),
                  checksum=np.array(_entry_checksum(key, arrays)))
-        _atomic_write_bytes(self.path(key), buf.getvalue())
+        atomic_write_bytes(self.path(key), buf.getvalue())

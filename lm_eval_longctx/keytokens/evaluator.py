@@ -1,13 +1,10 @@
-"""Key tokens judged by an evaluator model, and their on-disk cache (no lm-eval import).
+"""Key tokens judged by an evaluator model: how it scores a text, what it judges key, and which evaluator it is
+(its exact identity, loading and placement). No lm-eval import.
 
-The evaluator scores the text (tokenized with its default special tokens, as the reference does)
-under the long context and the reference truncated windows; key tokens become character spans
-(``keyspans``). Spans are cached on disk keyed by everything they depend on, so evaluating a
-second model reuses them and costs only that model's one long pass.
-
-Cache entries are data: one ``<key>.spans.npz`` each (plain arrays, loaded with
-``allow_pickle=False``) holding the spans, the evaluator's token offsets and long-short differences
-(which LongPPL-soft needs) and a checksum of them.
+The evaluator scores the text (tokenized with its default special tokens, as the reference does) under the long
+context and the reference truncated windows (``evaluator_request``, run by ``text_scoring``); key tokens become
+character spans (``spans_to_tokens``). The spans are cached on disk by ``cache.py``, keyed by everything they
+depend on, so evaluating a second model reuses them and costs only that model's one long pass.
 """
 
 from __future__ import annotations
@@ -24,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine import scoring as engine
+from ..engine import scoring
 from .. import errors
-from . import spans_to_tokens as keyspans
+from . import spans_to_tokens
 from . import text_scoring
-from ..metrics import per_token as metrics
+from ..metrics import per_token
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -68,18 +65,18 @@ class EvaluatorJudgement:
         return np.where(j >= 1, w_eval[np.clip(j - 1, 0, None)], 1.0)
 
 
-def judge_from_scores(scores: engine.SequenceScores, alpha: float, beta: float) -> EvaluatorJudgement:
+def judge_from_scores(scores: scoring.SequenceScores, alpha: float, beta: float) -> EvaluatorJudgement:
     """Key spans from an evaluator's long and truncated passes over one text."""
     if scores.short is None or scores.offsets is None:
         raise ValueError("the evaluator pass needs truncated scores and token offsets")
-    mask = metrics.key_token_mask(scores.long.logprob, scores.short.logprob, alpha, beta)
-    spans = keyspans.key_spans_from_tokens(mask, scores.offsets)
-    lsd = metrics.long_short_difference(scores.long.logprob, scores.short.logprob).astype(np.float32)
+    mask = per_token.key_token_mask(scores.long.logprob, scores.short.logprob, alpha, beta)
+    spans = spans_to_tokens.key_spans_from_tokens(mask, scores.offsets)
+    lsd = per_token.long_short_difference(scores.long.logprob, scores.short.logprob).astype(np.float32)
     return EvaluatorJudgement(spans, np.asarray(scores.offsets), lsd, np.asarray(scores.long.logprob),
                               np.asarray(scores.short.logprob), np.asarray(scores.token_ids))
 
 
-def evaluator_request(trunc_len: int, stride: int, chunk_size: int = engine.DEFAULT_CHUNK_SIZE,
+def evaluator_request(trunc_len: int, stride: int, chunk_size: int = scoring.DEFAULT_CHUNK_SIZE,
                       window_batch_size: int = 4, long_pass: str = "auto") -> text_scoring.TextRequest:
     """How the evaluator scores a text: with its special tokens (as the reference tokenizes it), offsets, the long
     pass and the truncated windows (K = trunc_len, d = stride); its length is checked by the caller's limit."""
@@ -161,7 +158,7 @@ def folder_fingerprint(path: str | Path, memo_dir: str | Path | None = None) -> 
         h.update(file.relative_to(root).as_posix().encode() + b"\0" + digest.encode())
     if changed and memo_file is not None:
         try:
-            _atomic_write_bytes(memo_file, json.dumps(memo).encode())
+            atomic_write_bytes(memo_file, json.dumps(memo).encode())
         except OSError:
             pass  # only a memo: the next run hashes again
     return h.hexdigest()
@@ -305,7 +302,7 @@ def load_evaluator(identity: dict, *, dtype: str, device: str, max_memory: dict 
     return model.eval(), tok
 
 
-def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+def atomic_write_bytes(path: Path, payload: bytes) -> None:
     """Write through a uniquely named temporary file in the same folder, then rename: readers see the
     old file or the new one, never a part, and concurrent writers never share a temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from ..engine import scoring as engine
+from ..engine import scoring
 from . import spans_to_tokens
 
 MODEL_WAYS_OUT = ("Raise --model_args max_length=N if the model supports it, or pass --metadata "
@@ -26,7 +26,7 @@ class TextRequest:
     add_special_tokens: bool = False
     offsets: bool = False  # character offsets of every token (key tokens, exports)
     long_pass: str = "auto"
-    chunk_size: int = engine.DEFAULT_CHUNK_SIZE
+    chunk_size: int = scoring.DEFAULT_CHUNK_SIZE
     score_from: int = 1  # first target scored by the long pass (earlier ones only feed the context)
     trunc_len: int | None = None  # LongPPL's truncated windows: K ...
     stride: int | None = None  # ... and d (both, or neither)
@@ -36,8 +36,8 @@ class TextRequest:
     def __post_init__(self):
         if (self.trunc_len is None) != (self.stride is None):
             raise ValueError("a text request's truncated windows need both trunc_len and stride")
-        if self.long_pass not in engine.LONG_PASS_CHOICES:
-            raise ValueError(f"long_pass must be one of {engine.LONG_PASS_CHOICES}, got {self.long_pass!r}")
+        if self.long_pass not in scoring.LONG_PASS_CHOICES:
+            raise ValueError(f"long_pass must be one of {scoring.LONG_PASS_CHOICES}, got {self.long_pass!r}")
 
     @property
     def truncated(self) -> bool:
@@ -60,11 +60,11 @@ def check_length(n_tokens: int, max_length: int | None, allow_beyond: bool, eval
     if not max_length or n_tokens <= max_length or allow_beyond:
         return
     if evaluator is not None:
-        raise engine.ScoringError(
+        raise scoring.ScoringError(
             f"the key-token evaluator {evaluator} would judge a {n_tokens}-token text, longer than its maximum length "
             f"{max_length}; its judgement beyond that is not what it was built for. Use an evaluator with a longer "
             "context, shorter documents (max_tokens), or pass --metadata '{\"allow_beyond_max_length\": true}'.")
-    raise engine.ScoringError(
+    raise scoring.ScoringError(
         f"a {n_tokens}-token sequence is longer than the model's maximum length {max_length}; it would be scored "
         f"beyond the positions the model was built for. {ways_out}")
 
@@ -81,26 +81,26 @@ def first_token_after(offsets: np.ndarray, char: int) -> int:
     """The first token (of width > 0) that ends after character ``char``: where a response starts."""
     inside = np.flatnonzero((offsets[:, 1] > char) & (offsets[:, 1] > offsets[:, 0]))
     if len(inside) == 0:
-        raise engine.ScoringError("no token of the tokenized text covers the scored part")
+        raise scoring.ScoringError("no token of the tokenized text covers the scored part")
     return int(inside[0])
 
 
 def score_tokens(model, ids: list[int], offsets: np.ndarray | None, request: TextRequest,
-                 batch_size: int = engine.DEFAULT_BATCH_SIZE) -> engine.SequenceScores:
+                 batch_size: int = scoring.DEFAULT_BATCH_SIZE) -> scoring.SequenceScores:
     """The long pass and, when asked, the truncated windows over tokenized text (its length already checked)."""
-    long = engine.score_long(model, ids, chunk_size=request.chunk_size, score_from=request.score_from,
+    long = scoring.score_long(model, ids, chunk_size=request.chunk_size, score_from=request.score_from,
                              long_pass=request.long_pass)
     short = None
     if request.truncated:
         windows = request.window_batch_size or batch_size
-        short = engine.with_batch_backoff(
-            lambda bs: engine.score_truncated(model, [ids], request.trunc_len, request.stride, batch_size=bs)[0],
+        short = scoring.with_batch_backoff(
+            lambda bs: scoring.score_truncated(model, [ids], request.trunc_len, request.stride, batch_size=bs)[0],
             windows, "the truncated pass (windows)")
-    return engine.SequenceScores(np.asarray(ids, dtype=np.int64), offsets if request.offsets else None, long, short)
+    return scoring.SequenceScores(np.asarray(ids, dtype=np.int64), offsets if request.offsets else None, long, short)
 
 
 def score_text(model, tokenizer, text: str, request: TextRequest, max_length: int | None,
-               batch_size: int = engine.DEFAULT_BATCH_SIZE, evaluator: str | None = None) -> engine.SequenceScores:
+               batch_size: int = scoring.DEFAULT_BATCH_SIZE, evaluator: str | None = None) -> scoring.SequenceScores:
     """Tokenize ``text``, check its length, score it as ``request`` says."""
     ids, offsets = tokenize(tokenizer, text, request)
     check_length(len(ids), max_length, request.allow_beyond_max_length, evaluator)

@@ -13,7 +13,7 @@ import logging
 
 import numpy as np
 
-from . import per_token as metrics
+from . import per_token
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -63,14 +63,14 @@ def effective_length(lengths, mean_gain, fraction: float | None = None, threshol
         return 0
     if fraction is not None:
         base = gain[0]
-        if not (np.isfinite(base) and base > max(float(base_minimum), 0.0) + metrics.TIE_TOLERANCE):
+        if not (np.isfinite(base) and base > max(float(base_minimum), 0.0) + per_token.TIE_TOLERANCE):
             return 0
         bar = fraction * base
     else:
         bar = threshold
     with np.errstate(invalid="ignore"):
-        holds = gain > bar + metrics.TIE_TOLERANCE
-    return metrics.memory_length(lengths, holds, np.isfinite(gain), rule)
+        holds = gain > bar + per_token.TIE_TOLERANCE
+    return per_token.memory_length(lengths, holds, np.isfinite(gain), rule)
 
 
 def _mean_curve(items) -> np.ndarray:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from . import paired as pairing
-from .results import (DEFAULT_Z, EXIT_PASS, EXIT_REGRESSION, Metric, Run, UnusableInput, _finite_number, flatten,
+from .results import (DEFAULT_Z, EXIT_PASS, EXIT_REGRESSION, Metric, Run, UnusableInput, finite_number, flatten,
                       read_text, split_name)
 
 
@@ -47,7 +47,7 @@ MIN_RESAMPLES = 100
 
 
 def check_z(z, where: str = "z") -> float:
-    v = _finite_number(z)
+    v = finite_number(z)
     if v is None or v < 0:
         raise UnusableInput(f"{where} must be a finite number >= 0, got {z!r}")
     return v
@@ -75,7 +75,7 @@ def parse_gate_config(data) -> GateConfig:
             raise UnusableInput(f"gate config: {where} must be a mapping with keys among {sorted(_TOL_KEYS)}")
         for k in ("abs", "rel"):
             if k in t:
-                v = _finite_number(t[k])
+                v = finite_number(t[k])
                 if v is None or v < 0:
                     raise UnusableInput(f"gate config: {where}.{k} must be a finite number >= 0, got {t[k]!r}")
         for k in ("higher_is_better", "skip"):
@@ -250,12 +250,12 @@ class GateReport:
                 test, band = "unpaired" + (f" ({r.note})" if r.note else ""), f"±{r.noise:.4g}"
             else:
                 test, band = "—", ""
-            lines.append(f"| `{r.metric}`{arrow} | {_fmt(r.baseline, r.baseline_se)} | {_fmt(r.current, r.current_se)} "
+            lines.append(f"| `{r.metric}`{arrow} | {format_number(r.baseline, r.baseline_se)} | {format_number(r.current, r.current_se)} "
                          f"| {change} | {r.tolerance:.4g} | {test} | {band} | {mark} |")
         return "\n".join(lines) + "\n"
 
 
-def _fmt(value, se) -> str:
+def format_number(value, se) -> str:
     if value is None:
         return "—"
     if not math.isfinite(value):

@@ -9,7 +9,7 @@ import io
 import json
 from dataclasses import dataclass
 
-from .gate import NOT_NUMERIC_SETTINGS, _fmt, identified_by_content
+from .gate import NOT_NUMERIC_SETTINGS, format_number, identified_by_content
 from .results import UnusableInput, find_results_files, flatten, load_results, metrics_of, model_name, split_name
 
 
@@ -68,7 +68,7 @@ class Leaderboard:
         lines = ["| model | " + " | ".join(head(m) for m in self.metrics) + " |",
                  "|---" * (len(self.metrics) + 1) + "|"]
         for row in self.rows:
-            vals = [_fmt(c.value, c.stderr) if (c := row.cells.get(m)) else "missing" for m in self.metrics]
+            vals = [format_number(c.value, c.stderr) if (c := row.cells.get(m)) else "missing" for m in self.metrics]
             lines.append(f"| {row.label} | " + " | ".join(vals) + " |")
         return "\n".join(lines) + "\n"
 

@@ -29,7 +29,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from ..metrics import per_token as M
+from ..metrics import per_token
 
 # lm-eval's date_id: datetime.now().isoformat().replace(":", "-"), at the end of the results file's stem
 DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
@@ -187,7 +187,7 @@ def _memory_length_stack(grid, holds, tested, rule: str):
     if rule == "contiguous":
         end = np.where(ok.all(axis=1), len(grid), np.argmin(ok, axis=1))
         return np.where(end > 0, grid[np.maximum(end - 1, 0)], 0).astype(np.float64)
-    raise ValueError(f"rule must be one of {M.MEMORY_LENGTH_RULES}, got {rule!r}")
+    raise ValueError(f"rule must be one of {per_token.MEMORY_LENGTH_RULES}, got {rule!r}")
 
 
 def _memory_aggregations(settings: dict) -> dict:
@@ -196,31 +196,31 @@ def _memory_aggregations(settings: dict) -> dict:
     Vectorised over resamples drawn within lengths (every length keeps its number of samples, as in the task's
     design); any other stack goes through metrics.*_from_samples row by row (the same numbers, slower)."""
     s = settings or {}
-    fine_t, fine_rule = float(s.get("fine_threshold", M.FINE_THRESHOLD)), str(s.get("fine_rule", "largest"))
-    margin, coarse_rule = float(s.get("coarse_margin", M.COARSE_MARGIN)), str(s.get("coarse_rule", "largest"))
+    fine_t, fine_rule = float(s.get("fine_threshold", per_token.FINE_THRESHOLD)), str(s.get("fine_rule", "largest"))
+    margin, coarse_rule = float(s.get("coarse_margin", per_token.COARSE_MARGIN)), str(s.get("coarse_rule", "largest"))
 
     def fine(x):
         lb = _length_blocks(x)
         if lb is None:
-            return _per_resample(lambda r: M.fine_memory_length_from_samples(r, fine_t, fine_rule))(x)
+            return _per_resample(lambda r: per_token.fine_memory_length_from_samples(r, fine_t, fine_rule))(x)
         copy_mean, _, failed = _curve_stack(x, lb[1])
         with np.errstate(invalid="ignore"):
-            holds = copy_mean > fine_t + M.TIE_TOLERANCE
+            holds = copy_mean > fine_t + per_token.TIE_TOLERANCE
         return _memory_length_stack(lb[0], holds, ~failed, fine_rule)
 
     def coarse(x):
         lb = _length_blocks(x)
         if lb is None:
-            return _per_resample(lambda r: M.coarse_memory_length_from_samples(r, margin, coarse_rule))(x)
+            return _per_resample(lambda r: per_token.coarse_memory_length_from_samples(r, margin, coarse_rule))(x)
         copy_mean, lm_mean, failed = _curve_stack(x, lb[1])
         with np.errstate(invalid="ignore"):
-            holds = copy_mean - lm_mean > margin + M.TIE_TOLERANCE
+            holds = copy_mean - lm_mean > margin + per_token.TIE_TOLERANCE
         return _memory_length_stack(lb[0], holds, ~failed, coarse_rule)
 
     def n_failed(x):
         lb = _length_blocks(x)
         if lb is None:
-            return _per_resample(M.n_failed_lengths_from_samples)(x)
+            return _per_resample(per_token.n_failed_lengths_from_samples)(x)
         return _curve_stack(x, lb[1])[2].sum(axis=1).astype(np.float64)
 
     return {"fine_memory_length": fine, "coarse_memory_length": coarse, "n_failed_lengths": n_failed}

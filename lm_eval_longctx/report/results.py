@@ -145,7 +145,7 @@ def _number(x):
     return float(x)
 
 
-def _finite_number(x):
+def finite_number(x):
     v = _number(x)
     return v if v is not None and math.isfinite(v) else None
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..metrics import per_token as metrics
+from ..metrics import per_token
 from ..data import export_files
 
 LSD_RANGE = 4.0  # the colour scale saturates at |LSD| = 4 (alpha is 2 by default)
@@ -69,14 +69,14 @@ def open_export(path) -> Export:
 
 
 def _ppl(nll_sum: float, n: int) -> float | None:
-    v = metrics.perplexity_from_sums(nll_sum, n)
+    v = per_token.perplexity_from_sums(nll_sum, n)
     return v if math.isfinite(v) else None
 
 
 def _doc_stats(d: dict) -> dict:
     lp = d["logprob"][1:].astype(np.float64)
     key = d["key"][1:]
-    key_nll, all_nll = metrics.nll_sum(lp[key]), metrics.nll_sum(lp)
+    key_nll, all_nll = per_token.nll_sum(lp[key]), per_token.nll_sum(lp)
     return {"n_tokens": int(len(d["token_id"])), "n_key": int(key.sum()), "key_nll_sum": key_nll,
             "nll_sum": all_nll, "n_targets": int(len(lp)), "longppl": _ppl(key_nll, int(key.sum())),
             "ppl": _ppl(all_nll, len(lp))}
@@ -181,7 +181,7 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
         def corpus(side):
             if not totals[side][0]:
                 return None
-            lp, pp = (metrics.token_weighted_perplexity(x) for x in totals[side])
+            lp, pp = (per_token.token_weighted_perplexity(x) for x in totals[side])
             return {"longppl": lp if math.isfinite(lp) else None, "ppl": pp if math.isfinite(pp) else None,
                     "n_key": sum(int(x[1]) for x in totals[side][0]),
                     "n_targets": sum(int(x[1]) for x in totals[side][1])}
@@ -455,7 +455,7 @@ def longppl_from_export(folder: str | Path) -> dict:
     for d in export_files.iter_documents(export_files.task_folder(folder, "longppl_govreport")):
         lp = d["logprob"][1:].astype(np.float64)
         key = d["key"][1:]
-        pairs_key.append((metrics.nll_sum(lp[key]), int(key.sum())))
-        pairs_all.append((metrics.nll_sum(lp), len(lp)))
-    return {"longppl": metrics.token_weighted_perplexity(pairs_key),
-            "ppl": metrics.token_weighted_perplexity(pairs_all), "n_docs": len(pairs_all)}
+        pairs_key.append((per_token.nll_sum(lp[key]), int(key.sum())))
+        pairs_all.append((per_token.nll_sum(lp), len(lp)))
+    return {"longppl": per_token.token_weighted_perplexity(pairs_key),
+            "ppl": per_token.token_weighted_perplexity(pairs_all), "n_docs": len(pairs_all)}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from lm_eval.api.task import ConfigurableTask
 
-from ..data import documents as data
+from ..data import documents
 from ..data import export_files
-from ..harness import glue as harness
+from ..harness import glue
 from . import token_export
 
 
@@ -31,26 +31,26 @@ class LongContextTask(ConfigurableTask):
         raise NotImplementedError
 
     def __init__(self, config: dict | None = None):
-        harness.install()  # before lm-eval reads the task's metrics or sends its requests
+        glue.install()  # before lm-eval reads the task's metrics or sends its requests
         cfg = dict(config or {})
         cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
         # every task of this package sends longctx_scores requests (the accuracy task too: prompt lengths)
-        harness.note_evaluated_model(str(cfg.get("task", type(self).__name__)))
-        harness.forget_scoring(str(cfg.get("task", "")))  # a new run of this task: its record starts empty
+        glue.note_evaluated_model(str(cfg.get("task", type(self).__name__)))
+        glue.forget_scoring(str(cfg.get("task", "")))  # a new run of this task: its record starts empty
         self.settings = self.resolve_settings(cfg.get("metadata"))
         if export_files.SETTING in self.settings:
             self.settings[export_files.SETTING] = export_files.parse_setting(self.settings[export_files.SETTING])
         super().__init__(config=cfg)
         if self.SCORES_PER_TOKEN:
             # Set after validation, which only accepts built-in types (also what DP padding counts).
-            self.OUTPUT_TYPE = harness.REQUEST_TYPE
+            self.OUTPUT_TYPE = glue.REQUEST_TYPE
         self._record_settings()
         self._token_export = token_export.for_task(self)  # checks the folder before any model runs
 
     def _record_settings(self) -> None:
         raise NotImplementedError
 
-    def metric_declarations(self) -> dict[str, harness.MetricDeclaration]:
+    def metric_declarations(self) -> dict[str, glue.MetricDeclaration]:
         """Every metric the task reports, with its aggregation and direction: the one place they are declared."""
         raise NotImplementedError
 
@@ -69,12 +69,12 @@ class LongContextTask(ConfigurableTask):
         self.config.metadata["longctx_settings"] = record
 
     def build_all_requests(self, **kwargs) -> None:
-        harness.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+        glue.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
 
     def _scoring_records(self) -> dict:
         """How this task's requests were scored (the engine's strategy per pass, dtype, model type), for the
         results record; tasks that run a second model (LongPPL's evaluator) add its record."""
-        scoring = harness.scoring_of(str(getattr(self.config, "task", "")))
+        scoring = glue.scoring_of(str(getattr(self.config, "task", "")))
         return {"scoring": scoring if scoring is not None else NOTHING_SCORED}
 
     def dump_config(self) -> dict:
@@ -105,7 +105,7 @@ def govreport_documents(settings: dict):
     import datasets
 
     s = settings
-    docs = data.load_govreport(
+    docs = documents.load_govreport(
         dataset_path=s["dataset_path"], revision=s["dataset_revision"], decode_tokenizer=s["decode_tokenizer"],
         min_tokens=s["min_tokens"], max_tokens=s["max_tokens"], num_docs=s["num_docs"], data_files=s["data_files"],
     )

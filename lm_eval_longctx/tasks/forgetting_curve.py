@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from ..data import documents as data
-from ..engine import scoring as engine
-from ..harness import glue as harness
-from ..metrics import per_token as metrics
-from . import settings as task_settings
+from ..data import documents
+from ..engine import scoring
+from ..harness import glue
+from ..metrics import per_token
+from . import declarations
 from ..settings import BOOLEAN, SettingsError, integer
 from .base import LongContextTask
 
@@ -40,7 +40,7 @@ KIND = "forgetting_curve"
 HFLM_DEFAULT_MAX_LENGTH = 2048
 TOKENIZER_UNSET_MAX_LENGTH = 1000000000000000019884624838656  # transformers' "no limit" marker
 
-SETTINGS = task_settings.FORGETTING_CURVE
+SETTINGS = declarations.FORGETTING_CURVE
 DEFAULTS = SETTINGS.defaults()
 
 # token streams by fingerprint, for the serve function (requests carry only the fingerprint and
@@ -64,7 +64,7 @@ def load_tokenizer(s: dict):
     if not isinstance(name, str) or not name:
         raise ValueError("forgetting_curve builds its samples with the model's tokenizer: give "
                          "--model_args pretrained=... or --metadata '{\"tokenizer\": \"NAME_OR_PATH\"}'")
-    return data.load_tokenizer(name, "the tokenizer that builds the forgetting-curve samples", revision=s["revision"],
+    return documents.load_tokenizer(name, "the tokenizer that builds the forgetting-curve samples", revision=s["revision"],
                                trust_remote_code=s["trust_remote_code"])
 
 
@@ -123,7 +123,7 @@ def resolve_lengths(s: dict, model_max_length: int) -> list[int]:
         lengths = list(s["lengths"])
     else:
         max_len = s["max_len"] if s["max_len"] is not None else (model_max_length - 3) // 2
-        lengths = data.copy_lengths(max_len, s["num_lengths"], s["spacing"], s["min_len"])
+        lengths = documents.copy_lengths(max_len, s["num_lengths"], s["spacing"], s["min_len"])
         if len(lengths) < s["num_lengths"]:
             log.warning("forgetting_curve: %d distinct copy lengths between %d and %d (asked for %d)",
                         len(lengths), s["min_len"], max_len, s["num_lengths"])
@@ -180,7 +180,7 @@ class CurveSampleScore:
         return f"CurveSampleScore({self.mode}, l={self.length}, acc={self.accuracy:.4f}, n={self.n_scored})"
 
 
-def serve(ctx: harness.ScoringContext, items: list) -> list:
+def serve(ctx: glue.ScoringContext, items: list) -> list:
     """All uncached forgetting-curve requests: grouped by copy length, each group batched.
 
     A sample the engine cannot score (too long for the model, a model it refuses) ends the run with the error,
@@ -197,29 +197,29 @@ def serve(ctx: harness.ScoringContext, items: list) -> list:
         groups.setdefault(key, []).append(i)
     # before any length runs: every sample fits the model, and the engine can score the longest one
     for key, idx in groups.items():
-        harness.check_length(sample_tokens(key[1]), ctx.max_length, items[idx[0]][1])
+        glue.check_length(sample_tokens(key[1]), ctx.max_length, items[idx[0]][1])
     for key in {(k[5], k[2]) for k in groups}:
         longest = max(k[1] for k in groups if (k[5], k[2]) == key)
-        engine.choose_long_pass(ctx.model, key[0], sample_tokens(longest), 1, key[1])
+        scoring.choose_long_pass(ctx.model, key[0], sample_tokens(longest), 1, key[1])
     out: list = [None] * len(items)
     for (stream_key, length, chunk_size, batch_size, _, long_pass), idx in sorted(groups.items(), key=lambda kv: kv[0][1]):
         specs = [items[i][1] for i in idx]
         stream = _STREAMS.get(stream_key)
         if stream is None:
             raise RuntimeError(f"forgetting_curve: token stream {stream_key} is not loaded (requests outlived their task)")
-        first, stop = data.forgetting_curve_scored_targets(length)
-        seqs = [data.forgetting_curve_sample(stream, length, int(s["start"]), s["mode"], int(s["bos"]), int(s["eos"]))
+        first, stop = documents.forgetting_curve_scored_targets(length)
+        seqs = [documents.forgetting_curve_sample(stream, length, int(s["start"]), s["mode"], int(s["bos"]), int(s["eos"]))
                 for s in specs]
         try:
-            scores = engine.in_batches_with_backoff(
-                seqs, batch_size or ctx.batch_size, lambda part: engine.score_long_batch(
+            scores = scoring.in_batches_with_backoff(
+                seqs, batch_size or ctx.batch_size, lambda part: scoring.score_long_batch(
                     ctx.model, part, chunk_size=chunk_size, score_from=first, long_pass=long_pass),
                 "forgetting_curve samples")
             # target t lives at array index t - 1
             results = [CurveSampleScore(length, s["mode"], stop - first, int(sc.greedy[first - 1 : stop - 1].sum()))
                        for s, sc in zip(specs, scores, strict=True)]
-        except engine.ScoringError as e:
-            raise engine.ScoringError(f"forgetting_curve: copy length {length} ({sample_tokens(length)}-token "
+        except scoring.ScoringError as e:
+            raise scoring.ScoringError(f"forgetting_curve: copy length {length} ({sample_tokens(length)}-token "
                                       f"samples): {e}") from e
         except torch.cuda.OutOfMemoryError as e:
             msg = f"out of memory at one sample per forward ({e})"
@@ -234,7 +234,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list:
     return out
 
 
-harness.register_request_kind(KIND, serve, CurveSampleScore.from_state, n_tokens=lambda r: sample_tokens(r.length))
+glue.register_request_kind(KIND, serve, CurveSampleScore.from_state, n_tokens=lambda r: sample_tokens(r.length))
 
 
 # ---------------------------------------------------------------- the task
@@ -256,16 +256,16 @@ class ForgettingCurveTask(LongContextTask):
         self.lengths = resolve_lengths(s, self.model_max_length)
         self.width = metric_width(self.lengths)
 
-        docs = data.load_book_pieces(dataset_path=s["dataset_path"], revision=s["dataset_revision"],
+        docs = documents.load_book_pieces(dataset_path=s["dataset_path"], revision=s["dataset_revision"],
                                      split=s["dataset_split"], data_files=s["data_files"])
-        self.stream = data.token_stream(tokenizer, docs.texts, add_special_tokens=s["corpus_add_special_tokens"])
+        self.stream = documents.token_stream(tokenizer, docs.texts, add_special_tokens=s["corpus_add_special_tokens"])
         self.stream_sha256 = hashlib.sha256(self.stream.tobytes()).hexdigest()
         # the key names the tokens and the ids that frame them: cached results are reused only for both
         self.stream_key = f"{self.stream_sha256[:24]}-{self.bos_id}-{self.eos_id}"
         _STREAMS[self.stream_key] = self.stream
         self.provenance = {**docs.provenance, "n_tokens": int(len(self.stream)), "stream_sha256": self.stream_sha256}
 
-        starts = data.sample_starts(len(self.stream), self.lengths, s["samples_per_length"], s["seed"])
+        starts = documents.sample_starts(len(self.stream), self.lengths, s["samples_per_length"], s["seed"])
         rows = {"doc_id": [], "sample": [], "length": [], "start": []}
         for k in range(s["samples_per_length"]):  # sample-major: any --limit >= n covers every length
             for length in self.lengths:
@@ -316,7 +316,7 @@ class ForgettingCurveTask(LongContextTask):
         kwargs.pop("chat_template", None)
         # args[0] must be a str (the harness hashes it); a label keeps --log_samples small
         return [
-            Instance(harness.REQUEST_TYPE, doc,
+            Instance(glue.REQUEST_TYPE, doc,
                      (f"forgetting_curve {mode} l={doc['length']} sample={doc['sample']} start={doc['start']}",
                       self._spec(doc, mode)), i, **kwargs)
             for i, mode in enumerate(("copy", "lm"))
@@ -342,15 +342,15 @@ class ForgettingCurveTask(LongContextTask):
 
     def metric_declarations(self):
         s = self.settings
-        mean = harness.declare("mean", True)
+        mean = glue.declare("mean", True)
         out = {self._name(w, x): mean for x in self.lengths for w in ("copy_acc", "lm_acc")}
         # partials of module-level functions: they pickle; they get no stderr (a threshold statistic)
-        out["fine_memory_length"] = harness.declare(functools.partial(
-            metrics.fine_memory_length_from_samples, threshold=s["fine_threshold"], rule=s["fine_rule"]), True)
-        out["coarse_memory_length"] = harness.declare(functools.partial(
-            metrics.coarse_memory_length_from_samples, margin=s["coarse_margin"], rule=s["coarse_rule"]), True)
-        out["n_failed_lengths"] = harness.declare(metrics.n_failed_lengths_from_samples, False)
+        out["fine_memory_length"] = glue.declare(functools.partial(
+            per_token.fine_memory_length_from_samples, threshold=s["fine_threshold"], rule=s["fine_rule"]), True)
+        out["coarse_memory_length"] = glue.declare(functools.partial(
+            per_token.coarse_memory_length_from_samples, margin=s["coarse_margin"], rule=s["coarse_rule"]), True)
+        out["n_failed_lengths"] = glue.declare(per_token.n_failed_lengths_from_samples, False)
         # a text: which lengths were skipped, and why
-        out["skipped_lengths"] = harness.declare(metrics.skipped_lengths_text, None)
+        out["skipped_lengths"] = glue.declare(per_token.skipped_lengths_text, None)
         return out
 

@@ -41,12 +41,12 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from ..engine import scoring as engine
-from ..harness import glue as harness
+from ..engine import scoring
+from ..harness import glue
 from ..keytokens import text_scoring
-from ..data import longeval_cases as longeval_data, longeval_words
-from ..metrics import per_token as metrics
-from . import settings as task_settings, token_export
+from ..data import longeval_cases, longeval_words
+from ..metrics import per_token
+from . import declarations, token_export
 from .base import LongContextTask
 
 log = logging.getLogger("lm_eval_longctx")
@@ -54,7 +54,7 @@ log = logging.getLogger("lm_eval_longctx")
 ANSWER_KIND = "longeval_lines_answer"
 LENGTH_KIND = "longeval_lines_prompt_length"
 
-SETTINGS = task_settings.LONGEVAL_LINES
+SETTINGS = declarations.LONGEVAL_LINES
 DEFAULTS = SETTINGS.defaults()
 
 
@@ -65,16 +65,16 @@ def resolve_settings(metadata: dict | None) -> dict:
 @functools.lru_cache(maxsize=4)
 def _generated(num_lines: tuple[int, ...], num_cases: int, seed: int, trailing_space) -> tuple:
     # both tasks of the group build the same cases: generate them once per process
-    return tuple(longeval_data.generate_cases(num_lines, num_cases, seed, trailing_space))
+    return tuple(longeval_cases.generate_cases(num_lines, num_cases, seed, trailing_space))
 
 
-def build_cases(s: dict) -> list[longeval_data.TestCase]:
+def build_cases(s: dict) -> list[longeval_cases.TestCase]:
     if s["testcases"]:
-        cases = longeval_data.load_testcases(s["testcases"], s["num_lines"], max_cases=s["num_cases"])
+        cases = longeval_cases.load_testcases(s["testcases"], s["num_lines"], max_cases=s["num_cases"])
     else:
-        longeval_data.check_word_lists()
+        longeval_cases.check_word_lists()
         cases = list(_generated(tuple(s["num_lines"]), s["num_cases"], s["seed"], s["trailing_space"]))
-    return longeval_data.interleave(cases)
+    return longeval_cases.interleave(cases)
 
 
 # ------------------------------------------------------------------ request kinds (no lm-eval here)
@@ -119,16 +119,16 @@ def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None
     """Tokenize prompt + response with offsets, find the response's first token, score from there."""
     request = text_scoring.TextRequest(
         add_special_tokens=_add_special_tokens(tokenizer, text, spec.get("add_special_tokens")), offsets=True,
-        long_pass=str(spec.get("long_pass", "auto")), chunk_size=int(spec.get("chunk_size", engine.DEFAULT_CHUNK_SIZE)),
+        long_pass=str(spec.get("long_pass", "auto")), chunk_size=int(spec.get("chunk_size", scoring.DEFAULT_CHUNK_SIZE)),
         allow_beyond_max_length=bool(spec.get("allow_beyond_max_length", False)))
     ids, offsets = text_scoring.tokenize(tokenizer, text, request)
     start = int(spec["response_start"])
     try:
         first = text_scoring.first_token_after(offsets, start)
-    except engine.ScoringError:
-        raise engine.ScoringError("longeval_lines: no token of the tokenized text covers the response") from None
+    except scoring.ScoringError:
+        raise scoring.ScoringError("longeval_lines: no token of the tokenized text covers the response") from None
     if first < 1:
-        raise engine.ScoringError("longeval_lines: the response's first token starts the sequence; nothing precedes it")
+        raise scoring.ScoringError("longeval_lines: the response's first token starts the sequence; nothing precedes it")
     n = len(ids)
     if (spec.get("over_length") == "skip" and max_length and n > max_length
             and not spec.get("allow_beyond_max_length", False)):
@@ -136,8 +136,8 @@ def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None
         return AnswerScores(n, first, empty, np.zeros(0, dtype=np.float32), skipped=True)
     try:
         text_scoring.check_length(n, max_length, request.allow_beyond_max_length)
-    except engine.ScoringError as err:
-        raise engine.ScoringError(f"longeval_lines_ppl: {err} Or pass --metadata '{{\"over_length\": \"skip\"}}' "
+    except scoring.ScoringError as err:
+        raise scoring.ScoringError(f"longeval_lines_ppl: {err} Or pass --metadata '{{\"over_length\": \"skip\"}}' "
                                   "to record such cases as skipped, or fewer num_lines.") from err
     scored = text_scoring.score_tokens(model, ids, offsets, dataclasses.replace(request, score_from=first))
     lp = scored.long.logprob[first - 1 :]
@@ -175,7 +175,7 @@ def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> P
     if limit is not None and n > limit:
         if spec.get("over_length") == "skip":
             return PromptLength(n, limit, skipped=True)
-        raise engine.ScoringError(
+        raise scoring.ScoringError(
             f"longeval_lines_acc: a {n}-token prompt plus {max_gen} generated tokens exceeds the model's maximum "
             f"length {max_length}; the harness would silently cut the prompt's beginning. Raise --model_args "
             "max_length=N if the model supports it, use fewer num_lines, or pass --metadata "
@@ -183,13 +183,13 @@ def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> P
     return PromptLength(n, limit)
 
 
-serve_answers = harness.serve_each(
+serve_answers = glue.serve_each(
     lambda ctx, text, spec: score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length))
-serve_prompt_lengths = harness.serve_each(
+serve_prompt_lengths = glue.serve_each(
     lambda ctx, text, spec: prompt_length(ctx.tokenizer, text, spec, ctx.max_length))
-harness.register_request_kind(ANSWER_KIND, serve_answers, AnswerScores.from_state,
+glue.register_request_kind(ANSWER_KIND, serve_answers, AnswerScores.from_state,
                               n_tokens=lambda r: None if r.skipped else r.n_tokens)
-harness.register_request_kind(LENGTH_KIND, serve_prompt_lengths, PromptLength.from_state)
+glue.register_request_kind(LENGTH_KIND, serve_prompt_lengths, PromptLength.from_state)
 
 
 # ------------------------------------------------------------------ the tasks
@@ -213,9 +213,9 @@ class _LinesTask(LongContextTask):
         self.configurations = sorted({c.num_lines for c in cases})
         # zero-padded so that lm-eval's lexicographic metric sort is numeric
         self._width = max(4, len(str(self.configurations[-1])))
-        self.provenance = longeval_data.provenance(cases)
+        self.provenance = longeval_cases.provenance(cases)
         self.dataset = datasets.DatasetDict(
-            {"test": datasets.Dataset.from_list([longeval_data.to_doc(c, i) for i, c in enumerate(cases)])})
+            {"test": datasets.Dataset.from_list([longeval_cases.to_doc(c, i) for i, c in enumerate(cases)])})
 
     def doc_to_text(self, doc, doc_to_text=None):
         return doc["prompt"]
@@ -237,9 +237,9 @@ class _LinesTask(LongContextTask):
             rec["source"] = {"testcases": s["testcases"], "max_cases_per_file": s["num_cases"]}
         else:
             rec["source"] = {"generated": True, "num_cases": s["num_cases"], "seed": s["seed"],
-                             "trailing_space": s["trailing_space"], "generator_version": longeval_data.GENERATOR_VERSION,
+                             "trailing_space": s["trailing_space"], "generator_version": longeval_cases.GENERATOR_VERSION,
                              "wordlist_version": longeval_words.WORDLIST_VERSION,
-                             "wordlist_sha256": longeval_data.wordlist_fingerprint()}
+                             "wordlist_sha256": longeval_cases.wordlist_fingerprint()}
         rec["data"] = self.provenance
         rec.update(self._extra_settings())
         self._store_settings(rec)
@@ -250,13 +250,13 @@ class _LinesTask(LongContextTask):
     # ---------------------------------------------------------------- metrics
 
     def metric_declarations(self):
-        out = {m: harness.declare(*self.PER_CONFIG[m]) for m in self.POOLED}
+        out = {m: glue.declare(*self.PER_CONFIG[m]) for m in self.POOLED}
         stems = dict(self.PER_CONFIG)
         if self.settings["over_length"] == "skip":
             stems["skipped"] = ("mean", False)
         for n in self.configurations:
             for stem, (agg, hib) in stems.items():
-                out[f"{stem}_{self.config_key(n)}"] = harness.declare(agg, hib)
+                out[f"{stem}_{self.config_key(n)}"] = glue.declare(agg, hib)
         return out
 
     def _skipped(self, key: str, skipped: bool) -> dict:
@@ -273,7 +273,7 @@ class LongEvalLinesPPLTask(_LinesTask):
     SCORES_PER_TOKEN = True
 
     def _extra_settings(self) -> dict:
-        return {"response_template": longeval_data.RESPONSE_TEMPLATE,
+        return {"response_template": longeval_cases.RESPONSE_TEMPLATE,
                 "join": "prompt + ' ' + response (no space when the prompt ends with whitespace or a chat template "
                         "was applied)",
                 "answer_tokens": "response tokens whose character span overlaps the number's digits",
@@ -289,7 +289,7 @@ class LongEvalLinesPPLTask(_LinesTask):
                 "chunk_size": self.settings["chunk_size"], "long_pass": self.settings["long_pass"],
                 "over_length": self.settings["over_length"],
                 "allow_beyond_max_length": self.settings["allow_beyond_max_length"]}
-        return [Instance(harness.REQUEST_TYPE, doc, (ctx + sep + doc["response"], spec), 0, **kwargs)]
+        return [Instance(glue.REQUEST_TYPE, doc, (ctx + sep + doc["response"], spec), 0, **kwargs)]
 
     def process_results(self, doc, results):
         scores: AnswerScores = results[0]
@@ -297,7 +297,7 @@ class LongEvalLinesPPLTask(_LinesTask):
         token_export.write_document(self, doc, results)
         if scores.skipped:
             return self._skipped(key, True)
-        answer, other = metrics.answer_nll_split(scores.logprob, scores.offsets, (doc["answer_start"], doc["answer_end"]))
+        answer, other = per_token.answer_nll_split(scores.logprob, scores.offsets, (doc["answer_start"], doc["answer_end"]))
         return {"answer_ppl": answer, "non_answer_ppl": other, f"answer_ppl_{key}": answer,
                 f"non_answer_ppl_{key}": other, f"prompt_tokens_{key}": scores.prompt_tokens,
                 **self._skipped(key, False)}
@@ -321,7 +321,7 @@ class LongEvalLinesAccTask(_LinesTask):
         # prompt stops the run before any generation. (Under data parallelism the harness pads
         # generate_until by the difference in instance counts, two per case: at most a few extra
         # generations, no wrong numbers.)
-        return [Instance(harness.REQUEST_TYPE, doc, (ctx, length_spec), 0, **kwargs),
+        return [Instance(glue.REQUEST_TYPE, doc, (ctx, length_spec), 0, **kwargs),
                 Instance("generate_until", doc, (ctx, gen_kwargs), 1, **kwargs)]
 
     def process_results(self, doc, results):
@@ -329,6 +329,6 @@ class LongEvalLinesAccTask(_LinesTask):
         key = self.config_key(doc["num_lines"])
         if length.skipped:
             return self._skipped(key, True)
-        correct = float(longeval_data.last_integer(output) == int(doc["expected_number"]))
+        correct = float(longeval_cases.last_integer(output) == int(doc["expected_number"]))
         return {"acc": correct, f"acc_{key}": correct, f"prompt_tokens_{key}": length.n_tokens,
                 **self._skipped(key, False)}

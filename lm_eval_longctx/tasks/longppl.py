@@ -18,19 +18,19 @@ from pathlib import Path
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from ..engine import scoring as engine
-from ..harness import glue as harness
-from ..keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
+from ..engine import scoring
+from ..harness import glue
+from ..keytokens import evaluator, spans_to_tokens
 from ..keytokens import span_files, text_scoring
-from ..keytokens import cache as span_cache
-from ..metrics import per_token as metrics
-from . import settings as task_settings, token_export
+from ..keytokens import cache
+from ..metrics import per_token
+from . import declarations, token_export
 from ..settings import SettingsError
 from .base import LongContextTask, govreport_documents
 
 log = logging.getLogger("lm_eval_longctx")
 
-SETTINGS = task_settings.LONGPPL
+SETTINGS = declarations.LONGPPL
 DEFAULTS = SETTINGS.defaults()
 # With key_spans_dir these come from the span folder's manifest (what the spans were computed with).
 MANIFEST_KEYS = ("trunc_len", "sliding_window", "alpha", "beta", "evaluator")
@@ -73,7 +73,7 @@ class LongPPLTask(LongContextTask):
     resolve_settings = staticmethod(resolve_settings)
 
     def __init__(self, config: dict | None = None):
-        self._judgements: dict[int, key_tokens.EvaluatorJudgement] = {}
+        self._judgements: dict[int, evaluator.EvaluatorJudgement] = {}
         self._evaluator = None
         self._evaluator_scoring: dict | None = None
         self._no_key_reasons: dict[str, int] = {}
@@ -94,9 +94,9 @@ class LongPPLTask(LongContextTask):
         elif s["key_source"] == "evaluator":
             # identity and maximum length before any model runs: the cache key, the record and the
             # length check hold on cache hits and misses alike
-            self.evaluator_identity = key_tokens.evaluator_identity(
+            self.evaluator_identity = evaluator.evaluator_identity(
                 s["evaluator"], s["evaluator_revision"], memo_dir=self._span_cache().directory)
-            self.evaluator_max_length = key_tokens.evaluator_max_length(self.evaluator_identity)
+            self.evaluator_max_length = evaluator.evaluator_max_length(self.evaluator_identity)
 
     def _settings_from_manifest(self, manifest: dict | None) -> None:
         """K, d, alpha, beta and the evaluator are what the spans were computed with; a metadata value that
@@ -136,7 +136,7 @@ class LongPPLTask(LongContextTask):
         else:
             rec["evaluator"] = "self"
         rec["data"] = self.provenance
-        rec["span_algorithm_version"] = key_tokens.SPAN_ALGORITHM_VERSION
+        rec["span_algorithm_version"] = evaluator.SPAN_ALGORITHM_VERSION
         self._store_settings(rec)
 
     # ---------------------------------------------------------------- requests
@@ -158,11 +158,11 @@ class LongPPLTask(LongContextTask):
     def construct_requests(self, doc, ctx, **kwargs):
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
-        reqs = [Instance(harness.REQUEST_TYPE, doc, (doc["text"], self._spec(judge=False)), 0, **kwargs)]
+        reqs = [Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec(judge=False)), 0, **kwargs)]
         if self.settings["key_source"] == "self":
             # The reference tokenizes the evaluator's text with its special tokens (BOS) and the
             # evaluated text without: two sequences, two requests.
-            reqs.append(Instance(harness.REQUEST_TYPE, doc, (doc["text"], self._spec(judge=True)), 1, **kwargs))
+            reqs.append(Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec(judge=True)), 1, **kwargs))
         elif self.settings["key_source"] == "evaluator":
             self._judgements[doc["doc_id"]] = self._judge_with_evaluator(doc["text"])
         return reqs
@@ -205,7 +205,7 @@ class LongPPLTask(LongContextTask):
         if self._evaluator is None:
             s = self.settings
             log.info("loading the key-token evaluator %s on %s", s["evaluator"], self._evaluator_device())
-            self._evaluator = key_tokens.load_evaluator(
+            self._evaluator = evaluator.load_evaluator(
                 self.evaluator_identity, dtype=self._evaluator_dtype_name(), device=self._evaluator_device(),
                 max_memory=s["evaluator_max_memory"], trust_remote_code=s["evaluator_trust_remote_code"])
         return self._evaluator
@@ -221,28 +221,28 @@ class LongPPLTask(LongContextTask):
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-    def _span_cache(self) -> span_cache.SpanCache:
+    def _span_cache(self) -> cache.SpanCache:
         d = str(self.settings["span_cache_dir"])
         if d.lower() in ("off", "none"):
-            return span_cache.SpanCache(None)
-        return span_cache.SpanCache(span_cache.default_cache_dir() if d == "default" else d)
+            return cache.SpanCache(None)
+        return cache.SpanCache(cache.default_cache_dir() if d == "default" else d)
 
-    def _judge_with_evaluator(self, text: str) -> key_tokens.EvaluatorJudgement:
+    def _judge_with_evaluator(self, text: str) -> evaluator.EvaluatorJudgement:
         s = self.settings
-        cache = self._span_cache()
+        span_store = self._span_cache()
         settings = self._evaluator_settings()
-        key = cache.key(text, settings)
-        judgement = cache.get(key)
+        key = span_store.key(text, settings)
+        judgement = span_store.get(key)
         if judgement is None:
             model, tok = self._load_evaluator()
-            request = key_tokens.evaluator_request(s["trunc_len"], s["sliding_window"], s["chunk_size"],
+            request = evaluator.evaluator_request(s["trunc_len"], s["sliding_window"], s["chunk_size"],
                                                    s["short_batch_size"] or 4, s["long_pass"])
-            with engine.recording(model) as record:
+            with scoring.recording(model) as record:
                 scores = text_scoring.score_text(model, tok, text, request, self._evaluator_length_limit(),
                                                  evaluator=self.evaluator_identity["name"])
-            self._evaluator_scoring = harness.merge_scoring(self._evaluator_scoring, record.summary())
-            judgement = key_tokens.judge_from_scores(scores, s["alpha"], s["beta"])
-            cache.put(key, judgement, settings)
+            self._evaluator_scoring = glue.merge_scoring(self._evaluator_scoring, record.summary())
+            judgement = evaluator.judge_from_scores(scores, s["alpha"], s["beta"])
+            span_store.put(key, judgement, settings)
         else:  # the same check as on a miss: the evaluator judged this many tokens
             text_scoring.check_length(len(judgement.offsets), self._evaluator_length_limit(), False,
                                       evaluator=self.evaluator_identity["name"])
@@ -253,19 +253,19 @@ class LongPPLTask(LongContextTask):
 
     # ---------------------------------------------------------------- results
 
-    def _judgement(self, doc, results) -> key_tokens.EvaluatorJudgement:
+    def _judgement(self, doc, results) -> evaluator.EvaluatorJudgement:
         src = self.settings["key_source"]
         if src == "self":
-            return key_tokens.judge_from_scores(results[1], self.settings["alpha"], self.settings["beta"])
+            return evaluator.judge_from_scores(results[1], self.settings["alpha"], self.settings["beta"])
         if src == "spans_dir":
-            return key_tokens.EvaluatorJudgement(self.span_folder.spans[doc["doc_id"]])
+            return evaluator.EvaluatorJudgement(self.span_folder.spans[doc["doc_id"]])
         return self._judgements[doc["doc_id"]]
 
     def process_results(self, doc, results):
         scored = results[0]
         judgement = self._judgement(doc, results)
         lp = scored.long.logprob.astype(np.float64)
-        key_idx = keyspans.key_target_indices(scored.offsets, judgement.spans)
+        key_idx = spans_to_tokens.key_target_indices(scored.offsets, judgement.spans)
         n_key = int(len(key_idx))
         if n_key == 0:
             why = self._why_no_key_tokens(judgement)
@@ -275,8 +275,8 @@ class LongPPLTask(LongContextTask):
             log.warning(msg)
             warnings.warn(msg, stacklevel=2)
         out = {
-            "longppl": (metrics.nll_sum(lp[key_idx]), n_key),
-            "ppl": (metrics.nll_sum(lp), int(len(lp))),
+            "longppl": (per_token.nll_sum(lp[key_idx]), n_key),
+            "ppl": (per_token.nll_sum(lp), int(len(lp))),
             "key_token_fraction": (n_key, int(len(lp))),
             "n_key_tokens": n_key,
         }
@@ -287,7 +287,7 @@ class LongPPLTask(LongContextTask):
         token_export.write_document(self, doc, results, judgement, key_idx)
         return out
 
-    def _why_no_key_tokens(self, judgement: key_tokens.EvaluatorJudgement) -> str:
+    def _why_no_key_tokens(self, judgement: evaluator.EvaluatorJudgement) -> str:
         """Why a text has no key token, from what its judgement holds."""
         s = self.settings
         if s["key_source"] == "spans_dir":
@@ -317,7 +317,7 @@ class LongPPLTask(LongContextTask):
         return names + (["longppl_soft"] if self.settings["soft_gamma"] is not None else [])
 
     def metric_declarations(self):
-        out = {m: harness.declare(*METRICS[m]) for m in self._metric_names()}
+        out = {m: glue.declare(*METRICS[m]) for m in self._metric_names()}
         # no key token in any document: the reason, not a bare NaN (lm-eval aggregates after every process_results)
-        out["longppl"] = harness.declare(harness.perplexity_or_note(self._no_key_note()), METRICS["longppl"][1])
+        out["longppl"] = glue.declare(glue.perplexity_or_note(self._no_key_note()), METRICS["longppl"][1])
         return out

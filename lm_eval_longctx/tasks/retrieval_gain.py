@@ -29,10 +29,10 @@ from fractions import Fraction
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from ..engine import scoring as engine
-from ..harness import glue as harness
-from ..metrics import per_token as metrics
-from . import settings as task_settings, token_export
+from ..engine import scoring
+from ..harness import glue
+from ..metrics import per_token
+from . import declarations, token_export
 from ..settings import SettingsError
 from .base import LongContextTask, govreport_documents
 
@@ -43,7 +43,7 @@ KIND = "retrieval_gain"
 METRICS = {"retrieval_gain": ("mean", True), "nll_with": ("mean", False), "nll_without": ("mean", False)}
 ANCHOR_SPACINGS = ("endpoints", "centered")
 
-SETTINGS = task_settings.RETRIEVAL_GAIN
+SETTINGS = declarations.RETRIEVAL_GAIN
 DEFAULTS = SETTINGS.defaults()
 # settings that change the numbers: they travel in every request's spec (so the --use_cache key
 # holds them) and are recorded in the results
@@ -80,7 +80,7 @@ def choose_anchors(n_doc_tokens: int, query_tokens: int, answer_tokens: int, n_q
     else:
         raise ValueError(f"anchor_spacing must be one of {ANCHOR_SPACINGS}, got {spacing!r}")
     if U < 1 or len(set(anchors)) != n_queries:
-        raise engine.ScoringError(
+        raise scoring.ScoringError(
             f"a {n_doc_tokens}-token document has no room for {n_queries} distinct anchors in "
             f"[{anchor_min}U, {anchor_max}U] with query {query_tokens} + answer {answer_tokens} tokens "
             f"(U = {U}); use longer documents or fewer / shorter queries")
@@ -172,26 +172,26 @@ class RetrievalScores:
                    np.asarray(state["without_logprob"]))
 
     def __repr__(self) -> str:  # compact: this is what --log_samples writes
-        gain = metrics.retrieval_gain_per_pair(self.with_logprob, self.without_logprob)[0]
+        gain = per_token.retrieval_gain_per_pair(self.with_logprob, self.without_logprob)[0]
         return (f"RetrievalScores(doc_tokens={self.n_doc_tokens}/{self.n_source_tokens}, "
                 f"anchors={self.anchors.tolist()}, gain=[{', '.join(f'{g:+.4f}' for g in gain)}])")
 
 
 def _without_with_backoff(model, sequences, n_scored, batch_size):
-    return engine.with_batch_backoff(
-        lambda bs: engine.score_sequence_ends(model, sequences, n_scored, batch_size=bs),
+    return scoring.with_batch_backoff(
+        lambda bs: scoring.score_sequence_ends(model, sequences, n_scored, batch_size=bs),
         batch_size, "the without-document pass (sequences)")
 
 
-def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
+def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
     """All uncached ``retrieval_gain`` requests: build both conditions, check lengths, score."""
     cases = []
     for text, spec in items:
         case = case_for_text(ctx.tokenizer, text, spec)
         try:
-            harness.check_length(case.max_with_length, ctx.max_length, spec)
-        except engine.ScoringError as err:
-            raise engine.ScoringError(f"retrieval_gain: {err} Or lower --metadata doc_tokens "
+            glue.check_length(case.max_with_length, ctx.max_length, spec)
+        except scoring.ScoringError as err:
+            raise scoring.ScoringError(f"retrieval_gain: {err} Or lower --metadata doc_tokens "
                                       f"(now {spec['doc_tokens']}).") from err
         cases.append(case)
     short = sum(c.n_doc_tokens < spec["doc_tokens"] for c, (_, spec) in zip(cases, items))
@@ -213,8 +213,8 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
     for case, (_, spec), wo in zip(cases, items, without_by_case):
         with_lp: list = [None] * len(case.anchors)
         for prefix, idx in case.groups:
-            scored = engine.with_batch_backoff(
-                lambda bs: engine.score_continuations(ctx.model, prefix, [case.continuations[i] for i in idx],
+            scored = scoring.with_batch_backoff(
+                lambda bs: scoring.score_continuations(ctx.model, prefix, [case.continuations[i] for i in idx],
                                                       n_scored=case.answer_tokens, chunk_size=int(spec["chunk_size"]),
                                                       long_pass=str(spec["long_pass"]), batch_size=bs),
                 batch, "the with-document pass (continuations)")
@@ -227,7 +227,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[RetrievalScores]:
     return out
 
 
-harness.register_request_kind(KIND, serve, RetrievalScores.from_state, n_tokens=lambda r: r.n_with_tokens)
+glue.register_request_kind(KIND, serve, RetrievalScores.from_state, n_tokens=lambda r: r.n_with_tokens)
 
 
 # ------------------------------------------------------------------ the task
@@ -256,11 +256,11 @@ class RetrievalGainTask(LongContextTask):
     def construct_requests(self, doc, ctx, **kwargs):
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
-        return [Instance(harness.REQUEST_TYPE, doc, (doc["text"], self._spec()), 0, **kwargs)]
+        return [Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec()), 0, **kwargs)]
 
     def process_results(self, doc, results):
         scores = results[0]
-        gain, nll_with, nll_without = metrics.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
+        gain, nll_with, nll_without = per_token.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
         token_export.write_document(self, doc, results)
         # every document has n_queries anchors, so the mean over documents of these per-document
         # means is the mean over (document, anchor) pairs
@@ -268,4 +268,4 @@ class RetrievalGainTask(LongContextTask):
                 "nll_without": float(nll_without.mean())}
 
     def metric_declarations(self):
-        return {m: harness.declare(agg, hib) for m, (agg, hib) in METRICS.items()}
+        return {m: glue.declare(agg, hib) for m, (agg, hib) in METRICS.items()}

@@ -32,11 +32,11 @@ from fractions import Fraction
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from ..data import documents as data
-from ..engine import scoring as engine
-from ..metrics import gain_map as gainmap
-from ..harness import glue as harness
-from . import settings as task_settings
+from ..data import documents
+from ..engine import scoring
+from ..metrics import gain_map
+from ..harness import glue
+from . import declarations
 from ..settings import BOOLEAN, SettingsError
 from .base import LongContextTask, govreport_documents
 from .retrieval_gain import lead_token_ids
@@ -44,7 +44,7 @@ from .retrieval_gain import lead_token_ids
 log = logging.getLogger("lm_eval_longctx")
 
 KIND = "retrieval_gain_map"
-SETTINGS = task_settings.RETRIEVAL_GAIN_MAP
+SETTINGS = declarations.RETRIEVAL_GAIN_MAP
 DEFAULTS = SETTINGS.defaults()
 # settings that change the numbers: in every request's spec (the --use_cache key) and in the results
 SCORING_KEYS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_stride", "separator", "bos")
@@ -86,7 +86,7 @@ def cell_anchors(length: int, depth_percent: int, query_tokens: int, answer_toke
     then a + s, ..., a + (n-1) s, each moved back so that its Q A ends inside x[0:L]."""
     U = length - query_tokens - answer_tokens
     if U < 0:
-        raise engine.ScoringError(f"context length {length} has no room for query {query_tokens} + answer "
+        raise scoring.ScoringError(f"context length {length} has no room for query {query_tokens} + answer "
                                   f"{answer_tokens} tokens")
     stride = query_tokens + answer_tokens if anchor_stride is None else anchor_stride
     first = int(Fraction(depth_percent, 100) * U + Fraction(1, 2))  # floor(x + 1/2): halves up
@@ -119,7 +119,7 @@ def build_case(doc_ids: list[int], s: dict, lengths: list[int], lead_ids: list[i
     q, r = s["query_tokens"], s["answer_tokens"]
     doc = [int(t) for t in doc_ids]
     if len(doc) < lengths[-1]:
-        raise engine.ScoringError(
+        raise scoring.ScoringError(
             f"retrieval_gain_map: a document has {len(doc)} tokens, fewer than the longest context length "
             f"{lengths[-1]}; lower --metadata max_context (or give `context_lengths`), or select longer documents (min_tokens)")
     lead, sep = [int(t) for t in lead_ids], [int(t) for t in separator_ids]
@@ -157,7 +157,7 @@ class GainMapScores:
 
     def gain(self) -> np.ndarray:
         """float64 [nL, nD]: per cell, the mean over its anchors of nll_without - nll_with."""
-        return gainmap.cell_gains(self.with_logprob, self.without_logprob)
+        return gain_map.cell_gains(self.with_logprob, self.without_logprob)
 
     def to_state(self) -> dict:
         return {"lengths": self.lengths, "depths": self.depths, "anchors": self.anchors,
@@ -176,15 +176,15 @@ class GainMapScores:
                 f"{{{', '.join(f'{int(L)}: {g:+.4f}' for L, g in zip(self.lengths, per_length))}}})")
 
 
-def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
+def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
     """All uncached ``retrieval_gain_map`` requests: build the ladders, check lengths, score."""
     cases = []
     for text, spec in items:
         case = case_for_text(ctx.tokenizer, text, spec, [int(x) for x in spec["lengths"]])
         try:
-            harness.check_length(case.max_with_length, ctx.max_length, spec)
-        except engine.ScoringError as err:
-            raise engine.ScoringError(f"retrieval_gain_map: {err} Or lower --metadata max_context / context_lengths "
+            glue.check_length(case.max_with_length, ctx.max_length, spec)
+        except scoring.ScoringError as err:
+            raise scoring.ScoringError(f"retrieval_gain_map: {err} Or lower --metadata max_context / context_lengths "
                                       f"(now up to {spec['lengths'][-1]}).") from err
         cases.append(case)
 
@@ -197,16 +197,16 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
                 distinct.setdefault((tuple(w), case.answer_tokens), len(distinct))
     seqs = [list(w) for w, _ in distinct]
     counts = [r for _, r in distinct]
-    scored = engine.with_batch_backoff(
-        lambda bs: engine.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs),
+    scored = scoring.with_batch_backoff(
+        lambda bs: scoring.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs),
         batch, "the without-context pass (sequences)") if seqs else []
 
     out = []
     for case, (_, spec) in zip(cases, items):
         nL, nD, n = case.anchors.shape
         rungs = [(len(case.lead) + L, case.continuations[i]) for i, L in enumerate(case.lengths)]
-        ladder = engine.with_batch_backoff(
-            lambda bs: engine.score_prefix_ladder(ctx.model, case.prefix, rungs, n_scored=case.answer_tokens,
+        ladder = scoring.with_batch_backoff(
+            lambda bs: scoring.score_prefix_ladder(ctx.model, case.prefix, rungs, n_scored=case.answer_tokens,
                                                   chunk_size=int(spec["chunk_size"]),
                                                   long_pass=str(spec["long_pass"]), batch_size=bs),
             batch, "the with-context pass (ladder)")
@@ -221,7 +221,7 @@ def serve(ctx: harness.ScoringContext, items: list) -> list[GainMapScores]:
     return out
 
 
-harness.register_request_kind(KIND, serve, GainMapScores.from_state, n_tokens=lambda r: r.n_with_tokens)
+glue.register_request_kind(KIND, serve, GainMapScores.from_state, n_tokens=lambda r: r.n_with_tokens)
 
 
 # ------------------------------------------------------------------ the task
@@ -264,7 +264,7 @@ class RetrievalGainMapTask(LongContextTask):
                 raise SettingsError("retrieval_gain_map: the default ladder counts the documents' tokens with the "
                                     "model's tokenizer: give --model_args pretrained=... or --metadata "
                                     "'{\"context_lengths\": [1024, 2048, ...]}'")
-            tok = data.load_tokenizer(name, "the tokenizer that sets the retrieval_gain_map ladder",
+            tok = documents.load_tokenizer(name, "the tokenizer that sets the retrieval_gain_map ladder",
                                       revision=s["revision"], trust_remote_code=s["trust_remote_code"])
             self.model_max_length = resolve_model_max_length(s, tok)
             n_tokens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in self.dataset["test"]["text"]]
@@ -294,20 +294,20 @@ class RetrievalGainMapTask(LongContextTask):
     def construct_requests(self, doc, ctx, **kwargs):
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
-        return [Instance(harness.REQUEST_TYPE, doc, (doc["text"], self._spec()), 0, **kwargs)]
+        return [Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec()), 0, **kwargs)]
 
     # ---------------------------------------------------------------- metric names
 
     def cell_name(self, length: int, depth: int) -> str:
-        return gainmap.cell_metric(length, depth, self.width, self.depth_width)
+        return gain_map.cell_metric(length, depth, self.width, self.depth_width)
 
     def length_name(self, length: int) -> str:
-        return gainmap.length_metric(length, self.width)
+        return gain_map.length_metric(length, self.width)
 
     def process_results(self, doc, results):
         scores = results[0]
         if scores.lengths.tolist() != self.lengths or scores.depths.tolist() != list(self.settings["depths"]):
-            raise engine.ScoringError("retrieval_gain_map: a result does not hold this run's ladder")
+            raise scoring.ScoringError("retrieval_gain_map: a result does not hold this run's ladder")
         gain = scores.gain()
         out = {}
         for i, L in enumerate(self.lengths):
@@ -322,15 +322,15 @@ class RetrievalGainMapTask(LongContextTask):
 
     def metric_declarations(self):
         s = self.settings
-        mean = harness.declare("mean", True)
+        mean = glue.declare("mean", True)
         out = {self.cell_name(L, d): mean for L in self.lengths for d in s["depths"]}
         out.update({self.length_name(L): mean for L in self.lengths})
         out["gain"] = mean
         # partials of module-level functions: they pickle; a threshold statistic gets no stderr
-        out["effective_length"] = harness.declare(functools.partial(
-            gainmap.effective_length_from_docs, lengths=tuple(self.lengths), fraction=s["effective_fraction"],
+        out["effective_length"] = glue.declare(functools.partial(
+            gain_map.effective_length_from_docs, lengths=tuple(self.lengths), fraction=s["effective_fraction"],
             rule=s["effective_rule"], base_minimum=s["effective_threshold"]), True)
-        out["effective_length_abs"] = harness.declare(functools.partial(
-            gainmap.effective_length_abs_from_docs, lengths=tuple(self.lengths), threshold=s["effective_threshold"],
+        out["effective_length_abs"] = glue.declare(functools.partial(
+            gain_map.effective_length_abs_from_docs, lengths=tuple(self.lengths), threshold=s["effective_threshold"],
             rule=s["effective_rule"]), True)
         return out

@@ -64,7 +64,7 @@ def evaluator_token_of(evaluator_offsets: np.ndarray, offsets: np.ndarray) -> np
     return np.clip(np.searchsorted(starts, last_char, side="right") - 1, 0, max(len(starts) - 1, 0))
 
 
-def _per_token(target_values: np.ndarray, fill) -> np.ndarray:
+def _targets_to_tokens(target_values: np.ndarray, fill) -> np.ndarray:
     """Per-target values [n - 1] (index t - 1 is token t) as per-token values [n], token 0 = ``fill``."""
     v = np.asarray(target_values)
     return np.concatenate([np.full(1, fill, dtype=v.dtype), v])
@@ -73,62 +73,62 @@ def _per_token(target_values: np.ndarray, fill) -> np.ndarray:
 def longppl_arrays(doc: dict, scored, judgement, key_idx: np.ndarray, alpha: float, beta: float,
                    soft_gamma: float | None = None) -> dict:
     """The longppl_govreport file of one document (see the module docstring)."""
-    from ..metrics import per_token as metrics
+    from ..metrics import per_token
 
     lp = np.asarray(scored.long.logprob, dtype=np.float32)
     n = len(scored.token_ids)
     offsets = np.asarray(scored.offsets, dtype=np.int64).reshape(-1, 2)
     key = np.zeros(n, dtype=bool)
     key[np.asarray(key_idx, dtype=np.int64) + 1] = True
-    logprob = _per_token(lp, np.float32(np.nan))
+    logprob = _targets_to_tokens(lp, np.float32(np.nan))
     lp64 = lp.astype(np.float64)
     out = {
         "doc_id": np.asarray(int(doc["doc_id"])), **_text_fields(doc["text"]),
         "token_id": np.asarray(scored.token_ids, dtype=np.int64),
         "char_start": offsets[:, 0], "char_end": offsets[:, 1],
         "logprob": logprob, "nll": -logprob,
-        "greedy": _per_token(np.asarray(scored.long.greedy, dtype=bool), False),
+        "greedy": _targets_to_tokens(np.asarray(scored.long.greedy, dtype=bool), False),
         "key": key,
         # the task's own per-document pairs: (nll_sum, count) of ppl and of longppl
-        "nll_sum": np.asarray(metrics.nll_sum(lp64)), "n_targets": np.asarray(len(lp64)),
-        "key_nll_sum": np.asarray(metrics.nll_sum(lp64[key_idx])), "n_key": np.asarray(len(key_idx)),
+        "nll_sum": np.asarray(per_token.nll_sum(lp64)), "n_targets": np.asarray(len(lp64)),
+        "key_nll_sum": np.asarray(per_token.nll_sum(lp64[key_idx])), "n_key": np.asarray(len(key_idx)),
     }
     nan = np.float32(np.nan)
     lsd = lcl = np.full(n, nan, dtype=np.float32)
     if judgement.offsets is not None and judgement.lsd is not None:
         ev_off = np.asarray(judgement.offsets, dtype=np.int64).reshape(-1, 2)
-        ev_lsd = _per_token(np.asarray(judgement.lsd, dtype=np.float32), nan)
+        ev_lsd = _targets_to_tokens(np.asarray(judgement.lsd, dtype=np.float32), nan)
         out.update(evaluator_char_start=ev_off[:, 0], evaluator_char_end=ev_off[:, 1], evaluator_lsd=ev_lsd)
         j = evaluator_token_of(ev_off, offsets)
         lsd = ev_lsd[j]
         if judgement.long_logprob is not None and judgement.short_logprob is not None:
-            ev_long = _per_token(np.asarray(judgement.long_logprob, dtype=np.float32), nan)
-            ev_short = _per_token(np.asarray(judgement.short_logprob, dtype=np.float32), nan)
+            ev_long = _targets_to_tokens(np.asarray(judgement.long_logprob, dtype=np.float32), nan)
+            ev_short = _targets_to_tokens(np.asarray(judgement.short_logprob, dtype=np.float32), nan)
             out.update(evaluator_logprob_long=ev_long, evaluator_logprob_short=ev_short,
-                       evaluator_key=_per_token(metrics.key_token_mask(judgement.long_logprob, judgement.short_logprob,
+                       evaluator_key=_targets_to_tokens(per_token.key_token_mask(judgement.long_logprob, judgement.short_logprob,
                                                                        alpha, beta), False))
             # LCL only where the token has an LSD (the same evaluator token; NaN before K like LSD)
             lcl = np.where(np.isnan(lsd), nan, ev_long[j]).astype(np.float32)
         else:
             # without LCL the spans decide: an evaluator token is key when a key span holds it
-            from ..keytokens import spans_to_tokens as keyspans
+            from ..keytokens import spans_to_tokens
 
             ev_key = np.zeros(len(ev_off), dtype=bool)
-            ev_key[keyspans.tokens_inside_spans(ev_off, judgement.spans)] = True
+            ev_key[spans_to_tokens.tokens_inside_spans(ev_off, judgement.spans)] = True
             ev_key[0] = False
             out["evaluator_key"] = ev_key
         if judgement.token_ids is not None:
             out["evaluator_token_id"] = np.asarray(judgement.token_ids, dtype=np.int64)
     out["lsd"], out["lcl"] = lsd, lcl
     if soft_gamma is not None:
-        out["soft_weight"] = _per_token(judgement.soft_weights_for(offsets, soft_gamma), 1.0)
+        out["soft_weight"] = _targets_to_tokens(judgement.soft_weights_for(offsets, soft_gamma), 1.0)
     return out
 
 
 def retrieval_gain_arrays(doc: dict, scores) -> dict:
-    from ..metrics import per_token as metrics
+    from ..metrics import per_token
 
-    gain, nll_with, nll_without = metrics.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
+    gain, nll_with, nll_without = per_token.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
     return {"doc_id": np.asarray(int(doc["doc_id"])), **_text_fields(doc["text"]),
             "anchors": np.asarray(scores.anchors, dtype=np.int64), "n_doc_tokens": np.asarray(scores.n_doc_tokens),
             "n_source_tokens": np.asarray(scores.n_source_tokens),
@@ -138,11 +138,11 @@ def retrieval_gain_arrays(doc: dict, scores) -> dict:
 
 
 def longeval_arrays(doc: dict, scores) -> dict:
-    from ..metrics import per_token as metrics
+    from ..metrics import per_token
 
     offsets = np.asarray(scores.offsets, dtype=np.int64).reshape(-1, 2)
     lp = np.asarray(scores.logprob, dtype=np.float32)
-    answer = (metrics.overlapping_token_mask(offsets, (doc["answer_start"], doc["answer_end"]))
+    answer = (per_token.overlapping_token_mask(offsets, (doc["answer_start"], doc["answer_end"]))
               if len(offsets) else np.zeros(0, dtype=bool))
     return {"doc_id": np.asarray(int(doc["doc_id"])), "num_lines": np.asarray(int(doc["num_lines"])),
             "response": np.asarray(doc["response"]), "answer_start": np.asarray(int(doc["answer_start"])),

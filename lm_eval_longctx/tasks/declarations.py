@@ -5,11 +5,11 @@ No lm-eval import: scripts and docs read these declarations too."""
 
 from __future__ import annotations
 
-from ..data import documents as data
-from ..engine import scoring as engine
-from ..keytokens import evaluator as key_tokens
-from ..data import longeval_cases as longeval_data
-from ..metrics import per_token as metrics
+from ..data import documents
+from ..engine import scoring
+from ..keytokens import evaluator
+from ..data import longeval_cases
+from ..metrics import per_token
 from ..settings import (BOOLEAN, MAPPING, TEXT, TEXT_OR_LIST, Declaration, Setting, choice, integer, integer_list, number)
 
 CHUNK_SIZE_DOC = "tokens per forward when the long pass runs in KV-cache chunks (long_pass chunked)"
@@ -20,11 +20,11 @@ ALLOW_BEYOND_DOC = "score sequences longer than the model's maximum length inste
 
 
 def _chunk_size() -> Setting:
-    return Setting("chunk_size", integer(1), engine.DEFAULT_CHUNK_SIZE, CHUNK_SIZE_DOC, affects_numbers=False)
+    return Setting("chunk_size", integer(1), scoring.DEFAULT_CHUNK_SIZE, CHUNK_SIZE_DOC, affects_numbers=False)
 
 
 def _long_pass() -> list[Setting]:
-    return [Setting("long_pass", choice(*engine.LONG_PASS_CHOICES), "auto", LONG_PASS_DOC, affects_numbers=False),
+    return [Setting("long_pass", choice(*scoring.LONG_PASS_CHOICES), "auto", LONG_PASS_DOC, affects_numbers=False),
             _chunk_size()]
 
 
@@ -41,15 +41,15 @@ def _export_tokens(tasks: str = "") -> Setting:
 def _govreport() -> list[Setting]:
     """The documents of every task that reads the LongPPL paper's GovReport selection."""
     return [
-        Setting("dataset_path", TEXT, data.GOVREPORT_DATASET, "hub dataset of tokenized GovReport rows"),
+        Setting("dataset_path", TEXT, documents.GOVREPORT_DATASET, "hub dataset of tokenized GovReport rows"),
         Setting("dataset_revision", TEXT, None, "dataset revision (default: its default branch)", optional=True),
-        Setting("decode_tokenizer", TEXT, data.GOVREPORT_DECODE_TOKENIZER,
+        Setting("decode_tokenizer", TEXT, documents.GOVREPORT_DECODE_TOKENIZER,
                 "tokenizer that decodes the rows' Llama-2 ids into the texts every model reads"),
         Setting("data_files", TEXT, None, "local json/jsonl/parquet file used instead of the hub dataset "
                 "(rows with `text`, or with `input_ids` and `tokenized_len`)", optional=True),
-        Setting("num_docs", integer(1), data.GOVREPORT_NUM_DOCS, "number of documents (first in dataset order)"),
-        Setting("min_tokens", integer(1), data.GOVREPORT_MIN_TOKENS, "rows need tokenized_len >= this"),
-        Setting("max_tokens", integer(1), data.GOVREPORT_MAX_TOKENS, "keep each row's first max_tokens ids"),
+        Setting("num_docs", integer(1), documents.GOVREPORT_NUM_DOCS, "number of documents (first in dataset order)"),
+        Setting("min_tokens", integer(1), documents.GOVREPORT_MIN_TOKENS, "rows need tokenized_len >= this"),
+        Setting("max_tokens", integer(1), documents.GOVREPORT_MAX_TOKENS, "keep each row's first max_tokens ids"),
     ]
 
 
@@ -58,7 +58,7 @@ LONGPPL = Declaration("longppl_govreport", [
     Setting("sliding_window", integer(1), 1024, "d: stride of the truncated windows"),
     Setting("alpha", number(), 2.0, "key token iff LSD > alpha (and LCL > beta)"),
     Setting("beta", number(), -2.0, "key token iff LCL > beta (and LSD > alpha)"),
-    Setting("evaluator", TEXT, key_tokens.DEFAULT_EVALUATOR,
+    Setting("evaluator", TEXT, evaluator.DEFAULT_EVALUATOR,
             "key-token evaluator: HF model id, local folder, or `self` (the evaluated model judges itself)"),
     Setting("evaluator_revision", TEXT, None, "hub revision of the evaluator (resolved to a commit and recorded)",
             optional=True),
@@ -139,7 +139,7 @@ RETRIEVAL_GAIN_MAP = Declaration("retrieval_gain_map", [
     Setting("tokenizer", TEXT, None, "tokenizer that counts the documents' tokens for the default ladder "
             "(default: model_args `pretrained`); the model's own tokenizer is checked again when scoring",
             optional=True, affects_numbers=False),
-    Setting("effective_rule", choice(*metrics.MEMORY_LENGTH_RULES), "contiguous", "`contiguous`: every shorter L "
+    Setting("effective_rule", choice(*per_token.MEMORY_LENGTH_RULES), "contiguous", "`contiguous`: every shorter L "
             "passes too; `largest`: the largest passing L"),
     *_long_pass(),
     Setting("without_batch_size", integer(1), None, "sequences per forward of the batched passes: the "
@@ -152,7 +152,7 @@ RETRIEVAL_GAIN_MAP = Declaration("retrieval_gain_map", [
 FORGETTING_CURVE = Declaration("forgetting_curve", [
     Setting("max_len", integer(1), None, "largest copy length l; default: the largest whose sample fits the "
             "model, (max_length - 3) // 2", optional=True),
-    Setting("min_len", integer(1), data.FORGETTING_CURVE_MIN_LEN, "smallest copy length"),
+    Setting("min_len", integer(1), documents.FORGETTING_CURVE_MIN_LEN, "smallest copy length"),
     Setting("num_lengths", integer(1), 32, "number of copy lengths"),
     Setting("spacing", choice("linear", "geometric", aliases={"log": "geometric"}), "linear",
             "copy lengths `numpy.linspace(min_len, max_len, num_lengths, dtype=int)` or `numpy.geomspace(...)`, "
@@ -161,13 +161,13 @@ FORGETTING_CURVE = Declaration("forgetting_curve", [
             "and spacing", optional=True),
     Setting("samples_per_length", integer(1), 10, "samples per copy length"),
     Setting("seed", integer(0), 0, "seed of the sample starts (Python random, the reference's draw order)"),
-    Setting("fine_threshold", number(0.0, 1.0), metrics.FINE_THRESHOLD,
+    Setting("fine_threshold", number(0.0, 1.0), per_token.FINE_THRESHOLD,
             "fine memory length: copy accuracy > this"),
-    Setting("coarse_margin", number(0.0, 1.0), metrics.COARSE_MARGIN,
+    Setting("coarse_margin", number(0.0, 1.0), per_token.COARSE_MARGIN,
             "coarse memory length: copy accuracy > LM accuracy + this"),
-    Setting("fine_rule", choice(*metrics.MEMORY_LENGTH_RULES), "largest", "how the fine memory length reads the "
+    Setting("fine_rule", choice(*per_token.MEMORY_LENGTH_RULES), "largest", "how the fine memory length reads the "
             "curve: the largest passing length, or the end of the first run of passing lengths"),
-    Setting("coarse_rule", choice(*metrics.MEMORY_LENGTH_RULES), "contiguous", "the same for the coarse length"),
+    Setting("coarse_rule", choice(*per_token.MEMORY_LENGTH_RULES), "contiguous", "the same for the coarse length"),
     _allow_beyond(),
     *_long_pass(),
     Setting("batch_size", integer(1), None, "samples per forward (default: the harness --batch_size, or 8)",
@@ -180,9 +180,9 @@ FORGETTING_CURVE = Declaration("forgetting_curve", [
             optional=True),
     Setting("claimed_length", integer(1), None, "length marked on the plot (default: the model's maximum)",
             optional=True, affects_numbers=False),
-    Setting("dataset_path", TEXT, data.PG19_DATASET, "hub dataset of books (PG-19 test)"),
+    Setting("dataset_path", TEXT, documents.PG19_DATASET, "hub dataset of books (PG-19 test)"),
     Setting("dataset_revision", TEXT, None, "dataset revision (default: its default branch)", optional=True),
-    Setting("dataset_split", TEXT, data.PG19_SPLIT, "dataset split"),
+    Setting("dataset_split", TEXT, documents.PG19_SPLIT, "dataset split"),
     Setting("data_files", TEXT, None, "local json/jsonl/parquet file with a `text` column instead of the hub "
             "dataset", optional=True),
     Setting("corpus_add_special_tokens", BOOLEAN, True,
@@ -190,8 +190,8 @@ FORGETTING_CURVE = Declaration("forgetting_curve", [
 ])
 
 LONGEVAL_LINES = Declaration("longeval_lines", [
-    Setting("num_lines", integer_list(1), list(longeval_data.DEFAULT_NUM_LINES), "numbers of lines (configurations)"),
-    Setting("num_cases", integer(1), longeval_data.DEFAULT_NUM_CASES, "cases per configuration"),
+    Setting("num_lines", integer_list(1), list(longeval_cases.DEFAULT_NUM_LINES), "numbers of lines (configurations)"),
+    Setting("num_cases", integer(1), longeval_cases.DEFAULT_NUM_CASES, "cases per configuration"),
     Setting("seed", integer(0, 2**32 - 1), 0, "seed of the generated cases"),
     Setting("trailing_space", choice("reference", "true", "false", aliases={"1": "true", "yes": "true",
                                                                             "0": "false", "no": "false"}),
