@@ -84,8 +84,7 @@ def add_gate_parser(sub) -> None:
 
 
 def run_gate(args) -> int:
-    from .report import results
-    from .report import gate
+    from .report import gate, results
 
     config = gate.load_gate_config(args.config) if args.config else gate.GateConfig()
     if args.z is not None:
@@ -121,8 +120,7 @@ def add_leaderboard_parser(sub) -> None:
 
 
 def run_leaderboard(args) -> int:
-    from .report import results
-    from .report import leaderboard
+    from .report import leaderboard, results
 
     board = leaderboard.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
     md = board.markdown()
@@ -153,9 +151,7 @@ def run_correlate(args) -> int:
     import json
     from pathlib import Path  # here, not at module level: `lm-eval-longctx --help` needs no pathlib
 
-    from .report import results
-    from .report import correlate
-    from .report import leaderboard
+    from .report import correlate, leaderboard, results
 
     if args.results:
         if not args.metric:
@@ -249,7 +245,8 @@ def run_validate_mode(args) -> int:
 def run_demo(args) -> int:
     import json
 
-    from .demo.run import DemoError, run_demo as demo
+    from .demo.run import DemoError
+    from .demo.run import run_demo as demo
 
     try:
         extra = json.loads(args.metadata) if args.metadata else None

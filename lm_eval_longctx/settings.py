@@ -17,8 +17,9 @@ from __future__ import annotations
 import difflib
 import json
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 # Keys lm-eval writes into every task's metadata besides the model_args: the YAML's version and
 # (lm-eval 0.4.13, tasks/_factory.py) where the config came from; and our own record of the settings.
@@ -168,6 +169,7 @@ def integer_list(lo: int | None = None) -> Kind:
     element = integer(lo)
 
     def convert(value):
+        items: list
         if isinstance(value, str):
             items = [v for v in value.replace(";", ",").split(",") if v.strip()]
         elif isinstance(value, (list, tuple)):
@@ -246,7 +248,7 @@ class Settings(dict):
 
 
 # Every declaration registers here, so the unknown-key check knows the settings of all our tasks.
-DECLARATIONS: dict[str, "Declaration"] = {}
+DECLARATIONS: dict[str, Declaration] = {}
 # Keys that lm-eval puts into the metadata (model_args etc.), by source; filled by the harness glue.
 EXTERNAL_KEYS: dict[str, frozenset] = {"lm-eval": LM_EVAL_METADATA_KEYS}
 

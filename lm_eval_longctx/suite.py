@@ -5,8 +5,7 @@ pictures; this module, above both, connects them."""
 from __future__ import annotations
 
 from .harness import glue
-from .report.pictures import forgetting_curve
-from .report.pictures import gain_map
+from .report.pictures import forgetting_curve, gain_map
 from .tasks.forgetting_curve import ForgettingCurveTask
 from .tasks.longeval import LongEvalLinesAccTask, LongEvalLinesPPLTask
 from .tasks.longppl import LongPPLTask

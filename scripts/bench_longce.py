@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lm_eval_longctx.training.longce import LongCELoss  # noqa: E402
 from lm_eval_longctx.demo.offline import random_llama  # noqa: E402
+from lm_eval_longctx.training.longce import LongCELoss  # noqa: E402
 
 
 def main(argv=None) -> dict:

@@ -64,8 +64,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(REPO_ROOT))
 
-from lm_eval_longctx.harness import glue
 from lm_eval_longctx.demo import offline  # noqa: E402
+from lm_eval_longctx.harness import glue
 from lm_eval_longctx.tasks import retrieval_gain  # noqa: E402
 
 TARGET_SPEEDUP = 1.8

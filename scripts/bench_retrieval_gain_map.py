@@ -182,7 +182,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.path:
         return child(args)
-    import torch
 
     from lm_eval_longctx.demo import offline
 

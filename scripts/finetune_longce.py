@@ -42,9 +42,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from lm_eval_longctx.settings import add_arguments  # noqa: E402
 from lm_eval_longctx.training.longce import DEFAULT_STRIDE, DEFAULT_TRUNC_LEN, LongCELoss  # noqa: E402
 from lm_eval_longctx.training.longce import SETTINGS as LONGCE_SETTINGS  # noqa: E402
-from lm_eval_longctx.settings import add_arguments  # noqa: E402
 
 
 def make_trainer_class():

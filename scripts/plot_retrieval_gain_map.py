@@ -17,8 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lm_eval_longctx.report.pictures import gain_map
-from lm_eval_longctx.report.pictures import forgetting_curve
+from lm_eval_longctx.report.pictures import forgetting_curve, gain_map
 
 
 def main(argv=None) -> int:

@@ -39,8 +39,7 @@ from pathlib import Path
 import torch
 
 from lm_eval_longctx.data import documents
-from lm_eval_longctx.keytokens import evaluator, spans_to_tokens
-from lm_eval_longctx.keytokens import span_files, text_scoring
+from lm_eval_longctx.keytokens import evaluator, span_files, spans_to_tokens, text_scoring
 from lm_eval_longctx.settings import add_arguments
 from lm_eval_longctx.tasks.declarations import LONGPPL
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-TASK_DIR = Path(__file__).resolve().parents[1] / "lm_eval_longctx" / "task_configs"
+TASK_DIR = Path(__file__).resolve().parents[1] / "task_configs"
 
 
 def write_docs(path: Path, texts: list[str]) -> str:

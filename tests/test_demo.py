@@ -12,8 +12,8 @@ import pytest
 
 from lm_eval_longctx import cli
 from lm_eval_longctx.data import documents as data
-from lm_eval_longctx.demo import run as demo
 from lm_eval_longctx.data import embedded_corpus as embedded
+from lm_eval_longctx.demo import run as demo
 
 # ------------------------------------------------------------------ embedded corpus
 

@@ -68,11 +68,11 @@ after = set(sys.modules)
 import json
 print(json.dumps({
     "new": sorted(after - before),
-    "heavy": sorted(m for m in after if m.split(".")[0] in %r),
+    "heavy": sorted(m for m in after if m.split(".")[0] in HEAVY_MODULES),
     "finders": [type(f).__name__ for f in sys.meta_path if getattr(f, "_lm_eval_longctx_hook", False)],
     "package_file": package_file,
 }))
-""" % (HEAVY,)
+""".replace("HEAVY_MODULES", repr(HEAVY))
 
 
 def test_import_is_cheap_and_installs_one_finder(tmp_path):
@@ -268,7 +268,8 @@ def test_wheel_ships_the_pth_at_the_root(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "setup.py"):
         shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(ROOT / "lm_eval_longctx", src / "lm_eval_longctx", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("lm_eval_longctx", "task_configs"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
          "-w", str(tmp_path / "dist"), str(src)],
@@ -290,6 +291,10 @@ def test_wheel_ships_the_pth_at_the_root(tmp_path):
     assert "lm_eval_longctx/task_configs/longppl_govreport.yaml" in names
     packages = {p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "lm_eval_longctx").rglob("__init__.py")}
     assert {p for p in packages if f"{p}/__init__.py" not in names} == set(), "a layer folder is missing from the wheel"
+    # the top-level task_configs/ folder ships as the package lm_eval_longctx.task_configs, every YAML of it
+    yamls = sorted(p.name for p in (ROOT / "task_configs").glob("*.yaml"))
+    assert yamls and all(f"lm_eval_longctx/task_configs/{y}" in names for y in yamls)
+    assert not any(n.startswith("task_configs/") for n in names)
 
 
 # ---------------------------------------------------------------- PEP 829 (.start) and the entry point of PR #4015
@@ -370,7 +375,7 @@ def test_pth_and_start_files_install_the_hook_once(tmp_path, version):
     assert out["version"] == [int(x) for x in version.split(".")]
     assert out["finders"] == ["_ManagerImportHook"]  # one, though both files ran
     assert out["pinned"] == [], "the start-up hook must not pin the package in sys.modules"
-    ours = str((ROOT / "lm_eval_longctx" / "task_configs").resolve())
+    ours = str((ROOT / "task_configs").resolve())
     assert out["include_path"] == [ours, "/user"]
 
 
@@ -413,7 +418,8 @@ def test_installed_entry_point_resolves_to_the_yaml_folder(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(ROOT / "lm_eval_longctx", src / "lm_eval_longctx", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("lm_eval_longctx", "task_configs"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     target = tmp_path / "site"
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
                            "-q", "--target", str(target), str(src)], capture_output=True, text=True, timeout=300)
@@ -432,4 +438,4 @@ def test_installed_entry_point_resolves_to_the_yaml_folder(tmp_path):
     out = _run(code, cwd=tmp_path, **env)
     assert out["n"] == 1 and out["value"] == "lm_eval_longctx.task_configs"
     assert Path(out["folder"]).resolve() == (target / "lm_eval_longctx" / "task_configs").resolve()
-    assert sorted(p.name for p in (ROOT / "lm_eval_longctx" / "task_configs").glob("*.yaml")) == out["yamls"]
+    assert sorted(p.name for p in (ROOT / "task_configs").glob("*.yaml")) == out["yamls"]

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx.engine import forward, memory, scoring as engine
+from lm_eval_longctx.engine import forward, memory
+from lm_eval_longctx.engine import scoring as engine
 from tests import families
 from tests.tiny import tiny_llama
 
@@ -171,9 +172,8 @@ def test_the_cache_goes_under_the_name_the_forward_takes_without_a_deprecation_w
     engine reads the name from the forward's signature, so a chunked pass warns nothing."""
     import warnings
 
-    from transformers import DynamicCache
-
     import transformers
+    from transformers import DynamicCache
 
     model = tiny_llama(vocab_size=97, seed=3)
     ids = torch.arange(3, 90)

@@ -96,7 +96,8 @@ def test_a_run_without_key_tokens_says_why_instead_of_a_bare_nan(tmp_path, corpu
     reads, so no token gains from the long one. The results and the printed table say so; the gate refuses it."""
     from lm_eval.utils import make_table
 
-    from lm_eval_longctx.report import gate, results as report_results
+    from lm_eval_longctx.report import gate
+    from lm_eval_longctx.report import results as report_results
     from tests.harness_utils import run_task
 
     name = "mistral_window_16"

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lm_eval_longctx.cli import main
 from lm_eval_longctx.metrics import per_token as metrics
 from lm_eval_longctx.report import paired
-from lm_eval_longctx.cli import main
 
 DATE_RUN, DATE_BASE = "2026-01-02T00-00-00.000001", "2026-01-01T00-00-00.000001"
 TASK = "longppl_govreport"
@@ -430,7 +430,7 @@ def write_forgetting_curve_run(folder: Path, copy_p: dict, date_id: str, samples
                                           "coarse_rule": "largest", "lengths": sorted(copy_p)}
     docs = []
     for L in sorted(copy_p):
-        for j in range(samples_per_length):
+        for _ in range(samples_per_length):
             docs.append((L, float(np.clip(copy_p[L] + rng.normal(0, 0.02), 0, 1)), float(rng.uniform(0.1, 0.3))))
     res, hib = {"alias": task}, {}
     for L in sorted(copy_p):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx.keytokens import spans_to_tokens as keyspans
 from lm_eval_longctx.keytokens import span_files
+from lm_eval_longctx.keytokens import spans_to_tokens as keyspans
 from lm_eval_longctx.metrics import per_token as metrics
 
 REFERENCE_SPANS = Path(__file__).resolve().parents[2] / "shared" / "reference-data" / "longppl-key-spans"

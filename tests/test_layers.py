@@ -33,7 +33,6 @@ LOWER = {
     "harness": {"engine", "metrics", "keytokens", "data"},
     "report": {"metrics", "data"},
     "tasks": {"engine", "metrics", "keytokens", "data", "harness", "training"},
-    "task_configs": set(),
     "demo": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training"},
     "entry": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training", "demo"},
 }
@@ -125,7 +124,7 @@ def test_every_layer_folder_is_a_package_and_documents_its_rules():
     for folder in sorted(p for p in PACKAGE.rglob("*") if p.is_dir() and any(p.glob("*.py"))):
         init = folder / "__init__.py"
         assert init.is_file(), f"{folder} holds modules but no __init__.py (setuptools would not ship it)"
-        if folder.name not in ("task_configs",) and folder != PACKAGE:
+        if folder != PACKAGE:
             doc = ast.get_docstring(ast.parse(init.read_text()))
             assert doc, f"{init}: say what the layer is and what it may import"
             if folder.parent == PACKAGE and folder.name != "tasks":
@@ -167,7 +166,7 @@ def _layers_above(layer: str) -> set[str]:
 
 
 BACK_ARROWS = sorted((low, high) for low in LOWER for high in _layers_above(low)
-                     if low not in ("basics", "entry") and high not in ("entry", "task_configs"))
+                     if low not in ("basics", "entry") and high != "entry")
 
 
 def test_the_layers_form_no_cycle():

@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lm_eval_longctx.engine import scoring as engine
 from lm_eval_longctx.data import longeval_cases as longeval_data
-from lm_eval_longctx.report.pictures import longeval as longeval_plot
 from lm_eval_longctx.data import longeval_words
+from lm_eval_longctx.engine import scoring as engine
 from lm_eval_longctx.metrics import per_token as metrics
+from lm_eval_longctx.report.pictures import longeval as longeval_plot
 from tests import tiny
 from tests.harness_utils import run_task
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lm_eval_longctx.report import results as reporting
+from lm_eval_longctx.cli import main
 from lm_eval_longctx.report import correlate as report_correlate
 from lm_eval_longctx.report import gate as report_gate
-from lm_eval_longctx.cli import main
+from lm_eval_longctx.report import results as reporting
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -422,7 +422,7 @@ def test_diagnostic_metrics_have_no_direction():
     assert longppl.METRICS["longppl"][1] is False and longppl.METRICS["ppl"][1] is False
     assert retrieval_gain.METRICS["retrieval_gain"][1] is True
     # declared once, in the task: no YAML repeats them
-    for path in (ROOT / "lm_eval_longctx" / "task_configs").glob("*.yaml"):
+    for path in (ROOT / "task_configs").glob("*.yaml"):
         assert "metric_list" not in path.read_text().replace("no metric_list", ""), path
 
 

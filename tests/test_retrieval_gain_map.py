@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.harness import glue as harness
 from lm_eval_longctx.metrics import gain_map as gainmap
 from lm_eval_longctx.report.pictures import gain_map as gain_map_pictures
-from lm_eval_longctx.harness import glue as harness
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import retrieval_gain_map as rgm
 from tests.harness_utils import run_task, write_docs
@@ -351,8 +351,8 @@ def test_png_beside_saved_results_and_plot_script(model_dirs, docs, tmp_path):
 def known_answer_runs(root: Path, lengths=(256, 1024, 4096), depths=(0, 50, 90)):
     """The task through the harness on the untrained known-answer variants (steps 0: the copy circuit
     alone, built in seconds), on 2 embedded documents."""
-    from lm_eval_longctx.demo import model as demo_model
     from lm_eval_longctx.data import embedded_corpus as embedded
+    from lm_eval_longctx.demo import model as demo_model
 
     texts = embedded.embedded_documents(chars_per_doc=30_000, n_docs=2)
     data_file = write_docs(root / "docs.jsonl", texts)

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx.engine import forward as engine_forward, scoring as engine, support
+from lm_eval_longctx.engine import forward as engine_forward
+from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.engine import support
 from tests import families
 
 TOL = 1e-4
@@ -89,7 +91,7 @@ def test_batched_long_pass_and_truncated_windows_equal_one_forward_each(name):
         return
     seqs = [ids_for(120, seed=s) for s in (2, 3)]
     refs = [brute_force(name, s) for s in seqs]
-    for got, s, (ref_lp, ref_g, margin) in zip(engine.score_long_batch(model, seqs), seqs, refs):
+    for got, (ref_lp, ref_g, margin) in zip(engine.score_long_batch(model, seqs), refs):
         assert_equal_scores(got.logprob, got.greedy, ref_lp, ref_g, margin, f"{name} batch of 2")
     # truncated windows K = 48, d = 20: each window ids[s : s + K + d'] on its own
     long_seq = ids_for(150, seed=4)

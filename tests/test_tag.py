@@ -17,7 +17,7 @@ TAG = "longctx"
 
 def _configs() -> dict[str, dict]:
     loader = yaml.SafeLoader
-    loader.add_constructor("!function", lambda l, node: l.construct_scalar(node))
+    loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
     out = {}
     for path in sorted(Path(TASK_DIR).glob("*.yaml")):
         with open(path, encoding="utf-8") as f:

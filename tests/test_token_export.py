@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from lm_eval_longctx.report import results as reporting
-from lm_eval_longctx.report import gate as report_gate
-from lm_eval_longctx.report import viewer
 from lm_eval_longctx.data import export_files
+from lm_eval_longctx.report import gate as report_gate
+from lm_eval_longctx.report import results as reporting
+from lm_eval_longctx.report import viewer
 from lm_eval_longctx.tasks import token_export
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import brute_force_doc, load
@@ -203,7 +203,8 @@ def test_setting_parsing():
 
 
 def test_validation_gives_each_variant_its_own_export(tmp_path, monkeypatch):
-    from lm_eval_longctx.demo import run as demo, known_answer as validation
+    from lm_eval_longctx.demo import known_answer as validation
+    from lm_eval_longctx.demo import run as demo
 
     seen = []
 
@@ -238,7 +239,8 @@ def _scored(text, rng):
 def test_judgements_without_per_token_numbers(tmp_path):
     """Key spans from files carry no evaluator numbers; older cache entries carry LSD but no LCL: the export
     keeps what there is, and the key flags still come from the spans."""
-    from lm_eval_longctx.keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
+    from lm_eval_longctx.keytokens import evaluator as key_tokens
+    from lm_eval_longctx.keytokens import spans_to_tokens as keyspans
     from lm_eval_longctx.report import viewer
 
     rng = np.random.default_rng(0)

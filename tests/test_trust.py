@@ -12,13 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_longctx.harness import glue as harness
-from lm_eval_longctx.keytokens import evaluator as key_tokens, spans_to_tokens as keyspans
-from lm_eval_longctx.keytokens import span_files
-from lm_eval_longctx.keytokens import cache as span_cache
 from lm_eval_longctx import output_dirs
-from lm_eval_longctx.tasks import declarations
+from lm_eval_longctx.harness import glue as harness
+from lm_eval_longctx.keytokens import cache as span_cache
+from lm_eval_longctx.keytokens import evaluator as key_tokens
+from lm_eval_longctx.keytokens import span_files
+from lm_eval_longctx.keytokens import spans_to_tokens as keyspans
 from lm_eval_longctx.settings import SettingsError
+from lm_eval_longctx.tasks import declarations
 from tests import tiny
 from tests.harness_utils import run_task, write_docs
 

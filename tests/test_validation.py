@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lm_eval_longctx.metrics import per_token as metrics
 from lm_eval_longctx.demo import known_answer as validation
 from lm_eval_longctx.demo.known_answer import MetricSpec, Units
+from lm_eval_longctx.metrics import per_token as metrics
 
 PPL = MetricSpec("x", "x", "t", "f", "perplexity", False, "orders")
 MEAN = MetricSpec("x", "x", "t", "f", "mean", True, "orders")

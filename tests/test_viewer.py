@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from lm_eval_longctx import cli
-from lm_eval_longctx.demo import run as demo
 from lm_eval_longctx.data import export_files
 from lm_eval_longctx.demo import known_answer as validation
+from lm_eval_longctx.demo import run as demo
 from lm_eval_longctx.report import viewer
 
 TASK = "longppl_govreport"

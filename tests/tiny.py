@@ -5,10 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import torch
-
 from lm_eval_longctx.demo.offline import random_llama, train_tokenizer
-
 
 WORDS = (
     "the report of committee found that federal agency program budget funds were spent on projects "

@@ -8,8 +8,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 

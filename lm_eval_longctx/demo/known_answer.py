@@ -30,14 +30,14 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
-from ..metrics import per_token as metrics
 from .. import output_dirs
+from ..metrics import per_token as metrics
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -187,7 +187,7 @@ class Units:
     lengths: np.ndarray | None = None  # fine/coarse: the copy lengths, ascending
     params: dict = field(default_factory=dict)  # fine/coarse: threshold / margin and rule
 
-    def take(self, ids: Sequence) -> "Units":
+    def take(self, ids: Sequence) -> Units:
         pos = {u: i for i, u in enumerate(self.ids)}
         sel = [pos[u] for u in ids]
         return Units(list(ids), self.values[sel], [self.hashes[i] for i in sel], self.lengths, dict(self.params))
@@ -610,7 +610,8 @@ def run_validation(out_dir, budget: str = "full", steps=None, variants: Sequence
     Writes ``out_dir/validation.json`` (everything), ``out_dir/validation.md`` (the table) and
     ``out_dir/forgetting_curves.png``; returns the JSON's content.
     """
-    from . import run as demo, model as demo_model
+    from . import model as demo_model
+    from . import run as demo
 
     t0 = time.perf_counter()
     out = Path(out_dir).resolve()

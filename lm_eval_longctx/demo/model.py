@@ -310,7 +310,7 @@ class Layout:
         return self.register[-1].stop if self.register else self.read.stop
 
     @classmethod
-    def for_recipe(cls, r: Recipe) -> "Layout":
+    def for_recipe(cls, r: Recipe) -> Layout:
         m = slice(0, r.match_dim)
         c = slice(m.stop, m.stop + r.copy_code_dim) if r.copy_code_dim else m
         o = slice(c.stop, c.stop + r.output_dim)

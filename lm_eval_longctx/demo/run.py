@@ -39,8 +39,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..data import embedded_corpus
 from .. import output_dirs
+from ..data import embedded_corpus
 
 log = logging.getLogger("lm_eval_longctx")
 

@@ -326,10 +326,11 @@ class KVCache:
         from transformers import DynamicCache
 
         self.model = model
-        self.argument = cache_argument(model)
-        if self.argument is None:
+        argument = cache_argument(model)
+        if argument is None:
             raise ScoringError(f"{type(model).__name__}.forward takes no KV cache (neither `cache` nor "
                                "`past_key_values`), so it cannot be fed in chunks")
+        self.argument: str = argument
         self.cache = DynamicCache()
         self.length = 0
 
@@ -391,7 +392,7 @@ class Capabilities:
         return self.full_problem is None
 
 
-_CAPABILITIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CAPABILITIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def capabilities(model) -> Capabilities:

@@ -8,7 +8,12 @@ import os
 
 import torch
 
-from .forward import HEAD_BLOCK_BYTES, HEAD_BLOCK_BYTES_ACCELERATOR, LOGPROB_BLOCK_BYTES, LOGPROB_BLOCK_BYTES_ACCELERATOR
+from .forward import (
+    HEAD_BLOCK_BYTES,
+    HEAD_BLOCK_BYTES_ACCELERATOR,
+    LOGPROB_BLOCK_BYTES,
+    LOGPROB_BLOCK_BYTES_ACCELERATOR,
+)
 
 # auto takes the full strategy only when its estimate fits in this share of the free memory
 FREE_MEMORY_SHARE = 0.85

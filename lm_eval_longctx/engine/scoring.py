@@ -25,15 +25,24 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 
 from . import memory
-from .forward import (LOGPROB_BLOCK_BYTES, KVCache, ScoringError, capabilities, causal_lm, full_scores,
-                      input_device, logprob_and_greedy, own_logits)
+from .forward import (
+    LOGPROB_BLOCK_BYTES,
+    KVCache,
+    ScoringError,
+    capabilities,
+    causal_lm,
+    full_scores,
+    input_device,
+    logprob_and_greedy,
+    own_logits,
+)
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "LONG_PASS_CHOICES", "LOGPROB_BLOCK_BYTES", "ScoringError", "TokenLogprobs",
            "SequenceScores", "Window", "truncated_windows", "input_device", "check_model", "choose_long_pass",
@@ -75,7 +84,7 @@ class SequenceScores:
         return state
 
     @classmethod
-    def from_state(cls, state: dict) -> "SequenceScores":
+    def from_state(cls, state: dict) -> SequenceScores:
         short = None
         if "short_logprob" in state:
             short = TokenLogprobs(np.asarray(state["short_logprob"]), np.asarray(state["short_greedy"]))
@@ -125,6 +134,13 @@ def _as_ids(ids: Sequence[int] | np.ndarray | torch.Tensor) -> torch.Tensor:
 
 def _unscored(n: int) -> TokenLogprobs:
     return TokenLogprobs(np.full(max(n - 1, 0), np.nan, dtype=np.float32), np.zeros(max(n - 1, 0), dtype=bool))
+
+
+def _all_scored(results: list[TokenLogprobs | None]) -> list[TokenLogprobs]:
+    """The results of a pass that filled every slot."""
+    if any(r is None for r in results):
+        raise ScoringError("a sequence was left unscored")
+    return [r for r in results if r is not None]
 
 
 def _model_type(model) -> str:
@@ -186,7 +202,7 @@ def choose_long_pass(model, long_pass: str, n_tokens: int, batch: int = 1,
 
 
 # what a model was scored with, while a ``recording`` is open: the harness records it in the results
-_RECORDINGS: list["ScoringRecord"] = []
+_RECORDINGS: list[ScoringRecord] = []
 
 
 class ScoringRecord:
@@ -391,7 +407,7 @@ def score_sequence_ends(
                 k = counts[i]
                 results[i] = TokenLogprobs(lps[r, -k:].numpy().copy(), hits[r, -k:].numpy().copy())
     _count(model, "separate_sequences", "full" if caps.full else "own_logits", len(seqs))
-    return results
+    return _all_scored(results)
 
 
 @torch.no_grad()
@@ -454,7 +470,7 @@ def _read_on_cache(model, cache: KVCache, last_token: torch.Tensor, conts: list[
         del logits
         cache.crop(held)
         cache.keep_first_row(len(group))
-    return out
+    return _all_scored(out)
 
 
 def _fill_cache(cache: KVCache, ids_dev: torch.Tensor, stop: int, strategy: str, chunk_size: int) -> None:

@@ -78,10 +78,19 @@ def hook_disabled() -> bool:
 
 
 def task_configs_dir() -> str:
-    """Absolute path of the folder that holds our task YAMLs (package ``lm_eval_longctx.task_configs``)."""
+    """Absolute path of the folder that holds our task YAMLs: the package ``lm_eval_longctx.task_configs`` of an
+    installed copy (the wheel maps the top-level ``task_configs/`` folder there), else a checkout's
+    ``task_configs/`` beside ``lm_eval_longctx/``."""
     from importlib import resources
 
-    root = resources.files("lm_eval_longctx.task_configs")
+    try:
+        root = resources.files("lm_eval_longctx.task_configs")
+    except ModuleNotFoundError:
+        checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "task_configs")
+        if os.path.isdir(checkout):
+            return checkout
+        raise
     # A plain directory gives a pathlib.Path. A zipped install gives a Traversable that is not
     # os.PathLike; lm-eval cannot glob inside it anyway, so the TypeError is allowed to surface.
     return os.path.abspath(os.fspath(root))

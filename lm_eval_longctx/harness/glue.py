@@ -22,17 +22,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from ..engine import scoring
-from ..keytokens import cache
-from ..keytokens import evaluator
-from ..keytokens import text_scoring
-from ..metrics import per_token
 from .. import settings
+from ..engine import scoring
+from ..keytokens import cache, evaluator, text_scoring
+from ..metrics import per_token
 
 log = logging.getLogger("lm_eval_longctx")
 

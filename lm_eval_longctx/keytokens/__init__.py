@@ -1,4 +1,5 @@
-"""Key tokens (LongPPL): character spans mapped to the evaluated model's tokens (``spans_to_tokens.py``),
+"""Scoring one text (``text_scoring.py``: the one path of the tasks, the evaluator and the precompute script) and
+key tokens (LongPPL): character spans mapped to the evaluated model's tokens (``spans_to_tokens.py``),
 span folders and their manifest (``span_files.py``), the evaluator model that chooses key tokens
 (``evaluator.py``) and the checksummed span cache (``cache.py``).
 

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine import scoring
 from .. import errors
-from . import spans_to_tokens
-from . import text_scoring
+from ..engine import scoring
 from ..metrics import per_token
+from . import spans_to_tokens, text_scoring
 
 log = logging.getLogger("lm_eval_longctx")
 

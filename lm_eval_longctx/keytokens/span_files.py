@@ -12,9 +12,9 @@ import json
 import logging
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from .spans_to_tokens import KeySpanFormatError, Span
 

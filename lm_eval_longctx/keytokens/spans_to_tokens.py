@@ -11,7 +11,7 @@ Follows the LongPPL reference exactly (see docs/tasks/longppl_govreport.md):
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

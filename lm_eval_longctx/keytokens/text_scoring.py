@@ -48,7 +48,7 @@ class TextRequest:
         return {"kind": "sequence", **asdict(self)}
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "TextRequest":
+    def from_spec(cls, spec: dict) -> TextRequest:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in spec.items() if k in names})
 

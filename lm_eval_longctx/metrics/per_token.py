@@ -8,7 +8,7 @@ before K), and such a position is never a key token.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

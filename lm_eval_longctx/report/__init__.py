@@ -2,6 +2,6 @@
 leaderboard (``leaderboard.py``), the correlation check (``correlate.py``), the paired per-document test (``paired.py``), the token viewer (``viewer.py``) and pictures (``pictures/``).
 
 May import: numpy, scipy, matplotlib (inside functions only, when a picture is drawn), yaml, the metrics
-layer, ``tasks.token_export`` (the export's file format) and the basics. No torch, no transformers, no
+layer, the data layer (``data/export_files.py``: the per-token export's files) and the basics. No torch, no transformers, no
 lm-eval: a results JSON is plain data.
 """

@@ -13,8 +13,6 @@ from scipy import stats
 
 from .results import UnusableInput, read_text
 
-
-
 MAD_NORMAL = 0.6744897501960817  # MAD / this = sigma for normal data
 
 
@@ -205,7 +203,7 @@ def read_score_csv(path, column: str | None = None, model_column: str = "model")
     if column not in cols:
         raise UnusableInput(f"{p}: no '{column}' column (columns: {cols})")
     out = {}
-    seen = {}
+    seen: dict[str, int] = {}
     for line, r in enumerate(rows, 2):
         if None in r:
             raise UnusableInput(f"{p}:{line}: more cells than columns")

@@ -12,8 +12,18 @@ from pathlib import Path
 import numpy as np
 
 from . import paired as pairing
-from .results import (DEFAULT_Z, EXIT_PASS, EXIT_REGRESSION, Metric, Run, UnusableInput, finite_number, flatten,
-                      read_text, split_name)
+from .results import (
+    DEFAULT_Z,
+    EXIT_PASS,
+    EXIT_REGRESSION,
+    Metric,
+    Run,
+    UnusableInput,
+    finite_number,
+    flatten,
+    read_text,
+    split_name,
+)
 
 
 @dataclass
@@ -240,12 +250,13 @@ class GateReport:
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in self.rows:
-            arrow = {True: " (higher better)", False: " (lower better)"}.get(r.higher_is_better, "")
-            known = r.current is not None and r.baseline is not None
-            change = f"{r.current - r.baseline:+.4g}" if known and math.isfinite(r.current - r.baseline) else ""
+            arrow = " (higher better)" if r.higher_is_better else " (lower better)" if r.higher_is_better is False else ""
+            current, baseline, ci = r.current, r.baseline, r.ci
+            delta = current - baseline if current is not None and baseline is not None else None
+            change = f"{delta:+.4g}" if delta is not None and math.isfinite(delta) else ""
             mark = {"regressed": "❌ regressed", "improved": "✅ improved"}.get(r.status, r.status)
-            if r.test == "paired":
-                test, band = f"paired ({r.note})", f"[{r.ci[0] + 0.0:+.4g}, {r.ci[1] + 0.0:+.4g}]"  # no -0
+            if r.test == "paired" and ci is not None:
+                test, band = f"paired ({r.note})", f"[{ci[0] + 0.0:+.4g}, {ci[1] + 0.0:+.4g}]"  # no -0
             elif r.test == "unpaired":
                 test, band = "unpaired" + (f" ({r.note})" if r.note else ""), f"±{r.noise:.4g}"
             else:

@@ -13,8 +13,6 @@ from .gate import NOT_NUMERIC_SETTINGS, format_number, identified_by_content
 from .results import UnusableInput, find_results_files, flatten, load_results, metrics_of, model_name, split_name
 
 
-
-
 def settings_signature(data: dict, task: str) -> dict:
     """What makes a task's numbers comparable across results files: longctx_settings (flattened; paths identified
     by a recorded content hash left out), the task version and the number of documents scored."""

@@ -26,11 +26,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ..metrics import per_token
 from ..data import export_files
+from ..metrics import per_token
 
 LSD_RANGE = 4.0  # the colour scale saturates at |LSD| = 4 (alpha is 2 by default)
 DNLL_RANGE = 4.0
@@ -121,7 +122,7 @@ def _colour_bins(neg: tuple, mid: tuple, pos: tuple, n: int = N_BINS) -> list[st
     for i in range(n):
         x = 2 * i / (n - 1) - 1  # -1 .. 1
         a, b, t = (mid, neg, -x) if x < 0 else (mid, pos, x)
-        out.append("#%02x%02x%02x" % tuple(round(a[k] + (b[k] - a[k]) * t) for k in range(3)))
+        out.append("#" + "".join(f"{round(a[k] + (b[k] - a[k]) * t):02x}" for k in range(3)))
     return out
 
 
@@ -149,15 +150,15 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".tmp")
-    index = []
-    totals = {"a": [[], []], "b": [[], []]}
+    index: list[dict[str, Any]] = []
+    totals: dict[str, list[list]] = {"a": [[], []], "b": [[], []]}
     raw_bytes = 0
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(_HEAD.replace("%TITLE%", html.escape(title or "LongPPL key tokens")).replace("%CSS%", _css()))
         for k, path in enumerate(a.files):
             da = export_files.load_document(path)
-            db = export_files.load_document(b.files[k]) if b else None
-            if db is not None:
+            db = export_files.load_document(b.files[k]) if b is not None else None
+            if db is not None and b is not None:
                 _check_same_documents(da, db, b.files[k])
             blob = _encode(da, db)
             raw_bytes += len(blob)
@@ -187,7 +188,7 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
                     "n_targets": sum(int(x[1]) for x in totals[side][1])}
 
         s = a.manifest.get("settings", {})
-        meta = {
+        meta: dict[str, Any] = {
             "labels": [str(e.folder.parent) for e in exports], "diff": b is not None,
             "alpha": s.get("alpha"), "beta": s.get("beta"), "trunc_len": s.get("trunc_len"),
             "key_source": s.get("key_source"), "evaluator": s.get("evaluator"),

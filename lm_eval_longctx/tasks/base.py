@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from lm_eval.api.task import ConfigurableTask
 
-from ..data import documents
-from ..data import export_files
+from ..data import documents, export_files
 from ..harness import glue
 from . import token_export
-
 
 NOTHING_SCORED = "no request scored in this process (results from the --use_cache database, or none yet)"
 

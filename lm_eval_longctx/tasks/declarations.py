@@ -5,12 +5,11 @@ No lm-eval import: scripts and docs read these declarations too."""
 
 from __future__ import annotations
 
-from ..data import documents
+from ..data import documents, longeval_cases
 from ..engine import scoring
 from ..keytokens import evaluator
-from ..data import longeval_cases
 from ..metrics import per_token
-from ..settings import (BOOLEAN, MAPPING, TEXT, TEXT_OR_LIST, Declaration, Setting, choice, integer, integer_list, number)
+from ..settings import BOOLEAN, MAPPING, TEXT, TEXT_OR_LIST, Declaration, Setting, choice, integer, integer_list, number
 
 CHUNK_SIZE_DOC = "tokens per forward when the long pass runs in KV-cache chunks (long_pass chunked)"
 LONG_PASS_DOC = ("how a long sequence is scored: `auto` (one forward when its memory estimate fits the device, else "

@@ -29,8 +29,8 @@ from ..data import documents
 from ..engine import scoring
 from ..harness import glue
 from ..metrics import per_token
-from . import declarations
 from ..settings import BOOLEAN, SettingsError, integer
+from . import declarations
 from .base import LongContextTask
 
 log = logging.getLogger("lm_eval_longctx")
@@ -45,7 +45,7 @@ DEFAULTS = SETTINGS.defaults()
 
 # token streams by fingerprint, for the serve function (requests carry only the fingerprint and
 # the sample's start, so cache keys and --log_samples stay small); the task holds the array
-_STREAMS: "weakref.WeakValueDictionary[str, np.ndarray]" = weakref.WeakValueDictionary()
+_STREAMS: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
 
 
 def resolve_settings(metadata: dict | None) -> dict:
@@ -170,7 +170,7 @@ class CurveSampleScore:
                 "n_correct": self.n_correct, "error": self.error}
 
     @classmethod
-    def from_state(cls, state: dict) -> "CurveSampleScore":
+    def from_state(cls, state: dict) -> CurveSampleScore:
         return cls(int(state["length"]), str(state["mode"]), int(state["n_scored"]), int(state["n_correct"]),
                    str(state.get("error", "")))
 

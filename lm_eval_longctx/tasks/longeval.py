@@ -41,10 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
+from ..data import longeval_cases, longeval_words
 from ..engine import scoring
 from ..harness import glue
 from ..keytokens import text_scoring
-from ..data import longeval_cases, longeval_words
 from ..metrics import per_token
 from . import declarations, token_export
 from .base import LongContextTask
@@ -104,7 +104,7 @@ class AnswerScores:
                 "logprob": self.logprob, "skipped": self.skipped}
 
     @classmethod
-    def from_state(cls, state: dict) -> "AnswerScores":
+    def from_state(cls, state: dict) -> AnswerScores:
         return cls(int(state["n_tokens"]), int(state["prompt_tokens"]), np.asarray(state["offsets"]),
                    np.asarray(state["logprob"]), bool(state["skipped"]))
 
@@ -156,7 +156,7 @@ class PromptLength:
         return {"n_tokens": self.n_tokens, "limit": self.limit, "skipped": self.skipped}
 
     @classmethod
-    def from_state(cls, state: dict) -> "PromptLength":
+    def from_state(cls, state: dict) -> PromptLength:
         limit = state["limit"]
         return cls(int(state["n_tokens"]), None if limit is None else int(limit), bool(state["skipped"]))
 

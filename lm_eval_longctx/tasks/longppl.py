@@ -20,12 +20,10 @@ from lm_eval.api.instance import Instance
 
 from ..engine import scoring
 from ..harness import glue
-from ..keytokens import evaluator, spans_to_tokens
-from ..keytokens import span_files, text_scoring
-from ..keytokens import cache
+from ..keytokens import cache, evaluator, span_files, spans_to_tokens, text_scoring
 from ..metrics import per_token
-from . import declarations, token_export
 from ..settings import SettingsError
+from . import declarations, token_export
 from .base import LongContextTask, govreport_documents
 
 log = logging.getLogger("lm_eval_longctx")

@@ -32,8 +32,8 @@ from lm_eval.api.instance import Instance
 from ..engine import scoring
 from ..harness import glue
 from ..metrics import per_token
-from . import declarations, token_export
 from ..settings import SettingsError
+from . import declarations, token_export
 from .base import LongContextTask, govreport_documents
 
 log = logging.getLogger("lm_eval_longctx")
@@ -166,7 +166,7 @@ class RetrievalScores:
                 "without_logprob": self.without_logprob}
 
     @classmethod
-    def from_state(cls, state: dict) -> "RetrievalScores":
+    def from_state(cls, state: dict) -> RetrievalScores:
         return cls(np.asarray(state["anchors"]), int(state["n_doc_tokens"]), int(state["n_source_tokens"]),
                    int(state["n_with_tokens"]), np.asarray(state["with_logprob"]),
                    np.asarray(state["without_logprob"]))

@@ -34,10 +34,10 @@ from lm_eval.api.instance import Instance
 
 from ..data import documents
 from ..engine import scoring
-from ..metrics import gain_map
 from ..harness import glue
-from . import declarations
+from ..metrics import gain_map
 from ..settings import BOOLEAN, SettingsError
+from . import declarations
 from .base import LongContextTask, govreport_documents
 from .retrieval_gain import lead_token_ids
 
@@ -127,7 +127,7 @@ def build_case(doc_ids: list[int], s: dict, lengths: list[int], lead_ids: list[i
     anchors = np.array([[cell_anchors(L, d, q, r, s["anchors_per_cell"], s["anchor_stride"]) for d in depths]
                         for L in lengths], dtype=np.int64)
     conts, without = [], []
-    for i, L in enumerate(lengths):
+    for i in range(len(lengths)):
         qa = [doc[a : a + q + r] for a in anchors[i].reshape(-1)]
         conts.append([sep + x for x in qa])
         without.append([lead + x for x in qa])
@@ -165,7 +165,7 @@ class GainMapScores:
                 "with_logprob": self.with_logprob, "without_logprob": self.without_logprob}
 
     @classmethod
-    def from_state(cls, state: dict) -> "GainMapScores":
+    def from_state(cls, state: dict) -> GainMapScores:
         return cls(np.asarray(state["lengths"]), np.asarray(state["depths"]), np.asarray(state["anchors"]),
                    int(state["n_source_tokens"]), int(state["n_with_tokens"]), np.asarray(state["with_logprob"]),
                    np.asarray(state["without_logprob"]))

@@ -157,6 +157,7 @@ def plot_gain_maps(maps: list[GainMap], out_path, title: str | None = None, limi
             marks.append("absolute: none")
         ax.set_title("\n".join([m.label, *marks]), fontsize=8.5)
     axes[0].set_ylabel("depth of the anchor (% of L - q - r)")
+    assert mesh is not None  # every panel draws one
     cbar = fig.colorbar(mesh, ax=list(axes), fraction=0.035 if n > 1 else 0.05, pad=0.02)
     cbar.set_label("retrieval gain (nats / answer token)\nblue: context helps, red: it hurts")
     # above the three-line panel titles (bbox_inches="tight" keeps it in the picture)
