@@ -65,22 +65,38 @@ z x sqrt(se_run^2 + se_base^2). The table says which test each row used."""
 
 
 def add_gate_parser(sub) -> None:
-    g = sub.add_parser("gate", help="checkpoint regression gate (exit 0 pass / 1 regression / 2 unusable input)",
-                       description=GATE_HELP)
+    g = sub.add_parser(
+        "gate", help="checkpoint regression gate (exit 0 pass / 1 regression / 2 unusable input)", description=GATE_HELP
+    )
     g.add_argument("results", help="results JSON of the run (lm_eval --output_path), or a folder of them")
     g.add_argument("--baseline", required=True, help="baseline results JSON, or a folder of them")
     g.add_argument("--config", default=None, help="tolerances, JSON or YAML (see docs/tools/report-tools.md)")
-    g.add_argument("--z", type=float, default=None,
-                   help="significance in standard errors (overrides the config's z; default 1.96, i.e. a 95%% CI)")
-    g.add_argument("--unpaired", action="store_true",
-                   help="use the unpaired stderr band even when both runs have per-document samples")
-    g.add_argument("--n-resamples", type=int, default=None,
-                   help="paired bootstrap resamples (default 10000)")
+    g.add_argument(
+        "--z",
+        type=float,
+        default=None,
+        help="significance in standard errors (overrides the config's z; default 1.96, i.e. a 95%% CI)",
+    )
+    g.add_argument(
+        "--unpaired",
+        action="store_true",
+        help="use the unpaired stderr band even when both runs have per-document samples",
+    )
+    g.add_argument("--n-resamples", type=int, default=None, help="paired bootstrap resamples (default 10000)")
     g.add_argument("--seed", type=int, default=None, help="paired bootstrap seed (default 0)")
-    g.add_argument("--ignore-setting", action="append", default=[], metavar="KEY",
-                   help="dotted longctx_settings key not required to match (repeatable; adds to the config's)")
-    g.add_argument("--summary", default=None, metavar="FILE",
-                   help="also write the Markdown table here (e.g. $GITHUB_STEP_SUMMARY; appended to)")
+    g.add_argument(
+        "--ignore-setting",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="dotted longctx_settings key not required to match (repeatable; adds to the config's)",
+    )
+    g.add_argument(
+        "--summary",
+        default=None,
+        metavar="FILE",
+        help="also write the Markdown table here (e.g. $GITHUB_STEP_SUMMARY; appended to)",
+    )
 
 
 def run_gate(args) -> int:
@@ -108,13 +124,24 @@ def run_gate(args) -> int:
 
 def add_leaderboard_parser(sub) -> None:
     g = sub.add_parser("leaderboard", help="collect results JSONs into one table (Markdown and CSV)")
-    g.add_argument("results", nargs="+", help="results JSON files or folders (files of one model with the same "
-                                              "settings are merged into one row)")
-    g.add_argument("--metric", action="append", default=[], metavar="PATTERN",
-                   help="only columns matching this 'task/metric' pattern (fnmatch; repeatable)")
-    g.add_argument("--one-row-per-model", action="store_true",
-                   help="exit 2 when a model has results under different settings (default: one row per "
-                        "(model, settings), the differing settings in the row label)")
+    g.add_argument(
+        "results",
+        nargs="+",
+        help="results JSON files or folders (files of one model with the same settings are merged into one row)",
+    )
+    g.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="only columns matching this 'task/metric' pattern (fnmatch; repeatable)",
+    )
+    g.add_argument(
+        "--one-row-per-model",
+        action="store_true",
+        help="exit 2 when a model has results under different settings (default: one row per "
+        "(model, settings), the differing settings in the row label)",
+    )
     g.add_argument("--csv", default=None, help="write the CSV table here")
     g.add_argument("--markdown", default=None, help="write the Markdown table here (it is printed anyway)")
 
@@ -137,8 +164,11 @@ def add_correlate_parser(sub) -> None:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--results", nargs="+", help="results JSONs / folders, one model each (use with --metric)")
     src.add_argument("--scores", help="CSV with a 'model' column and the metric's column (e.g. a leaderboard CSV)")
-    g.add_argument("--metric", default=None,
-                   help="'task/metric' to take from --results, or the column of --scores (default: its only one)")
+    g.add_argument(
+        "--metric",
+        default=None,
+        help="'task/metric' to take from --results, or the column of --scores (default: its only one)",
+    )
     g.add_argument("--benchmark", required=True, help="CSV of downstream scores with a 'model' column")
     g.add_argument("--benchmark-column", default=None, help="column of --benchmark (default: its only one)")
     g.add_argument("--model-column", default="model", help="name of the model column in the CSVs")
@@ -173,10 +203,14 @@ def run_correlate(args) -> int:
     print(f"models: {res['n_models']}")
     print(f"Pearson r = {pe['r']:+.4f} (n = {pe['n']}; p = {pe['p']:.3g}, {pe['p_method']})")
     print(f"Spearman rho = {sp['rho']:+.4f} (n = {sp['n']}; p = {sp['p']:.3g}, {sp['p_method']})")
-    print(f"skipped Spearman rho = {sk['rho']:+.4f} (n = {sk['n']} after removing {sk['n_removed']}: {sk['removed']}; "
-          f"p = {sk['p']:.3g}, {sk['p_method']})")
-    print(f"Spearman {ci['level']:.0%} bootstrap CI = [{ci['low']:+.4f}, {ci['high']:+.4f}] "
-          f"(n = {ci['n']}; {ci['n_resamples']} resamples, seed {ci['seed']})")
+    print(
+        f"skipped Spearman rho = {sk['rho']:+.4f} (n = {sk['n']} after removing {sk['n_removed']}: {sk['removed']}; "
+        f"p = {sk['p']:.3g}, {sk['p_method']})"
+    )
+    print(
+        f"Spearman {ci['level']:.0%} bootstrap CI = [{ci['low']:+.4f}, {ci['high']:+.4f}] "
+        f"(n = {ci['n']}; {ci['n_resamples']} resamples, seed {ci['seed']})"
+    )
     if args.out:
         results.write_text(args.out, json.dumps(res, indent=2) + "\n", what="--out file")
         print(f"wrote {args.out}")
@@ -196,34 +230,56 @@ OUT/demo_summary.json. Exit 0; with --check, 1 when a target fails, a task is mi
 
 
 def add_demo_parser(sub, full: bool = True) -> None:
-    g = sub.add_parser("demo", help="offline demo: the five tasks on the embedded model and documents",
-                       description=DEMO_HELP)
+    g = sub.add_parser(
+        "demo", help="offline demo: the five tasks on the embedded model and documents", description=DEMO_HELP
+    )
     if not full:
         return
     from .demo.run import DEFAULT_OUT, DEMO_BUDGETS
 
     g.add_argument("--out", default=f"./{DEFAULT_OUT}", help=f"output folder (default ./{DEFAULT_OUT})")
-    g.add_argument("--model", default=None, metavar="DIR",
-                   help="checkpoint folder to evaluate instead of the packaged demo model")
-    g.add_argument("--budget", choices=sorted(DEMO_BUDGETS), default="full",
-                   help="full (default: every task at the sizes the demo's targets are set for) or ci (every size cut "
-                        "down, for a CI test)")
-    g.add_argument("--check", action="store_true", help="exit 1 when a target fails, a task is missing or a metric is not finite")
-    g.add_argument("--limit", type=float, default=None,
-                   help="lm_eval --limit: documents per task (a fraction if < 1); for a quick look only")
+    g.add_argument(
+        "--model", default=None, metavar="DIR", help="checkpoint folder to evaluate instead of the packaged demo model"
+    )
+    g.add_argument(
+        "--budget",
+        choices=sorted(DEMO_BUDGETS),
+        default="full",
+        help="full (default: every task at the sizes the demo's targets are set for) or ci (every size cut "
+        "down, for a CI test)",
+    )
+    g.add_argument(
+        "--check", action="store_true", help="exit 1 when a target fails, a task is missing or a metric is not finite"
+    )
+    g.add_argument(
+        "--limit",
+        type=float,
+        default=None,
+        help="lm_eval --limit: documents per task (a fraction if < 1); for a quick look only",
+    )
     g.add_argument("--device", default="cpu", help="lm_eval --device (default cpu)")
     g.add_argument("--batch-size", type=int, default=None, help="lm_eval --batch_size (default: the budget's)")
-    g.add_argument("--metadata", default=None, metavar="JSON",
-                   help="extra --metadata keys (JSON object) over the budget's, e.g. '{\"beta\": -20}'")
-    g.add_argument("--validate", action="store_true",
-                   help="known-answer validation instead: build the long / short / no-memory variants of the demo "
-                        "model (minutes each), run the five tasks on each and print whether every metric orders "
-                        "them as constructed (same as `lm-eval-longctx validate`, which has more options)")
+    g.add_argument(
+        "--metadata",
+        default=None,
+        metavar="JSON",
+        help="extra --metadata keys (JSON object) over the budget's, e.g. '{\"beta\": -20}'",
+    )
+    g.add_argument(
+        "--validate",
+        action="store_true",
+        help="known-answer validation instead: build the long / short / no-memory variants of the demo "
+        "model (minutes each), run the five tasks on each and print whether every metric orders "
+        "them as constructed (same as `lm-eval-longctx validate`, which has more options)",
+    )
 
 
 def add_validate_parser(sub, full: bool = True) -> None:
-    g = sub.add_parser("validate", help="known-answer validation: do the metrics rank models of known memory "
-                                        "distance correctly? (scripts/validate_metrics.py)")
+    g = sub.add_parser(
+        "validate",
+        help="known-answer validation: do the metrics rank models of known memory "
+        "distance correctly? (scripts/validate_metrics.py)",
+    )
     if full:
         from .demo.known_answer import add_arguments
 
@@ -252,8 +308,15 @@ def run_demo(args) -> int:
         extra = json.loads(args.metadata) if args.metadata else None
         if extra is not None and not isinstance(extra, dict):
             raise DemoError("--metadata must be a JSON object")
-        summary = demo(args.out, model_dir=args.model, budget=args.budget, extra_metadata=extra, limit=args.limit,
-                       device=args.device, batch_size=args.batch_size)
+        summary = demo(
+            args.out,
+            model_dir=args.model,
+            budget=args.budget,
+            extra_metadata=extra,
+            limit=args.limit,
+            device=args.device,
+            batch_size=args.batch_size,
+        )
     except (DemoError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -278,16 +341,28 @@ in NLL. EXPORT is the export folder (DIR) or its longppl_govreport subfolder."""
 
 
 def add_view_parser(sub) -> None:
-    g = sub.add_parser("view", help="key-token viewer: an HTML page from a per-token export (two: a diff)",
-                       description=VIEW_HELP)
+    g = sub.add_parser(
+        "view", help="key-token viewer: an HTML page from a per-token export (two: a diff)", description=VIEW_HELP
+    )
     g.add_argument("exports", nargs="+", metavar="EXPORT_DIR", help="one export, or two (A then B) for a diff")
     g.add_argument("-o", "--output", required=True, help="the HTML file to write")
     g.add_argument("--title", default=None, help="page title")
     comp = g.add_mutually_exclusive_group()
-    comp.add_argument("--compress", dest="compress", action="store_const", const=True, default=None,
-                      help="gzip the embedded arrays (default: only when the page would be large)")
-    comp.add_argument("--no-compress", dest="compress", action="store_const", const=False,
-                      help="never gzip (for browsers without DecompressionStream)")
+    comp.add_argument(
+        "--compress",
+        dest="compress",
+        action="store_const",
+        const=True,
+        default=None,
+        help="gzip the embedded arrays (default: only when the page would be large)",
+    )
+    comp.add_argument(
+        "--no-compress",
+        dest="compress",
+        action="store_const",
+        const=False,
+        help="never gzip (for browsers without DecompressionStream)",
+    )
 
 
 def run_view(args) -> int:
@@ -301,9 +376,11 @@ def run_view(args) -> int:
     except (ViewerError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {info['path']}: {info['n_docs']} documents, {sum(info['n_tokens'])} tokens, "
-          f"{sum(info['n_key'])} key tokens, {info['bytes'] / 2**20:.2f} MiB"
-          + (" (arrays gzip-compressed)" if info["compressed"] else ""))
+    print(
+        f"wrote {info['path']}: {info['n_docs']} documents, {sum(info['n_tokens'])} tokens, "
+        f"{sum(info['n_key'])} key tokens, {info['bytes'] / 2**20:.2f} MiB"
+        + (" (arrays gzip-compressed)" if info["compressed"] else "")
+    )
     return 0
 
 

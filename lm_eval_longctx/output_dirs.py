@@ -26,11 +26,13 @@ def claim(path: str | Path, purpose: str) -> Path:
     if path.is_dir() and not (path / MARKER).is_file() and any(path.iterdir()):
         raise ForeignFolderError(
             f"{path} is not empty and was not created by lm-eval-longctx: {purpose} will not write into it "
-            "(nothing there was changed). Choose a new or empty folder.")
+            "(nothing there was changed). Choose a new or empty folder."
+        )
     path.mkdir(parents=True, exist_ok=True)
     if not (path / MARKER).is_file():
-        (path / MARKER).write_text(json.dumps({"created_by": "lm_eval_longctx", "purpose": purpose}) + "\n",
-                                   encoding="utf-8")
+        (path / MARKER).write_text(
+            json.dumps({"created_by": "lm_eval_longctx", "purpose": purpose}) + "\n", encoding="utf-8"
+        )
     return path
 
 

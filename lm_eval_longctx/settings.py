@@ -204,9 +204,9 @@ def _to_mapping(value) -> dict:
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            raise ValueError("a JSON object such as {\"0\": \"70GiB\", \"cpu\": \"100GiB\"}") from None
+            raise ValueError('a JSON object such as {"0": "70GiB", "cpu": "100GiB"}') from None
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise ValueError("a JSON object such as {\"0\": \"70GiB\", \"cpu\": \"100GiB\"}")
+        raise ValueError('a JSON object such as {"0": "70GiB", "cpu": "100GiB"}')
     return dict(value)
 
 
@@ -238,7 +238,9 @@ class Setting:
             return self.kind.convert(value)
         except ValueError as err:
             allowed = str(err) + (" (or null)" if self.optional else "")
-            raise SettingsError(f"{owner}: setting {self.name!r} = {value!r} is not allowed; it must be {allowed}") from None
+            raise SettingsError(
+                f"{owner}: setting {self.name!r} = {value!r} is not allowed; it must be {allowed}"
+            ) from None
 
 
 class Settings(dict):
@@ -314,7 +316,8 @@ class Declaration:
                 f"{self.owner}: unknown setting {key!r} in the task metadata (--metadata, the YAML or "
                 f"--model_args).{hint} Known settings of this task: {', '.join(self.names())}. A key meant "
                 f"for a task of another suite in the same run can be listed in --metadata "
-                f"'{{\"{OTHER_TASKS_KEYS}\": [\"{key}\"]}}'.")
+                f'\'{{"{OTHER_TASKS_KEYS}": ["{key}"]}}\'.'
+            )
 
     def record(self, values: Mapping) -> dict:
         """The settings as used: those that change numbers at the top level, the others under ``runtime``."""
@@ -352,5 +355,10 @@ def add_arguments(parser, declaration: Declaration, names: Iterable[str], defaul
         if setting.kind is BOOLEAN and not default:
             parser.add_argument(flag, dest=name, action="store_true", help=setting.doc)
         else:
-            parser.add_argument(flag, dest=name, type=convert, default=default,
-                                help=f"{setting.doc} ({setting.kind.describe}; default: {default})")
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=convert,
+                default=default,
+                help=f"{setting.doc} ({setting.kind.describe}; default: {default})",
+            )

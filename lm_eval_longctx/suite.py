@@ -12,8 +12,14 @@ from .tasks.longppl import LongPPLTask
 from .tasks.retrieval_gain import RetrievalGainTask
 from .tasks.retrieval_gain_map import RetrievalGainMapTask
 
-__all__ = ["ForgettingCurveTask", "LongEvalLinesAccTask", "LongEvalLinesPPLTask", "LongPPLTask", "RetrievalGainTask",
-           "RetrievalGainMapTask"]
+__all__ = [
+    "ForgettingCurveTask",
+    "LongEvalLinesAccTask",
+    "LongEvalLinesPPLTask",
+    "LongPPLTask",
+    "RetrievalGainTask",
+    "RetrievalGainMapTask",
+]
 
 glue.on_results_saved("forgetting_curve", forgetting_curve.save_beside_results)
 glue.on_results_saved("retrieval_gain_map", gain_map.save_beside_results)

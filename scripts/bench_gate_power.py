@@ -58,7 +58,7 @@ def score_pool(model, ids, batch_size: int) -> np.ndarray:
     out = []
     with torch.no_grad():
         for i in range(0, len(ids), batch_size):
-            x = ids[i:i + batch_size]
+            x = ids[i : i + batch_size]
             logits = model(x).logits[:, :-1].float()
             lp = torch.log_softmax(logits, dim=-1).gather(-1, x[:, 1:, None])[..., 0].double()
             out += [(-float(r.sum()), r.numel()) for r in lp]
@@ -106,8 +106,13 @@ def decisions(run, base, n_docs, trials, z, resamples, se_resamples, seed, flip:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sigmas", type=float, nargs="+", default=[0.05, 0.08, 0.1, 0.15, 0.2, 0.3],
-                   help="weight-noise sizes of the variants")
+    p.add_argument(
+        "--sigmas",
+        type=float,
+        nargs="+",
+        default=[0.05, 0.08, 0.1, 0.15, 0.2, 0.3],
+        help="weight-noise sizes of the variants",
+    )
     p.add_argument("--chars-per-doc", type=int, default=1500)
     p.add_argument("--tokens", type=int, default=256, help="tokens scored per document")
     p.add_argument("--n-docs", type=int, default=50, help="documents per gate decision (GovReport: 50)")
@@ -129,7 +134,7 @@ def main(argv=None) -> int:
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     ids = [tok(d, add_special_tokens=True)["input_ids"] for d in embedded.embedded_documents(args.chars_per_doc)]
-    ids = torch.tensor([x[:args.tokens] for x in ids if len(x) >= args.tokens])
+    ids = torch.tensor([x[: args.tokens] for x in ids if len(x) >= args.tokens])
     if len(ids) < args.n_docs:
         raise SystemExit(f"only {len(ids)} documents of >= {args.tokens} tokens; lower --tokens or --n-docs")
     state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -138,28 +143,55 @@ def main(argv=None) -> int:
     t_score = time.time() - t0
     base_ppl = float(twp(base[None])[0])
 
-    print(f"pool: {len(ids)} documents x {args.tokens} tokens (embedded corpus); baseline perplexity "
-          f"{base_ppl:.3f}; {len(args.sigmas) + 1} models scored in {t_score:.0f} s")
-    print(f"each decision: {args.n_docs} documents drawn from the pool, z = {args.z:g}, tolerance 0; "
-          f"{args.trials} decisions per cell; paired bootstrap {args.resamples} resamples, unpaired stderr from "
-          f"{args.se_resamples} bootstrap resamples per run")
+    print(
+        f"pool: {len(ids)} documents x {args.tokens} tokens (embedded corpus); baseline perplexity "
+        f"{base_ppl:.3f}; {len(args.sigmas) + 1} models scored in {t_score:.0f} s"
+    )
+    print(
+        f"each decision: {args.n_docs} documents drawn from the pool, z = {args.z:g}, tolerance 0; "
+        f"{args.trials} decisions per cell; paired bootstrap {args.resamples} resamples, unpaired stderr from "
+        f"{args.se_resamples} bootstrap resamples per run"
+    )
     print()
-    print("| weight noise sigma | pool perplexity change | unpaired: flagged | paired: flagged "
-          "| unpaired: false alarms | paired: false alarms |")
+    print(
+        "| weight noise sigma | pool perplexity change | unpaired: flagged | paired: flagged "
+        "| unpaired: false alarms | paired: false alarms |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     t1 = time.time()
     for i, s in enumerate(args.sigmas):
         run = scores[s]
         change = float(twp(run[None])[0]) / base_ppl - 1
-        power = decisions(run, base, args.n_docs, args.trials, args.z, args.resamples, args.se_resamples,
-                          args.seed + 10 * i + 1, flip=False)
-        null = decisions(run, base, args.n_docs, args.trials, args.z, args.resamples, args.se_resamples,
-                         args.seed + 10 * i + 2, flip=True)
-        print(f"| {s:g} | {change:+.2%} | {power[0]:.1%} | {power[1]:.1%} | {null[0]:.1%} | {null[1]:.1%} |",
-              flush=True)
+        power = decisions(
+            run,
+            base,
+            args.n_docs,
+            args.trials,
+            args.z,
+            args.resamples,
+            args.se_resamples,
+            args.seed + 10 * i + 1,
+            flip=False,
+        )
+        null = decisions(
+            run,
+            base,
+            args.n_docs,
+            args.trials,
+            args.z,
+            args.resamples,
+            args.se_resamples,
+            args.seed + 10 * i + 2,
+            flip=True,
+        )
+        print(
+            f"| {s:g} | {change:+.2%} | {power[0]:.1%} | {power[1]:.1%} | {null[0]:.1%} | {null[1]:.1%} |", flush=True
+        )
     print()
-    print(f"(flagged: share of decisions where the gate says 'regressed'; false alarms: the same per-document "
-          f"differences in random direction; simulation {time.time() - t1:.0f} s, total {time.time() - t0:.0f} s)")
+    print(
+        f"(flagged: share of decisions where the gate says 'regressed'; false alarms: the same per-document "
+        f"differences in random direction; simulation {time.time() - t1:.0f} s, total {time.time() - t0:.0f} s)"
+    )
     return 0
 
 

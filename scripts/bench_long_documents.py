@@ -64,10 +64,22 @@ from lm_eval_longctx.engine import scoring  # noqa: E402
 PATHS = ("long", "truncated", "full")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHAPES = {
-    "tiny": dict(vocab_size=32000, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                 num_attention_heads=1, num_key_value_heads=1),
-    "llama8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                    num_attention_heads=32, num_key_value_heads=8),
+    "tiny": dict(
+        vocab_size=32000,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+    ),
+    "llama8b": dict(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+    ),
 }
 
 
@@ -75,8 +87,15 @@ def build_model(args):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(args.seed)
-    config = LlamaConfig(**SHAPES[args.shape], max_position_embeddings=max(args.lengths), rope_theta=500000.0,
-                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config = LlamaConfig(
+        **SHAPES[args.shape],
+        max_position_embeddings=max(args.lengths),
+        rope_theta=500000.0,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     config._attn_implementation = "sdpa"
     with torch.device(args.device):  # built where it runs, in its dtype: no float32 copy of 8B weights
         prev = torch.get_default_dtype()
@@ -107,7 +126,9 @@ def run_path(path: str, model, ids: torch.Tensor, args) -> np.ndarray:
     if path == "long":
         return scoring.score_long(model, ids, chunk_size=args.chunk_size, long_pass=args.long_pass).logprob
     if path == "truncated":
-        return scoring.score_truncated(model, [ids], args.trunc_len, args.stride, batch_size=args.window_batch)[0].logprob
+        return scoring.score_truncated(model, [ids], args.trunc_len, args.stride, batch_size=args.window_batch)[
+            0
+        ].logprob
     return full_forward(model, ids)
 
 
@@ -150,9 +171,16 @@ def measure(path: str, length: int, model, args, out_dir: Path) -> dict:
     np.save(out_dir / f"{path}_{length}.npy", logprob)
     scored = int(np.sum(~np.isnan(logprob)))
     # cpu_seconds: the process's CPU time (all threads), less disturbed than wall time on a shared machine
-    return {"path": path, "length": length, "seconds": seconds, "cpu_seconds": cpu_seconds,
-            "tokens_per_s": length / seconds,
-            "scored_tokens": scored, "peak_mib": max(peak, 0) / 2**20, "peak_bytes_per_token": max(peak, 0) / length}
+    return {
+        "path": path,
+        "length": length,
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "tokens_per_s": length / seconds,
+        "scored_tokens": scored,
+        "peak_mib": max(peak, 0) / 2**20,
+        "peak_bytes_per_token": max(peak, 0) / length,
+    }
 
 
 def worker(args) -> list[dict]:
@@ -173,11 +201,36 @@ def worker(args) -> list[dict]:
 
 
 def spawn(args, jobs: list[str], out_dir: Path) -> list[dict]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", *jobs, "--worker-out", str(out_dir),
-           "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--seed", str(args.seed),
-           "--chunk-size", str(args.chunk_size), "--long-pass", args.long_pass, "--trunc-len", str(args.trunc_len), "--stride", str(args.stride),
-           "--window-batch", str(args.window_batch), "--threads", str(args.threads),
-           "--lengths", *map(str, args.lengths)]  # the same config (max positions) in every worker
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        *jobs,
+        "--worker-out",
+        str(out_dir),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--shape",
+        args.shape,
+        "--seed",
+        str(args.seed),
+        "--chunk-size",
+        str(args.chunk_size),
+        "--long-pass",
+        args.long_pass,
+        "--trunc-len",
+        str(args.trunc_len),
+        "--stride",
+        str(args.stride),
+        "--window-batch",
+        str(args.window_batch),
+        "--threads",
+        str(args.threads),
+        "--lengths",
+        *map(str, args.lengths),
+    ]  # the same config (max positions) in every worker
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         why = "OOM-killed" if proc.returncode == -9 else f"exit {proc.returncode}"
@@ -189,35 +242,47 @@ def spawn(args, jobs: list[str], out_dir: Path) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    header = (f"{'path':>9} {'tokens':>7} {'seconds':>8} {'CPU s':>7} {'tokens/s':>9} {'peak MiB':>9} "
-              f"{'bytes/token':>11}")
+    header = (
+        f"{'path':>9} {'tokens':>7} {'seconds':>8} {'CPU s':>7} {'tokens/s':>9} {'peak MiB':>9} {'bytes/token':>11}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         if "error" in r:
             print(f"{r['path']:>9} {r['length']:>7} {r['error']:>8}")
             continue
-        print(f"{r['path']:>9} {r['length']:>7} {r['seconds']:>8.2f} {r['cpu_seconds']:>7.1f} {r['tokens_per_s']:>9.0f} "
-              f"{r['peak_mib']:>9.0f} {r['peak_bytes_per_token']:>11.0f}")
+        print(
+            f"{r['path']:>9} {r['length']:>7} {r['seconds']:>8.2f} {r['cpu_seconds']:>7.1f} {r['tokens_per_s']:>9.0f} "
+            f"{r['peak_mib']:>9.0f} {r['peak_bytes_per_token']:>11.0f}"
+        )
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--lengths", type=int, nargs="+", default=[16384, 32768, 65536, 131072])
     p.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default=None, choices=sorted(DTYPES), help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
     p.add_argument("--chunk-size", type=int, default=scoring.DEFAULT_CHUNK_SIZE)
-    p.add_argument("--long-pass", default="chunked", choices=scoring.LONG_PASS_CHOICES,
-                   help="strategy of the long pass (default chunked: what docs/scaling.md's tables measured; "
-                        "scripts/bench_long_pass.py compares the strategies)")
+    p.add_argument(
+        "--long-pass",
+        default="chunked",
+        choices=scoring.LONG_PASS_CHOICES,
+        help="strategy of the long pass (default chunked: what docs/scaling.md's tables measured; "
+        "scripts/bench_long_pass.py compares the strategies)",
+    )
     p.add_argument("--trunc-len", type=int, default=4096, help="K of the truncated pass")
     p.add_argument("--stride", type=int, default=1024, help="d of the truncated pass")
     p.add_argument("--window-batch", type=int, default=8, help="truncated windows per forward")
-    p.add_argument("--full-max-tokens", type=int, default=None,
-                   help="longest sequence for the full forward (default: 16384 on CPU, 32768 on CUDA)")
+    p.add_argument(
+        "--full-max-tokens",
+        type=int,
+        default=None,
+        help="longest sequence for the full forward (default: 16384 on CPU, 32768 on CUDA)",
+    )
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
@@ -232,8 +297,11 @@ def main(argv=None) -> int:
     full_max = args.full_max_tokens if args.full_max_tokens is not None else (32768 if on_gpu else 16384)
     jobs = [f"{path}:{n}" for n in args.lengths for path in args.paths if path != "full" or n <= full_max]
     shape = SHAPES[args.shape]
-    print(f"random Llama '{args.shape}' ({shape}); {args.device} {args.dtype}; chunk {args.chunk_size}; "
-          f"truncated K={args.trunc_len} d={args.stride}, {args.window_batch} windows per forward", flush=True)
+    print(
+        f"random Llama '{args.shape}' ({shape}); {args.device} {args.dtype}; chunk {args.chunk_size}; "
+        f"truncated K={args.trunc_len} d={args.stride}, {args.window_batch} windows per forward",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         if on_gpu:
             rows = spawn(args, jobs, Path(tmp))
@@ -251,14 +319,25 @@ def main(argv=None) -> int:
     for r in rows:
         if "long_vs_full_max_abs_diff" in r:
             long_row = next(q for q in rows if q["path"] == "long" and q["length"] == r["length"] and "error" not in q)
-            print(f"{r['length']} tokens: long vs full max |diff| of log-probs {r['long_vs_full_max_abs_diff']:.2e} "
-                  f"(mean NLL {r['long_vs_full_mean_nll'][0]:.4f} vs {r['long_vs_full_mean_nll'][1]:.4f}); long pass "
-                  f"time {long_row['seconds'] / r['seconds']:.2f}x, peak memory {long_row['peak_mib'] / max(r['peak_mib'], 1e-9):.3f}x "
-                  "of the full forward")
+            print(
+                f"{r['length']} tokens: long vs full max |diff| of log-probs {r['long_vs_full_max_abs_diff']:.2e} "
+                f"(mean NLL {r['long_vs_full_mean_nll'][0]:.4f} vs {r['long_vs_full_mean_nll'][1]:.4f}); long pass "
+                f"time {long_row['seconds'] / r['seconds']:.2f}x, peak memory {long_row['peak_mib'] / max(r['peak_mib'], 1e-9):.3f}x "
+                "of the full forward"
+            )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k not in ("json", "worker", "worker_out")},
-                                         "rows": rows}, indent=2, default=str) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {k: v for k, v in vars(args).items() if k not in ("json", "worker", "worker_out")},
+                    "rows": rows,
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
     return 0
 
 

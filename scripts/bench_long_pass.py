@@ -43,10 +43,23 @@ if str(REPO_ROOT) not in sys.path:
 from lm_eval_longctx.engine import memory, scoring  # noqa: E402
 
 SHAPES = {
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=128, vocab_size=32000),
-    "llama8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-                    intermediate_size=14336, vocab_size=128256, rope_theta=500000.0),
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=32000,
+    ),
+    "llama8b": dict(
+        hidden_size=4096,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        intermediate_size=14336,
+        vocab_size=128256,
+        rope_theta=500000.0,
+    ),
 }
 PATHS = ("decoder", "full", "chunked", "map")
 DEPTHS = tuple(range(0, 100, 10))
@@ -77,8 +90,9 @@ def run_path(path: str, model, ids: torch.Tensor, args):
         model.model(input_ids=ids[None].to(args.device), use_cache=False)
         return None
     if path == "map":
-        out = scoring.score_prefix_ladder(model, ids, ladder(len(ids), ids), n_scored=QA // 2,
-                                         batch_size=args.map_batch)
+        out = scoring.score_prefix_ladder(
+            model, ids, ladder(len(ids), ids), n_scored=QA // 2, batch_size=args.map_batch
+        )
         return np.concatenate([r.logprob for rung in out for r in rung])
     return scoring.score_long(model, ids, chunk_size=args.chunk_size, long_pass=path).logprob
 
@@ -114,8 +128,11 @@ def worker(args) -> dict:
         except torch.cuda.OutOfMemoryError:
             return {"error": "out of memory"}
     _sync(device)
-    peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    peak = (
+        torch.cuda.max_memory_allocated(device)
+        if device.type == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
     times = []
     with torch.no_grad():
         for _ in range(args.repeats):
@@ -124,19 +141,46 @@ def worker(args) -> dict:
             run_path(args.worker, model, ids, args)
             _sync(device)
             times.append(time.perf_counter() - start)
-    estimate = {"full": memory.full_forward_bytes(model, n, 1, device.type),
-                "chunked": memory.chunked_bytes(model, n, 1, args.chunk_size, device.type)}.get(args.worker)
+    estimate = {
+        "full": memory.full_forward_bytes(model, n, 1, device.type),
+        "chunked": memory.chunked_bytes(model, n, 1, args.chunk_size, device.type),
+    }.get(args.worker)
     if out is not None:
         np.save(args.worker_out, out)
-    return {"seconds": min(times), "peak_mib": max(peak - base, 0) / 2**20,
-            "estimate_mib": None if estimate is None else estimate / 2**20}
+    return {
+        "seconds": min(times),
+        "peak_mib": max(peak - base, 0) / 2**20,
+        "estimate_mib": None if estimate is None else estimate / 2**20,
+    }
 
 
 def spawn(args, path: str, n: int, out_file: Path) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", path, "--worker-out", str(out_file),
-           "--lengths", str(n), "--map-length", str(args.map_length if path == "map" else n),
-           "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--chunk-size", str(args.chunk_size),
-           "--repeats", str(args.repeats), "--threads", str(args.threads), "--map-batch", str(args.map_batch)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        path,
+        "--worker-out",
+        str(out_file),
+        "--lengths",
+        str(n),
+        "--map-length",
+        str(args.map_length if path == "map" else n),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--shape",
+        args.shape,
+        "--chunk-size",
+        str(args.chunk_size),
+        "--repeats",
+        str(args.repeats),
+        "--threads",
+        str(args.threads),
+        "--map-batch",
+        str(args.map_batch),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-2000:])
@@ -166,8 +210,10 @@ def main(argv=None) -> int:
     import tempfile
 
     rows, ok = [], True
-    print(f"random Llama '{args.shape}' ({SHAPES[args.shape]}); {args.device} {args.dtype}; chunk {args.chunk_size}; "
-          f"best of {args.repeats}; each path in its own process")
+    print(
+        f"random Llama '{args.shape}' ({SHAPES[args.shape]}); {args.device} {args.dtype}; chunk {args.chunk_size}; "
+        f"best of {args.repeats}; each path in its own process"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.lengths + [None]:
             paths = ("decoder", "full", "chunked") if n is not None else ("full", "map")
@@ -189,8 +235,10 @@ def main(argv=None) -> int:
             r = row.get(path)
             if r is None:
                 continue
-            ratio = {"full": f"full / decoder {row['full_over_decoder']:.2f}" if "full_over_decoder" in row else "",
-                     "map": f"map / full {row['map_over_full']:.2f}" if "map_over_full" in row else ""}.get(path, "")
+            ratio = {
+                "full": f"full / decoder {row['full_over_decoder']:.2f}" if "full_over_decoder" in row else "",
+                "map": f"map / full {row['map_over_full']:.2f}" if "map_over_full" in row else "",
+            }.get(path, "")
             if "error" in r:
                 print(f"| {row['tokens']:,} | {path} | {r['error']} | | | |")
                 continue

@@ -46,8 +46,17 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    model = random_llama(args.vocab, seed=0, hidden_size=args.hidden_size, num_hidden_layers=args.layers,
-                         max_position_embeddings=max(args.seq_len, 16)).to(args.device).train()
+    model = (
+        random_llama(
+            args.vocab,
+            seed=0,
+            hidden_size=args.hidden_size,
+            num_hidden_layers=args.layers,
+            max_position_embeddings=max(args.seq_len, 16),
+        )
+        .to(args.device)
+        .train()
+    )
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, args.vocab, (args.batch_size, args.seq_len), generator=g).to(args.device)
@@ -75,12 +84,21 @@ def main(argv=None) -> dict:
             step(fn)
             times[name].append(time.perf_counter() - t0)
     best = {k: min(v) for k, v in times.items()}
-    result = {"device": args.device, "seq_len": args.seq_len, "trunc_len": args.trunc_len, "stride": args.stride,
-              "batch_size": args.batch_size, "ce_step_s": best["ce"], "longce_step_s": best["longce"],
-              "ratio": best["longce"] / best["ce"]}
+    result = {
+        "device": args.device,
+        "seq_len": args.seq_len,
+        "trunc_len": args.trunc_len,
+        "stride": args.stride,
+        "batch_size": args.batch_size,
+        "ce_step_s": best["ce"],
+        "longce_step_s": best["longce"],
+        "ratio": best["longce"] / best["ce"],
+    }
     print(json.dumps(result))
-    print(f"LongCE / CE step time: {result['ratio']:.2f}x (+{100 * (result['ratio'] - 1):.0f}%)  "
-          f"[CE {best['ce'] * 1e3:.1f} ms, LongCE {best['longce'] * 1e3:.1f} ms]")
+    print(
+        f"LongCE / CE step time: {result['ratio']:.2f}x (+{100 * (result['ratio'] - 1):.0f}%)  "
+        f"[CE {best['ce'] * 1e3:.1f} ms, LongCE {best['longce'] * 1e3:.1f} ms]"
+    )
     return result
 
 

@@ -79,11 +79,17 @@ def build_lm(args, texts, tmp: Path):
     tokenizer = offline.train_tokenizer(texts, vocab_size=args.tokenizer_vocab)
     if args.vocab_size < len(tokenizer):
         raise SystemExit(f"--vocab-size {args.vocab_size} is smaller than the tokenizer ({len(tokenizer)} tokens)")
-    model = offline.random_llama(args.vocab_size, seed=args.seed, hidden_size=args.hidden_size,
-                                 num_hidden_layers=args.layers, max_position_embeddings=16384,
-                                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                                 pad_token_id=tokenizer.pad_token_id,
-                                 head_scale=20.0)  # peaked: the agreement check is not between near-uniform values
+    model = offline.random_llama(
+        args.vocab_size,
+        seed=args.seed,
+        hidden_size=args.hidden_size,
+        num_hidden_layers=args.layers,
+        max_position_embeddings=16384,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        head_scale=20.0,
+    )  # peaked: the agreement check is not between near-uniform values
     model.save_pretrained(tmp / "model")
     tokenizer.save_pretrained(tmp / "model")
     return HFLM(pretrained=str(tmp / "model"), dtype=args.dtype, device=args.device, batch_size=args.hf_batch_size)
@@ -92,8 +98,10 @@ def build_lm(args, texts, tmp: Path):
 def task_path(lm, texts, spec, batch_size):
     ctx = glue.ScoringContext(lm.model, lm.tokenizer, lm.max_length, batch_size)
     scores = retrieval_gain.serve(ctx, [(t, spec) for t in texts])
-    return (np.concatenate([-s.with_logprob.astype(np.float64).mean(1) for s in scores]),
-            np.concatenate([-s.without_logprob.astype(np.float64).mean(1) for s in scores]))
+    return (
+        np.concatenate([-s.with_logprob.astype(np.float64).mean(1) for s in scores]),
+        np.concatenate([-s.without_logprob.astype(np.float64).mean(1) for s in scores]),
+    )
 
 
 def stock_requests(lm, texts, spec):
@@ -126,8 +134,9 @@ def best_time(fn, repeats):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--docs", type=int, default=4)
     p.add_argument("--chars-per-doc", type=int, default=40_000)
     p.add_argument("--doc-tokens", type=int, default=8192)
@@ -154,33 +163,52 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     texts = offline.python_reference_documents(args.docs, args.chars_per_doc)
-    spec = {**retrieval_gain.resolve_settings({"doc_tokens": args.doc_tokens, "n_queries": args.n_queries,
-                                   "chunk_size": args.chunk_size}), "kind": retrieval_gain.KIND}
+    spec = {
+        **retrieval_gain.resolve_settings(
+            {"doc_tokens": args.doc_tokens, "n_queries": args.n_queries, "chunk_size": args.chunk_size}
+        ),
+        "kind": retrieval_gain.KIND,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         lm = build_lm(args, texts, Path(tmp))
         n_tokens = [len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
         if min(n_tokens) < args.doc_tokens:
-            print(f"documents have {n_tokens} tokens, fewer than --doc-tokens {args.doc_tokens}: raise "
-                  "--chars-per-doc", file=sys.stderr)
+            print(
+                f"documents have {n_tokens} tokens, fewer than --doc-tokens {args.doc_tokens}: raise --chars-per-doc",
+                file=sys.stderr,
+            )
             return 2
         reqs = stock_requests(lm, texts, spec)
-        print(f"tiny random Llama: vocab {args.vocab_size} (tokenizer {len(lm.tokenizer)}), hidden {args.hidden_size}, "
-              f"{args.layers} layers; "
-              f"{args.device} {args.dtype}, {torch.get_num_threads()} threads; {args.docs} documents x "
-              f"{args.n_queries} queries, document {args.doc_tokens} tokens, q = r = 24; chunk {args.chunk_size}; "
-              f"HFLM batch {args.hf_batch_size}; best of {args.repeats} runs")
+        print(
+            f"tiny random Llama: vocab {args.vocab_size} (tokenizer {len(lm.tokenizer)}), hidden {args.hidden_size}, "
+            f"{args.layers} layers; "
+            f"{args.device} {args.dtype}, {torch.get_num_threads()} threads; {args.docs} documents x "
+            f"{args.n_queries} queries, document {args.doc_tokens} tokens, q = r = 24; chunk {args.chunk_size}; "
+            f"HFLM batch {args.hf_batch_size}; best of {args.repeats} runs"
+        )
         sys.stdout.flush()
         t_task, (w_task, wo_task) = best_time(lambda: task_path(lm, texts, spec, args.batch_size), args.repeats)
         t_stock, (w_stock, wo_stock) = best_time(lambda: stock_path(lm, reqs, spec["answer_tokens"]), args.repeats)
 
     diff = float(max(np.abs(w_task - w_stock).max(), np.abs(wo_task - wo_stock).max()))
     speedup = t_stock / t_task
-    row = {"docs": args.docs, "n_queries": args.n_queries, "doc_tokens": args.doc_tokens,
-           "vocab_size": args.vocab_size, "hidden_size": args.hidden_size, "layers": args.layers,
-           "chunk_size": args.chunk_size, "device": args.device, "dtype": args.dtype,
-           "threads": torch.get_num_threads(),
-           "stock_hflm_s": t_stock, "task_path_s": t_task, "speedup": speedup, "max_abs_diff_nll": diff,
-           "retrieval_gain": float(np.mean(wo_task - w_task))}
+    row = {
+        "docs": args.docs,
+        "n_queries": args.n_queries,
+        "doc_tokens": args.doc_tokens,
+        "vocab_size": args.vocab_size,
+        "hidden_size": args.hidden_size,
+        "layers": args.layers,
+        "chunk_size": args.chunk_size,
+        "device": args.device,
+        "dtype": args.dtype,
+        "threads": torch.get_num_threads(),
+        "stock_hflm_s": t_stock,
+        "task_path_s": t_task,
+        "speedup": speedup,
+        "max_abs_diff_nll": diff,
+        "retrieval_gain": float(np.mean(wo_task - w_task)),
+    }
     header = f"{'path':<28} {'time s':>8} {'s / doc':>8} {'speed-up':>9}"
     print(header)
     print("-" * len(header))
@@ -188,8 +216,10 @@ def main(argv=None) -> int:
     print(f"{'retrieval_gain task path':<28} {t_task:>8.3f} {t_task / args.docs:>8.3f} {speedup:>8.2f}x")
     print(f"max |diff| of per-pair answer NLLs (with, without): {diff:.1e}; mean gain {row['retrieval_gain']:+.4f}")
     met = speedup >= TARGET_SPEEDUP
-    print(f"Target: >= {TARGET_SPEEDUP}x faster than stock HFLM with {args.n_queries} queries per document: "
-          f"{speedup:.2f}x -> {'MET' if met else 'NOT MET'}")
+    print(
+        f"Target: >= {TARGET_SPEEDUP}x faster than stock HFLM with {args.n_queries} queries per document: "
+        f"{speedup:.2f}x -> {'MET' if met else 'NOT MET'}"
+    )
     ok = diff <= FLOAT32_TOLERANCE or args.dtype != "float32"
     print(f"Agreement (tolerance {FLOAT32_TOLERANCE:.0e}): {'ok' if ok else 'FAILED'}")
     if args.json:

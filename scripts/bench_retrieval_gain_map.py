@@ -63,8 +63,9 @@ PATHS = ("ladder", "per_length", "stock_hflm", "reference")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--docs", type=int, default=2)
     p.add_argument("--chars-per-doc", type=int, default=24_000)
     p.add_argument("--lengths", default="256,512,1024,2048,4096")
@@ -100,8 +101,10 @@ def without_pass(lm, cases, batch):
             for w in rung:
                 distinct.setdefault(tuple(w), len(distinct))
     scored = engine.score_sequence_ends(lm.model, list(distinct), cases[0].answer_tokens, batch_size=batch)
-    return [np.array([[-scored[distinct[tuple(w)]].logprob.astype(np.float64).mean() for w in rung]
-                      for rung in c.without]) for c in cases]
+    return [
+        np.array([[-scored[distinct[tuple(w)]].logprob.astype(np.float64).mean() for w in rung] for rung in c.without])
+        for c in cases
+    ]
 
 
 def run_path(name, lm, texts, spec, args, stock_reqs):
@@ -112,8 +115,9 @@ def run_path(name, lm, texts, spec, args, stock_reqs):
 
     shape = (len(texts), len(spec["lengths"]), len(spec["depths"]))
     if name == "ladder":
-        out = rgm.serve(harness.ScoringContext(lm.model, lm.tokenizer, None, args.batch_size),
-                        [(t, spec) for t in texts])
+        out = rgm.serve(
+            harness.ScoringContext(lm.model, lm.tokenizer, None, args.batch_size), [(t, spec) for t in texts]
+        )
         w = np.stack([-s.with_logprob.astype(np.float64).mean(-1)[..., 0] for s in out])
         wo = np.stack([-s.without_logprob.astype(np.float64).mean(-1)[..., 0] for s in out])
         return w, wo
@@ -128,13 +132,19 @@ def run_path(name, lm, texts, spec, args, stock_reqs):
         lead = len(c.lead)
         if name == "per_length":
             for i, L in enumerate(c.lengths):
-                res = engine.score_continuations(lm.model, c.prefix[: lead + L], c.continuations[i],
-                                                 n_scored=c.answer_tokens, chunk_size=args.chunk_size)
+                res = engine.score_continuations(
+                    lm.model,
+                    c.prefix[: lead + L],
+                    c.continuations[i],
+                    n_scored=c.answer_tokens,
+                    chunk_size=args.chunk_size,
+                )
                 w[d, i] = [-r.logprob.astype(np.float64).mean() for r in res]
         else:  # reference: one prefix of L_max, every cell's continuation on top (numbers differ: not compared)
             flat = [x for rung in c.continuations for x in rung]
-            res = engine.score_continuations(lm.model, c.prefix, flat, n_scored=c.answer_tokens,
-                                             chunk_size=args.chunk_size)
+            res = engine.score_continuations(
+                lm.model, c.prefix, flat, n_scored=c.answer_tokens, chunk_size=args.chunk_size
+            )
             w[d] = np.array([-r.logprob.astype(np.float64).mean() for r in res]).reshape(shape[1:])
     return w, wo
 
@@ -173,8 +183,9 @@ def child(args) -> int:
         times.append(time.perf_counter() - start)
         if k == 0:
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base  # KiB on Linux
-    np.savez(args.workdir / f"{args.path}.npz", w=w, wo=wo, time=min(times), peak_kib=peak,
-             threads=torch.get_num_threads())
+    np.savez(
+        args.workdir / f"{args.path}.npz", w=w, wo=wo, time=min(times), peak_kib=peak, threads=torch.get_num_threads()
+    )
     return 0
 
 
@@ -192,52 +203,82 @@ def main(argv=None) -> int:
         tokenizer = offline.train_tokenizer(texts, vocab_size=args.tokenizer_vocab)
         n_tokens = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
         if min(n_tokens) < spec["lengths"][-1]:
-            print(f"documents have {n_tokens} tokens, fewer than the longest length {spec['lengths'][-1]}: "
-                  "raise --chars-per-doc", file=sys.stderr)
+            print(
+                f"documents have {n_tokens} tokens, fewer than the longest length {spec['lengths'][-1]}: "
+                "raise --chars-per-doc",
+                file=sys.stderr,
+            )
             return 2
-        model = offline.random_llama(args.vocab_size, seed=args.seed, hidden_size=args.hidden_size,
-                                     num_hidden_layers=args.layers, max_position_embeddings=16384,
-                                     bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                                     pad_token_id=tokenizer.pad_token_id,
-                                     head_scale=20.0)  # peaked: the agreement check is not between near-uniform values
+        model = offline.random_llama(
+            args.vocab_size,
+            seed=args.seed,
+            hidden_size=args.hidden_size,
+            num_hidden_layers=args.layers,
+            max_position_embeddings=16384,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            head_scale=20.0,
+        )  # peaked: the agreement check is not between near-uniform values
         model.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
         del model
         n_cells = len(spec["lengths"]) * len(spec["depths"])
-        print(f"tiny random Llama: vocab {args.vocab_size} (tokenizer {len(tokenizer)}), hidden {args.hidden_size}, "
-              f"{args.layers} layers; CPU float32; {args.docs} documents x {len(spec['lengths'])} lengths "
-              f"{spec['lengths']} x {len(spec['depths'])} depths ({n_cells} cells per document), q = r = 24; "
-              f"chunk {args.chunk_size}; best of {args.repeats} runs, each path in its own process")
+        print(
+            f"tiny random Llama: vocab {args.vocab_size} (tokenizer {len(tokenizer)}), hidden {args.hidden_size}, "
+            f"{args.layers} layers; CPU float32; {args.docs} documents x {len(spec['lengths'])} lengths "
+            f"{spec['lengths']} x {len(spec['depths'])} depths ({n_cells} cells per document), q = r = 24; "
+            f"chunk {args.chunk_size}; best of {args.repeats} runs, each path in its own process"
+        )
         sys.stdout.flush()
         out = {}
         for name in PATHS:
-            cmd = [sys.executable, __file__, "--path", name, "--workdir", str(tmp)] + (argv if argv is not None
-                                                                                        else sys.argv[1:])
+            cmd = [sys.executable, __file__, "--path", name, "--workdir", str(tmp)] + (
+                argv if argv is not None else sys.argv[1:]
+            )
             subprocess.run(cmd, check=True)
             with np.load(tmp / f"{name}.npz") as z:
                 out[name] = {k: z[k] for k in z.files}
 
     ref = out["ladder"]
-    diffs = {name: float(max(np.abs(out[name]["w"] - ref["w"]).max(), np.abs(out[name]["wo"] - ref["wo"]).max()))
-             for name in ("per_length", "stock_hflm")}
+    diffs = {
+        name: float(max(np.abs(out[name]["w"] - ref["w"]).max(), np.abs(out[name]["wo"] - ref["wo"]).max()))
+        for name in ("per_length", "stock_hflm")
+    }
     t_ref = float(out["reference"]["time"])
     rows = []
     header = f"{'path':<34} {'time s':>8} {'vs ladder':>10} {'vs reference':>13} {'peak MiB':>9}"
     print(header)
     print("-" * len(header))
-    labels = {"ladder": "ladder (task path, one pass)", "per_length": "(a) score_continuations per L",
-              "stock_hflm": "(b) stock HFLM loglikelihood", "reference": "reference: one pass of L_max + Q A"}
+    labels = {
+        "ladder": "ladder (task path, one pass)",
+        "per_length": "(a) score_continuations per L",
+        "stock_hflm": "(b) stock HFLM loglikelihood",
+        "reference": "reference: one pass of L_max + Q A",
+    }
     t_ladder = float(ref["time"])
     for name in PATHS:
         t, peak = float(out[name]["time"]), float(out[name]["peak_kib"]) / 1024
-        rows.append({"path": name, "time_s": t, "vs_ladder": t / t_ladder, "vs_reference": t / t_ref,
-                     "peak_rss_rise_mib": peak, "max_abs_diff_nll": diffs.get(name, 0.0 if name == "ladder" else None)})
+        rows.append(
+            {
+                "path": name,
+                "time_s": t,
+                "vs_ladder": t / t_ladder,
+                "vs_reference": t / t_ref,
+                "peak_rss_rise_mib": peak,
+                "max_abs_diff_nll": diffs.get(name, 0.0 if name == "ladder" else None),
+            }
+        )
         print(f"{labels[name]:<34} {t:>8.3f} {t / t_ladder:>9.2f}x {t / t_ref:>12.2f}x {peak:>9.1f}")
     ratio = t_ladder / t_ref
-    print(f"max |diff| of per-cell answer NLLs vs the ladder: per-length {diffs['per_length']:.1e}, "
-          f"stock HFLM {diffs['stock_hflm']:.1e}; mean gain {float(np.mean(ref['wo'] - ref['w'])):+.4f}")
-    print(f"Target: ladder <= {TARGET_RATIO}x one pass of L_max plus the query tokens: {ratio:.2f}x -> "
-          f"{'MET' if ratio <= TARGET_RATIO else 'NOT MET'}")
+    print(
+        f"max |diff| of per-cell answer NLLs vs the ladder: per-length {diffs['per_length']:.1e}, "
+        f"stock HFLM {diffs['stock_hflm']:.1e}; mean gain {float(np.mean(ref['wo'] - ref['w'])):+.4f}"
+    )
+    print(
+        f"Target: ladder <= {TARGET_RATIO}x one pass of L_max plus the query tokens: {ratio:.2f}x -> "
+        f"{'MET' if ratio <= TARGET_RATIO else 'NOT MET'}"
+    )
     ok = max(diffs.values()) <= FLOAT32_TOLERANCE
     print(f"Agreement (tolerance {FLOAT32_TOLERANCE:.0e}): {'ok' if ok else 'FAILED'}")
     if args.json:

@@ -212,13 +212,37 @@ def worker(args) -> dict:
 def spawn_worker(args, path: str, length: int, out_file: Path) -> dict:
     """Run this script in --worker mode for one (path, length); returns its result dict."""
     cmd = [
-        sys.executable, os.path.abspath(__file__), "--worker", path, "--worker-out", str(out_file),
-        "--lengths", str(length), "--chunk-size", str(args.chunk_size), "--long-pass", args.long_pass,
-        "--repeats", str(args.repeats),
-        "--device", args.device, "--dtype", args.dtype, "--vocab-size", str(args.vocab_size),
-        "--hidden-size", str(args.hidden_size), "--layers", str(args.layers), "--seed", str(args.seed),
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        path,
+        "--worker-out",
+        str(out_file),
+        "--lengths",
+        str(length),
+        "--chunk-size",
+        str(args.chunk_size),
+        "--long-pass",
+        args.long_pass,
+        "--repeats",
+        str(args.repeats),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--vocab-size",
+        str(args.vocab_size),
+        "--hidden-size",
+        str(args.hidden_size),
+        "--layers",
+        str(args.layers),
+        "--seed",
+        str(args.seed),
         # the same config in every worker, whatever length it scores
-        "--max-positions", str(args.max_positions or max(args.lengths)), "--threads", str(args.threads),
+        "--max-positions",
+        str(args.max_positions or max(args.lengths)),
+        "--threads",
+        str(args.threads),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -262,15 +286,19 @@ def format_number(row: dict, key: str, spec: str) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    header = (f"{'length':>7} {'straight s':>10} {'engine s':>9} {'time x':>7} "
-              f"{'straight MiB':>12} {'engine MiB':>10} {'mem x':>6} {'max|diff|':>9}")
+    header = (
+        f"{'length':>7} {'straight s':>10} {'engine s':>9} {'time x':>7} "
+        f"{'straight MiB':>12} {'engine MiB':>10} {'mem x':>6} {'max|diff|':>9}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['length']:>7} {format_number(r, 'straightforward_time_s', '.3f'):>10} "
-              f"{format_number(r, 'engine_time_s', '.3f'):>9} {format_number(r, 'time_ratio', '.2f'):>7} "
-              f"{format_number(r, 'straightforward_peak_mib', '.0f'):>12} {format_number(r, 'engine_peak_mib', '.0f'):>10} "
-              f"{format_number(r, 'memory_ratio', '.3f'):>6} {format_number(r, 'max_abs_diff', '.1e'):>9}")
+        print(
+            f"{r['length']:>7} {format_number(r, 'straightforward_time_s', '.3f'):>10} "
+            f"{format_number(r, 'engine_time_s', '.3f'):>9} {format_number(r, 'time_ratio', '.2f'):>7} "
+            f"{format_number(r, 'straightforward_peak_mib', '.0f'):>12} {format_number(r, 'engine_peak_mib', '.0f'):>10} "
+            f"{format_number(r, 'memory_ratio', '.3f'):>6} {format_number(r, 'max_abs_diff', '.1e'):>9}"
+        )
         for path in PATHS:
             if f"{path}_error" in r:
                 print(f"        {path}: {r[f'{path}_error']}")
@@ -278,24 +306,33 @@ def print_table(rows: list[dict]) -> None:
 
 def target_verdict(rows: list[dict]) -> str:
     row = next((r for r in rows if r["length"] == TARGET_LENGTH), None)
-    goal = (f"Target: at {TARGET_LENGTH} tokens, engine peak memory <= {TARGET_MEMORY_RATIO:.0%} of the "
-            f"straightforward path and time <= {TARGET_TIME_RATIO}x")
+    goal = (
+        f"Target: at {TARGET_LENGTH} tokens, engine peak memory <= {TARGET_MEMORY_RATIO:.0%} of the "
+        f"straightforward path and time <= {TARGET_TIME_RATIO}x"
+    )
     if row is None or "time_ratio" not in row:
         return f"{goal}: not measured."
     mem_ok = row["memory_ratio"] <= TARGET_MEMORY_RATIO
     time_ok = row["time_ratio"] <= TARGET_TIME_RATIO
-    return (f"{goal}: memory {row['memory_ratio']:.1%} ({'met' if mem_ok else 'MISSED'}), "
-            f"time {row['time_ratio']:.2f}x ({'met' if time_ok else 'MISSED'}) -> "
-            f"{'MET' if mem_ok and time_ok else 'NOT MET'}")
+    return (
+        f"{goal}: memory {row['memory_ratio']:.1%} ({'met' if mem_ok else 'MISSED'}), "
+        f"time {row['time_ratio']:.2f}x ({'met' if time_ok else 'MISSED'}) -> "
+        f"{'MET' if mem_ok and time_ok else 'NOT MET'}"
+    )
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     p.add_argument("--chunk-size", type=int, default=1024)
-    p.add_argument("--long-pass", default="chunked", choices=("auto", "full", "chunked"),
-                   help="the engine's strategy (default chunked, as the recorded figures)")
+    p.add_argument(
+        "--long-pass",
+        default="chunked",
+        choices=("auto", "full", "chunked"),
+        help="the engine's strategy (default chunked, as the recorded figures)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed runs per path (the best is reported)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -320,9 +357,11 @@ def main(argv=None) -> int:
         print(json.dumps(worker(args)))
         return 0
 
-    print(f"tiny random Llama: vocab {args.vocab_size}, hidden {args.hidden_size}, {args.layers} layers; "
-          f"{args.device} {args.dtype}, {args.threads or torch.get_num_threads()} threads; chunk "
-          f"{args.chunk_size}; best of {args.repeats} runs")
+    print(
+        f"tiny random Llama: vocab {args.vocab_size}, hidden {args.hidden_size}, {args.layers} layers; "
+        f"{args.device} {args.dtype}, {args.threads or torch.get_num_threads()} threads; chunk "
+        f"{args.chunk_size}; best of {args.repeats} runs"
+    )
     sys.stdout.flush()  # before the progress lines on stderr
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -336,9 +375,11 @@ def main(argv=None) -> int:
     if args.dtype == "float32":
         worst = max((r["max_abs_diff"] for r in rows if "max_abs_diff" in r), default=None)
         ok = worst is not None and worst <= FLOAT32_TOLERANCE
-        print(f"Agreement: max |diff| of log-probs {worst if worst is None else f'{worst:.1e}'} "
-              f"(tolerance {FLOAT32_TOLERANCE:.0e}) -> {'ok' if ok else 'FAILED'}; greedy mismatches "
-              f"{sum(r.get('greedy_mismatches', 0) for r in rows)}")
+        print(
+            f"Agreement: max |diff| of log-probs {worst if worst is None else f'{worst:.1e}'} "
+            f"(tolerance {FLOAT32_TOLERANCE:.0e}) -> {'ok' if ok else 'FAILED'}; greedy mismatches "
+            f"{sum(r.get('greedy_mismatches', 0) for r in rows)}"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -66,8 +66,13 @@ def ours_cumulative_ms(cmd: list[str], hook: bool) -> tuple[float, list[str]]:
     """-X importtime (cmd[0] must be the python executable): the cumulative import time of our modules that no
     other module of ours imported (so stdlib modules first imported by ours count as ours), and the modules
     imported under them that are not ours."""
-    proc = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=_env(hook), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        [cmd[0], "-X", "importtime", *cmd[1:]],
+        env=_env(hook),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     rows = []
     for line in proc.stderr.splitlines():
         m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
@@ -102,8 +107,10 @@ def main() -> int:
     }
     if args.skip_ls:
         del commands["lm-eval ls tasks"]
-    print(f"{'command':30s} {'hook on (s)':>12s} {'hook off (s)':>13s} {'on/off':>7s}   "
-          "ours in -X importtime, median ms (hook on / off)")
+    print(
+        f"{'command':30s} {'hook on (s)':>12s} {'hook off (s)':>13s} {'on/off':>7s}   "
+        "ours in -X importtime, median ms (hook on / off)"
+    )
     for name, cmd in commands.items():
         on, off, imp_on, imp_off, under = [], [], [], [], set()
         for _ in range(args.repeats):
@@ -114,8 +121,10 @@ def main() -> int:
             under.update(below)
             imp_off.append(ours_cumulative_ms(cmd, False)[0])
         mon, moff = statistics.median(on), statistics.median(off)
-        print(f"{name:30s} {mon:12.3f} {moff:13.3f} {mon / moff:7.3f}   {statistics.median(imp_on):6.2f} / "
-              f"{statistics.median(imp_off):6.2f}" + (f"  (incl. {', '.join(sorted(under))[:100]})" if under else ""))
+        print(
+            f"{name:30s} {mon:12.3f} {moff:13.3f} {mon / moff:7.3f}   {statistics.median(imp_on):6.2f} / "
+            f"{statistics.median(imp_off):6.2f}" + (f"  (incl. {', '.join(sorted(under))[:100]})" if under else "")
+        )
     return 0
 
 

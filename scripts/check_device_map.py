@@ -37,9 +37,19 @@ def save_model(path: Path, layers: int, hidden: int, vocab: int) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
-                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     model = LlamaForCausalLM(config)
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)
@@ -66,10 +76,14 @@ def main(argv=None) -> int:
         max_memory = {**{str(i): per_gpu for i in range(n_gpu)}, "cpu": "4GiB"}
     split, _ = evaluator.load_evaluator(str(tmp / "m"), device="auto", dtype="float32", max_memory=max_memory)
     device_map = getattr(split, "hf_device_map", None)
-    report = {"device": args.device, "gpus": n_gpu, "max_memory": max_memory,
-              "device_map_values": sorted({str(v) for v in (device_map or {}).values()}),
-              "hooked": getattr(split, "_hf_hook", None) is not None,
-              "input_device": str(scoring.input_device(split))}
+    report = {
+        "device": args.device,
+        "gpus": n_gpu,
+        "max_memory": max_memory,
+        "device_map_values": sorted({str(v) for v in (device_map or {}).values()}),
+        "hooked": getattr(split, "_hf_hook", None) is not None,
+        "input_device": str(scoring.input_device(split)),
+    }
 
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, 1024, (3000,), generator=g)
@@ -89,6 +103,7 @@ def main(argv=None) -> int:
     with torch.no_grad():
         head = split.get_output_embeddings()
         seen = {}
+
         def record(module, inputs, output):  # returns None: the output is left as it is
             seen["head_output"] = str(output.device)
 

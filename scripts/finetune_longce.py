@@ -76,9 +76,15 @@ def tiny_demo(workdir: Path) -> tuple[str, list[str]]:
 
     docs = python_reference_documents(n_docs=2, chars_per_doc=6_000)
     tokenizer = train_tokenizer(docs, vocab_size=300)
-    model = random_llama(len(tokenizer), seed=0, hidden_size=32, max_position_embeddings=1024,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id)
+    model = random_llama(
+        len(tokenizer),
+        seed=0,
+        hidden_size=32,
+        max_position_embeddings=1024,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model.save_pretrained(workdir / "model")
     tokenizer.save_pretrained(workdir / "model")
     files = []
@@ -99,8 +105,9 @@ def build_dataset(tokenizer, files: list[str], seq_len: int):
     blocks = [stream[i : i + seq_len] for i in range(0, len(stream) - seq_len + 1, seq_len)]
     if not blocks:
         raise SystemExit(f"the text has {len(stream)} tokens, fewer than one block of --seq-len {seq_len}")
-    return Dataset.from_dict({"input_ids": blocks, "labels": [list(b) for b in blocks],
-                              "attention_mask": [[1] * seq_len for _ in blocks]})
+    return Dataset.from_dict(
+        {"input_ids": blocks, "labels": [list(b) for b in blocks], "attention_mask": [[1] * seq_len for _ in blocks]}
+    )
 
 
 def main(argv=None) -> dict:
@@ -112,10 +119,17 @@ def main(argv=None) -> dict:
     p.add_argument("--seq-len", type=int, default=None, help="tokens per block (default 32768; 64 with --tiny-demo)")
     # K, d, gamma and the short batch come from LongCE's settings declaration (K and d default to 24 and 8
     # with --tiny-demo)
-    add_arguments(p, LONGCE_SETTINGS, ["trunc_len", "stride", "gamma", "short_batch_size"],
-                  defaults={"trunc_len": None, "stride": None})
-    p.add_argument("--reference-mask", action="store_true",
-                   help="reference behaviour: no masking of padding / -100 labels, mean over all positions")
+    add_arguments(
+        p,
+        LONGCE_SETTINGS,
+        ["trunc_len", "stride", "gamma", "short_batch_size"],
+        defaults={"trunc_len": None, "stride": None},
+    )
+    p.add_argument(
+        "--reference-mask",
+        action="store_true",
+        help="reference behaviour: no masking of padding / -100 labels, mean over all positions",
+    )
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--lr", type=float, default=2e-5)
@@ -145,12 +159,25 @@ def main(argv=None) -> dict:
     dataset = build_dataset(tokenizer, args.train_file, args.seq_len)
     out_dir = args.output_dir or (tmp.name + "/out" if tmp else "longce_out")
     training_args = TrainingArguments(
-        output_dir=out_dir, per_device_train_batch_size=args.batch_size, gradient_accumulation_steps=args.grad_accum,
-        learning_rate=args.lr, max_steps=args.max_steps, logging_steps=1, save_strategy="no", report_to=[],
-        bf16=args.bf16, use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0,
+        output_dir=out_dir,
+        per_device_train_batch_size=args.batch_size,
+        gradient_accumulation_steps=args.grad_accum,
+        learning_rate=args.lr,
+        max_steps=args.max_steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        bf16=args.bf16,
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_num_workers=0,
     )
-    longce = LongCELoss(trunc_len=args.trunc_len, stride=args.stride, gamma=args.gamma,
-                        short_batch_size=args.short_batch_size, mask_ignored=not args.reference_mask)
+    longce = LongCELoss(
+        trunc_len=args.trunc_len,
+        stride=args.stride,
+        gamma=args.gamma,
+        short_batch_size=args.short_batch_size,
+        mask_ignored=not args.reference_mask,
+    )
     trainer = make_trainer_class()(model=model, args=training_args, train_dataset=dataset, longce=longce)
     result = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

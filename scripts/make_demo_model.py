@@ -34,17 +34,28 @@ def is_demo_model_folder(path: Path) -> bool:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", nargs="?", default=str(model.packaged_model_dir()),
-                   help="output folder (default: the shipped model's folder)")
-    p.add_argument("--variant", choices=sorted(model.VARIANTS), default=None,
-                   help="a known-answer variant with the shipped tokenizer instead of the demo model")
+    p.add_argument(
+        "out",
+        nargs="?",
+        default=str(model.packaged_model_dir()),
+        help="output folder (default: the shipped model's folder)",
+    )
+    p.add_argument(
+        "--variant",
+        choices=sorted(model.VARIANTS),
+        default=None,
+        help="a known-answer variant with the shipped tokenizer instead of the demo model",
+    )
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
     out = Path(args.out)
     if out.is_dir() and any(out.iterdir()) and not is_demo_model_folder(out):
-        print(f"error: {out} is not empty and holds no demo model (recipe.json + config.json): it will not be "
-              "replaced (nothing there was changed). Choose a new or empty folder.", file=sys.stderr)
+        print(
+            f"error: {out} is not empty and holds no demo model (recipe.json + config.json): it will not be "
+            "replaced (nothing there was changed). Choose a new or empty folder.",
+            file=sys.stderr,
+        )
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)

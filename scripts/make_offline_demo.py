@@ -28,8 +28,10 @@ def main(argv=None) -> int:
     with open(f"{args.out}/metadata.json", "w", encoding="utf-8") as f:
         f.write(md)
     print(json.dumps(info, indent=2))
-    print("\nlm_eval --tasks longppl_govreport --model hf "
-          f"--model_args pretrained={info['model']},dtype=float32 --device cpu --metadata '{md}'")
+    print(
+        "\nlm_eval --tasks longppl_govreport --model hf "
+        f"--model_args pretrained={info['model']},dtype=float32 --device cpu --metadata '{md}'"
+    )
     return 0
 
 

@@ -23,18 +23,33 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="results JSON files written by lm_eval --output_path")
     p.add_argument("-o", "--out", required=True, help="output PNG")
-    p.add_argument("--task", default=None,
-                   help="task name in the results (default: every forgetting-curve task of each file)")
-    p.add_argument("--label", action="append", default=None,
-                   help="legend label per curve, in order (default: the model name recorded in the results)")
+    p.add_argument(
+        "--task", default=None, help="task name in the results (default: every forgetting-curve task of each file)"
+    )
+    p.add_argument(
+        "--label",
+        action="append",
+        default=None,
+        help="legend label per curve, in order (default: the model name recorded in the results)",
+    )
     p.add_argument("--title", default=None)
-    p.add_argument("--log-x", action="store_true", default=None, help="logarithmic length axis "
-                   "(default: when the lengths were spaced geometrically)")
+    p.add_argument(
+        "--log-x",
+        action="store_true",
+        default=None,
+        help="logarithmic length axis (default: when the lengths were spaced geometrically)",
+    )
     args = p.parse_args(argv)
 
-    curves = forgetting_curve.labelled_from_results(args.results, args.task, forgetting_curve.forgetting_curve_tasks,
-                                            forgetting_curve.curve_from_results, args.label,
-                                            "forgetting curve (no copy_acc@LENGTH metrics)", p.error)
+    curves = forgetting_curve.labelled_from_results(
+        args.results,
+        args.task,
+        forgetting_curve.forgetting_curve_tasks,
+        forgetting_curve.curve_from_results,
+        args.label,
+        "forgetting curve (no copy_acc@LENGTH metrics)",
+        p.error,
+    )
     out = forgetting_curve.plot_forgetting_curves(curves, args.out, title=args.title, log_x=args.log_x)
     print(f"wrote {out}")
     return 0

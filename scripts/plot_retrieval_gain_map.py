@@ -25,16 +25,30 @@ def main(argv=None) -> int:
     p.add_argument("results", nargs="+", help="results JSON files written by lm_eval --output_path")
     p.add_argument("-o", "--out", required=True, help="output PNG")
     p.add_argument("--task", default=None, help="task name in the results (default: every gain-map task of each file)")
-    p.add_argument("--label", action="append", default=None,
-                   help="panel label per map, in order (default: the model name recorded in the results)")
+    p.add_argument(
+        "--label",
+        action="append",
+        default=None,
+        help="panel label per map, in order (default: the model name recorded in the results)",
+    )
     p.add_argument("--title", default=None)
-    p.add_argument("--limit", type=float, default=None,
-                   help="colour scale runs from -LIMIT to +LIMIT (default: the largest |gain| of all maps)")
+    p.add_argument(
+        "--limit",
+        type=float,
+        default=None,
+        help="colour scale runs from -LIMIT to +LIMIT (default: the largest |gain| of all maps)",
+    )
     args = p.parse_args(argv)
 
-    maps = forgetting_curve.labelled_from_results(args.results, args.task, gain_map.gain_map_tasks,
-                                          gain_map.map_from_results,
-                                          args.label, "retrieval-gain map (no gain@L..._d.. metrics)", p.error)
+    maps = forgetting_curve.labelled_from_results(
+        args.results,
+        args.task,
+        gain_map.gain_map_tasks,
+        gain_map.map_from_results,
+        args.label,
+        "retrieval-gain map (no gain@L..._d.. metrics)",
+        p.error,
+    )
     out = gain_map.plot_gain_maps(maps, args.out, title=args.title, limit=args.limit)
     print(f"wrote {out}")
     return 0

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up a virtualenv on a fresh machine and run the test suite (this is what CI runs).
+# Set up a virtualenv on a fresh machine, run the linters (ruff, ruff format --check, mypy) and the test suite
+# (this is what CI runs). The fast subset: bash scripts/test.sh -m "not integration".
 #   VENV        virtualenv folder (default .venv; created if missing)
 #   PYTHON      interpreter that creates it (default python3, 3.10+)
 #   TORCH_SPEC  torch to install when the venv has none (default torch==2.13.0: a CPU build here;
@@ -20,4 +21,7 @@ PY="$VENV/bin/python"
 
 # No model or dataset may come from a hub during tests.
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
+"$VENV/bin/mypy"
 exec "$PY" -m pytest -q "$@"

@@ -26,8 +26,14 @@ def main(model_dir, task_dir, metadata_json, out_path, limit):
     lm = CpuDataParallelHFLM(pretrained=model_dir, dtype="float32", device="cpu")
     assert lm.world_size == 2, "expected two ranks"
     tm = TaskManager(include_defaults=False, include_path=task_dir, metadata=metadata)
-    res = simple_evaluate(model=lm, tasks=["longppl_govreport"], task_manager=tm, log_samples=True,
-                          bootstrap_iters=200, limit=int(limit) if limit != "none" else None)
+    res = simple_evaluate(
+        model=lm,
+        tasks=["longppl_govreport"],
+        task_manager=tm,
+        log_samples=True,
+        bootstrap_iters=200,
+        limit=int(limit) if limit != "none" else None,
+    )
     if lm.rank == 0:
         r = res["results"]["longppl_govreport"]
         doc_ids = sorted(s["doc_id"] for s in res["samples"]["longppl_govreport"])

@@ -13,6 +13,9 @@ import pytest
 
 from tests.harness_utils import write_docs
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
 
 def hook_active() -> bool:
     probe = "import sys; print('_lm_eval_longctx_discovery_hook' in sys.modules)"  # set by the .pth
@@ -28,10 +31,32 @@ def test_bare_lm_eval_command_with_output_path_and_log_samples(tmp_path, model_d
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)  # the installed package, as a user has it
     proc = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--tasks", "longppl_govreport", "--model", "hf",
-         "--model_args", f"pretrained={model_dirs['a']},dtype=float32", "--device", "cpu",
-         "--metadata", json.dumps(md), "--output_path", str(out), "--log_samples", "--limit", "2"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--tasks",
+            "longppl_govreport",
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={model_dirs['a']},dtype=float32",
+            "--device",
+            "cpu",
+            "--metadata",
+            json.dumps(md),
+            "--output_path",
+            str(out),
+            "--log_samples",
+            "--limit",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "longppl" in proc.stdout and "N/A" not in proc.stdout
     results = list(out.rglob("results_*.json"))
@@ -46,6 +71,7 @@ def test_bare_lm_eval_command_with_output_path_and_log_samples(tmp_path, model_d
 
 @pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
 def test_lm_eval_ls_tasks_lists_ours():
-    proc = subprocess.run([sys.executable, "-m", "lm_eval", "ls", "tasks"], capture_output=True, text=True,
-                          timeout=300, cwd="/")
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "ls", "tasks"], capture_output=True, text=True, timeout=300, cwd="/"
+    )
     assert proc.returncode == 0 and "longppl_govreport" in proc.stdout

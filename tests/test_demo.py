@@ -15,6 +15,10 @@ from lm_eval_longctx.data import documents as data
 from lm_eval_longctx.data import embedded_corpus as embedded
 from lm_eval_longctx.demo import run as demo
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
+
 # ------------------------------------------------------------------ embedded corpus
 
 
@@ -33,12 +37,12 @@ def test_embedded_documents_are_cut_at_paragraph_boundaries():
     joined = embedded.PARAGRAPH.join(docs)
     # the documents are the stream's prefix, in order, with the blank lines between them removed
     assert stream.startswith(joined)
-    rest = stream[len(joined):]
+    rest = stream[len(joined) :]
     assert rest == "" or rest.startswith(embedded.PARAGRAPH)
     pos = 0
     for doc in docs:
         end = pos + len(doc)
-        assert stream[end:end + 2] in (embedded.PARAGRAPH, "")  # ends where a paragraph ends
+        assert stream[end : end + 2] in (embedded.PARAGRAPH, "")  # ends where a paragraph ends
         # ... at the FIRST boundary past the size: no whole blank line after `size` characters
         assert doc.find(embedded.PARAGRAPH, size) == -1
         pos = end + len(embedded.PARAGRAPH)
@@ -52,7 +56,7 @@ def test_embedded_documents_errors():
     with pytest.raises(ValueError, match="only"):
         embedded.embedded_documents(embedded.DEFAULT_CHARS_PER_DOC, n_docs=10_000)
     with pytest.raises(ValueError):
-        embedded.embedded_documents(10 ** 9)
+        embedded.embedded_documents(10**9)
 
 
 def test_write_corpus_rows_and_provenance(tmp_path):
@@ -96,9 +100,13 @@ def test_every_budget_fits_the_embedded_corpus():
 def _task_settings_keys():
     from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain, retrieval_gain_map
 
-    return {"longppl_govreport": set(longppl.DEFAULTS), "forgetting_curve": set(forgetting_curve.DEFAULTS),
-            "retrieval_gain": set(retrieval_gain.DEFAULTS), "retrieval_gain_map": set(retrieval_gain_map.DEFAULTS),
-            "longeval_lines": set(longeval.DEFAULTS)}
+    return {
+        "longppl_govreport": set(longppl.DEFAULTS),
+        "forgetting_curve": set(forgetting_curve.DEFAULTS),
+        "retrieval_gain": set(retrieval_gain.DEFAULTS),
+        "retrieval_gain_map": set(retrieval_gain_map.DEFAULTS),
+        "longeval_lines": set(longeval.DEFAULTS),
+    }
 
 
 # keys more than one task reads, and mean the same thing in each (one corpus, one seed, ...)
@@ -146,8 +154,11 @@ def _metrics(copy, lm, gain, longppl, ppl):
     for i, length in enumerate((16, 32, 64, 128)):
         fc[f"copy_acc@{length:05d}"] = {"value": copy[i], "stderr": 0.0}
         fc[f"lm_acc@{length:05d}"] = {"value": lm[i], "stderr": 0.0}
-    return {"forgetting_curve": fc, "retrieval_gain": {"retrieval_gain": {"value": gain, "stderr": 0.1}},
-            "longppl_govreport": {"longppl": {"value": longppl, "stderr": 1.0}, "ppl": {"value": ppl, "stderr": 1.0}}}
+    return {
+        "forgetting_curve": fc,
+        "retrieval_gain": {"retrieval_gain": {"value": gain, "stderr": 0.1}},
+        "longppl_govreport": {"longppl": {"value": longppl, "stderr": 1.0}, "ppl": {"value": ppl, "stderr": 1.0}},
+    }
 
 
 def test_check_targets_pass_and_fail():
@@ -167,10 +178,18 @@ def test_check_targets_report_missing_and_nan_without_raising():
 
 
 def test_summarize_flags_non_finite_and_missing_tasks():
-    results = {"results": {"longppl_govreport": {"alias": "longppl_govreport", "longppl,none": float("nan"),
-                                                 "longppl_stderr,none": "N/A", "ppl,none": 3.0,
-                                                 "ppl_stderr,none": 0.1},
-                           "longeval_lines": {"alias": "longeval_lines"}}}
+    results = {
+        "results": {
+            "longppl_govreport": {
+                "alias": "longppl_govreport",
+                "longppl,none": float("nan"),
+                "longppl_stderr,none": "N/A",
+                "ppl,none": 3.0,
+                "ppl_stderr,none": 0.1,
+            },
+            "longeval_lines": {"alias": "longeval_lines"},
+        }
+    }
     s = demo.summarize(results, "ci")
     assert s["non_finite"] == ["longppl_govreport/longppl"]
     assert "longeval_lines" not in s["metrics"]  # a group's row holds only its alias
@@ -189,8 +208,13 @@ def test_missing_model_is_a_clear_error(tmp_path, capsys):
 
 
 def test_python_m_demo_help():
-    proc = subprocess.run([sys.executable, "-m", "lm_eval_longctx", "demo", "--help"], capture_output=True,
-                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_eval_longctx", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.returncode == 0 and "--budget" in proc.stdout and "--check" in proc.stdout
 
 
@@ -242,7 +266,7 @@ def test_ci_demo_writes_every_output(ci_run):
     assert Path(files["forgetting_curve_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert Path(files["retrieval_gain_map_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert files["summary"] == str(ci_run["out"] / demo.SUMMARY_FILE)
-    sample_tasks = {Path(p).name.split("_2")[0][len("samples_"):] for p in files["samples"]}
+    sample_tasks = {Path(p).name.split("_2")[0][len("samples_") :] for p in files["samples"]}
     assert sample_tasks == set(demo.RESULT_TASKS)
     assert all(Path(p).stat().st_size > 0 for p in files["samples"])
     assert Path(files["corpus"]).is_file() and Path(files["corpus_provenance"]).is_file()
@@ -291,14 +315,20 @@ def test_ci_demo_reads_the_embedded_corpus_and_reports_targets(ci_run):
     # the forgetting curve's stream is every row
     fc = results["configs"]["forgetting_curve"]["metadata"]["longctx_settings"]
     assert fc["data"]["num_rows"] == len(texts) and fc["lengths"] == md["lengths"]
-    assert [t["name"] for t in s["targets"]] == ["copy_gap", "fine_memory_length", "longeval_acc", "retrieval_gain",
-                                                "longppl_below_ppl"]
+    assert [t["name"] for t in s["targets"]] == [
+        "copy_gap",
+        "fine_memory_length",
+        "longeval_acc",
+        "retrieval_gain",
+        "longppl_below_ppl",
+    ]
     assert all(isinstance(t["passed"], bool) for t in s["targets"])
     assert s["targets_passed"], s["targets"]  # the packaged model meets them at this budget too
     # --check: exit 1 exactly when a target failed
     assert ci_run["rc"] == (0 if s["targets_passed"] else 1)
-    assert s["command"].startswith("lm_eval run --tasks longppl_govreport,forgetting_curve,retrieval_gain,retrieval_gain_map,"
-                                    "longeval_lines")
+    assert s["command"].startswith(
+        "lm_eval run --tasks longppl_govreport,forgetting_curve,retrieval_gain,retrieval_gain_map,longeval_lines"
+    )
     assert s["wall_seconds"]["total"] > 0
 
 

@@ -36,6 +36,7 @@ def copy_sample(tokenizer, length, seed=0):
     return torch.as_tensor(np.concatenate([[bos], s, [bos], s]))[None]
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 @pytest.mark.parametrize("bos_clean", [False, True])
 def test_previous_token_heads_attend_to_their_offset(tokenizer, bos_clean):
     r = small_recipe(rope_theta=1e4, bos_clean=bos_clean)
@@ -107,9 +108,11 @@ def test_voting_windows_copy_through_a_phrase_that_repeats_inside_the_copy(token
     # target: the token right after the phrase's second occurrence in the second copy
     target_pos = 1 + length + 1 + 20 + 5 + 20 + 5
     hits = {}
-    for name, base in {"one 3-token window": dm.COPY_ONLY_RECIPE, "exact-copy recipe": dm.EXACT_COPY_RECIPE,
-                       "one 8-token head": {**dm.LOOKUP_RECIPE, "lookup": False, "ngram_readout": 0.0,
-                                            "bigram_readout": 0.0}}.items():
+    for name, base in {
+        "one 3-token window": dm.COPY_ONLY_RECIPE,
+        "exact-copy recipe": dm.EXACT_COPY_RECIPE,
+        "one 8-token head": {**dm.LOOKUP_RECIPE, "lookup": False, "ngram_readout": 0.0, "bigram_readout": 0.0},
+    }.items():
         model, _ = dm.build_model(tokenizer, recipe_from(base, rope_theta=1e6))
         with torch.no_grad():
             logits = model(ids).logits[0]
@@ -129,8 +132,12 @@ def test_control_has_no_circuit_and_nothing_frozen(tokenizer):
     assert acc < 0.2
 
 
-@pytest.mark.parametrize("recipe", [dm.COPY_ONLY_RECIPE, dm.EXACT_COPY_RECIPE, {**dm.LOOKUP_RECIPE, "longeval_fraction": 0.5}],
-                         ids=["copy-only (demo)", "exact-copy", "lookup"])
+@pytest.mark.parametrize(
+    "recipe",
+    [dm.COPY_ONLY_RECIPE, dm.EXACT_COPY_RECIPE, {**dm.LOOKUP_RECIPE, "longeval_fraction": 0.5}],
+    ids=["copy-only (demo)", "exact-copy", "lookup"],
+)
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_training_keeps_the_circuit_and_the_checkpoint_loads(tokenizer, tmp_path, recipe):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -152,8 +159,10 @@ def test_training_keeps_the_circuit_and_the_checkpoint_loads(tokenizer, tmp_path
         changed += int(not torch.equal(p[~m], ref[~m]))
     assert changed > 10  # and the rest did train
     assert AutoTokenizer.from_pretrained(tmp_path / "m").bos_token_id == tokenizer.bos_token_id
-    assert math.isclose(after.config.rope_theta if hasattr(after.config, "rope_theta") else
-                        after.config.rope_parameters["rope_theta"], r.rope_theta)
+    assert math.isclose(
+        after.config.rope_theta if hasattr(after.config, "rope_theta") else after.config.rope_parameters["rope_theta"],
+        r.rope_theta,
+    )
 
 
 def test_embedding_lr_scale_moves_only_the_embedding_and_output_layer_faster(tokenizer):
@@ -164,8 +173,15 @@ def test_embedding_lr_scale_moves_only_the_embedding_and_output_layer_faster(tok
     stream = dm.token_stream(tokenizer, texts)
     steps = {}
     for scale in (1.0, 3.0):
-        r = recipe_from(dm.COPY_ONLY_RECIPE, steps=1, batch_size=2, seq_len=64, warmup_steps=1, weight_decay=0.0,
-                        embedding_lr_scale=scale)
+        r = recipe_from(
+            dm.COPY_ONLY_RECIPE,
+            steps=1,
+            batch_size=2,
+            seq_len=64,
+            warmup_steps=1,
+            weight_decay=0.0,
+            embedding_lr_scale=scale,
+        )
         model, frozen = dm.build_model(tokenizer, r)
         start = {n: p.detach().clone() for n, p in model.named_parameters()}
         dm.train_model(model, frozen, stream, r, tokenizer.bos_token_id, log=None)
@@ -198,10 +214,12 @@ def lookup_tokenizer():
 def lookup_recipe(**kw):
     # the n-gram and bigram heads only where a test asks for them: these tests read the exact copy's and the
     # lookup's votes, which theirs would mix into (their tests are below)
-    return recipe_from(dm.LOOKUP_RECIPE, **{"max_position_embeddings": 4096, "ngram_readout": 0.0,
-                                            "bigram_readout": 0.0, **kw})
+    return recipe_from(
+        dm.LOOKUP_RECIPE, **{"max_position_embeddings": 4096, "ngram_readout": 0.0, "bigram_readout": 0.0, **kw}
+    )
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 @pytest.mark.parametrize("theta", [1e4, 1e5, 1e6])
 def test_register_recency_makes_the_most_recent_marker_win(theta):
     """Checked by brute force over every pair of distances: the profile falls by at least mu from any
@@ -229,9 +247,12 @@ def answer_positions(tokenizer, case):
 
 
 def has_line_piece(tokenizer, name):  # names like "uncovered-decline" hold the marker's piece "line"
-    return any(tokenizer.decode([i]).strip() == "line" for i in tokenizer(" " + name, add_special_tokens=False)["input_ids"])
+    return any(
+        tokenizer.decode([i]).strip() == "line" for i in tokenizer(" " + name, add_special_tokens=False)["input_ids"]
+    )
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_untrained_lookup_reads_the_asked_lines_number(lookup_tokenizer):
     tokenizer = lookup_tokenizer
     """Teacher-forced on the reference response after LongEval prompts of 5 and 20 lines: the lookup
@@ -260,6 +281,7 @@ def test_untrained_lookup_reads_the_asked_lines_number(lookup_tokenizer):
     assert acc[True] >= 0.9 and acc[False] < acc[True] - 0.3, acc
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_lookup_reads_the_number_and_is_silent_after_it(lookup_tokenizer):
     """Teacher-forced on the reference response: at each piece before the number's end the lookup head
     attends to the record (not to BOS); at ">" (after the number) it attends to BOS (value zero), so it
@@ -286,31 +308,34 @@ def test_lookup_reads_the_number_and_is_silent_after_it(lookup_tokenizer):
     assert checked >= 4
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"num_layers": 2}, "the line lookup needs num_layers >= 3"),
-    ({"match_dim": 22}, "three match codes on slow RoPE pairs"),
-    ({"copy_code_dim": -1}, "copy_code_dim must be >= 0"),
-    ({"code_scale": 0.0}, "code_scale and bos_flag must be > 0"),
-    ({"bos_flag": -1.0}, "code_scale and bos_flag must be > 0"),
-    ({"lookup_sink": 3.5}, "lookup_sink must lie between 4 and 6"),
-    ({"register_gap": 0}, "register_gap >= 1"),
-    ({"copy_code_dim": 0}, "copy_code_points draws copy codes from points of the sphere in 3 dims"),
-    ({"copy_code_points": 0}, "first_sink tells the first position by its copy codes"),
-    ({"copy_code_points": 400}, "lie too close together"),
-    ({"first_sink_sharpness": 0.0}, "first_sink_sharpness must be a positive number"),
-    ({"first_sink_sharpness": float("nan")}, "first_sink_sharpness must be a positive number"),
-    ({"intermediate_size": 32}, "one layer-0 MLP neuron per copy-code point"),
-    ({"ngram_readout": 8.0, "lookup": False}, "the n-gram head reads the lookup's match-code slot"),
-    ({"ngram_readout": 8.0, "num_heads": 4, "head_dim": 64}, "layer 0 needs one head per matched token"),
-    ({"ngram_readout": -1.0}, "ngram_readout must be >= 0"),
-    ({"ngram_readout": float("nan")}, "ngram_readout must be >= 0"),
-    ({"ngram_readout": 8.0, "ngram_sink": 3.0}, "ngram_sink between 2 and 3"),
-    ({"code_band_offset": -1}, "code_band_offset must be a whole number of RoPE pairs from 0 to 16"),
-    ({"code_band_offset": 17}, "code_band_offset must be a whole number of RoPE pairs from 0 to 16"),
-    ({"code_band_offset": 1.5}, "code_band_offset must be a whole number"),
-    ({"trained_norm_init": 0.0}, "trained_norm_init must be a positive number"),
-    ({"trained_norm_init": float("inf")}, "trained_norm_init must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"num_layers": 2}, "the line lookup needs num_layers >= 3"),
+        ({"match_dim": 22}, "three match codes on slow RoPE pairs"),
+        ({"copy_code_dim": -1}, "copy_code_dim must be >= 0"),
+        ({"code_scale": 0.0}, "code_scale and bos_flag must be > 0"),
+        ({"bos_flag": -1.0}, "code_scale and bos_flag must be > 0"),
+        ({"lookup_sink": 3.5}, "lookup_sink must lie between 4 and 6"),
+        ({"register_gap": 0}, "register_gap >= 1"),
+        ({"copy_code_dim": 0}, "copy_code_points draws copy codes from points of the sphere in 3 dims"),
+        ({"copy_code_points": 0}, "first_sink tells the first position by its copy codes"),
+        ({"copy_code_points": 400}, "lie too close together"),
+        ({"first_sink_sharpness": 0.0}, "first_sink_sharpness must be a positive number"),
+        ({"first_sink_sharpness": float("nan")}, "first_sink_sharpness must be a positive number"),
+        ({"intermediate_size": 32}, "one layer-0 MLP neuron per copy-code point"),
+        ({"ngram_readout": 8.0, "lookup": False}, "the n-gram head reads the lookup's match-code slot"),
+        ({"ngram_readout": 8.0, "num_heads": 4, "head_dim": 64}, "layer 0 needs one head per matched token"),
+        ({"ngram_readout": -1.0}, "ngram_readout must be >= 0"),
+        ({"ngram_readout": float("nan")}, "ngram_readout must be >= 0"),
+        ({"ngram_readout": 8.0, "ngram_sink": 3.0}, "ngram_sink between 2 and 3"),
+        ({"code_band_offset": -1}, "code_band_offset must be a whole number of RoPE pairs from 0 to 16"),
+        ({"code_band_offset": 17}, "code_band_offset must be a whole number of RoPE pairs from 0 to 16"),
+        ({"code_band_offset": 1.5}, "code_band_offset must be a whole number"),
+        ({"trained_norm_init": 0.0}, "trained_norm_init must be a positive number"),
+        ({"trained_norm_init": float("inf")}, "trained_norm_init must be a positive number"),
+    ],
+)
 def test_bad_lookup_settings_are_refused_before_building(lookup_tokenizer, bad, message):
     with pytest.raises(ValueError, match=message):
         dm.build_model(lookup_tokenizer, lookup_recipe(**bad))
@@ -357,6 +382,7 @@ def forgetting_curve_hits(model, tok, stream, length, num_samples, mode="copy", 
     return np.concatenate(hits)
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_one_head_matching_eight_tokens_quiets_stray_votes_and_keeps_the_copy(lookup_tokenizer):
     """Natural-text copies, untrained circuits at rope_theta 1e4 (reach about 300 tokens), readout 32 nats. Three
     windows that vote apart (``EXACT_COPY_RECIPE``) push a wrong token above the right one by 6.3 nats on average at
@@ -367,9 +393,10 @@ def test_one_head_matching_eight_tokens_quiets_stray_votes_and_keeps_the_copy(lo
     stream = pydoc_stream(lookup_tokenizer)
     bos, eos = lookup_tokenizer.bos_token_id, lookup_tokenizer.eos_token_id
     found = {}
-    for name, base in {"windows": {**dm.EXACT_COPY_RECIPE, "copy_code_dim": 0, "copy_code_points": 0,
-                                   "first_sink": False},
-                       "one head": {**dm.LOOKUP_RECIPE, "ngram_readout": 0.0, "bigram_readout": 0.0}}.items():
+    for name, base in {
+        "windows": {**dm.EXACT_COPY_RECIPE, "copy_code_dim": 0, "copy_code_points": 0, "first_sink": False},
+        "one head": {**dm.LOOKUP_RECIPE, "ngram_readout": 0.0, "bigram_readout": 0.0},
+    }.items():
         r = lookup_recipe(**{**base, "rope_theta": 1e4, "readout": 32.0})
         model, _ = dm.build_model(lookup_tokenizer, r)
         for length in (48, 1024):
@@ -416,8 +443,15 @@ def test_longeval_fraction_outside_0_1_is_refused(lookup_tokenizer, fraction):
     r = lookup_recipe(longeval_fraction=fraction, steps=1, batch_size=1, seq_len=320)
     model, frozen = dm.build_model(lookup_tokenizer, r)
     with pytest.raises(ValueError, match="longeval_fraction is a fraction"):
-        dm.train_model(model, frozen, np.arange(5000, dtype=np.int64), r, lookup_tokenizer.bos_token_id, log=None,
-                       tokenizer=lookup_tokenizer)
+        dm.train_model(
+            model,
+            frozen,
+            np.arange(5000, dtype=np.int64),
+            r,
+            lookup_tokenizer.bos_token_id,
+            log=None,
+            tokenizer=lookup_tokenizer,
+        )
 
 
 def test_longeval_training_rows_end_with_the_answer_and_eos(lookup_tokenizer):
@@ -433,8 +467,9 @@ def test_longeval_training_rows_end_with_the_answer_and_eos(lookup_tokenizer):
         assert text.endswith(f"I need the number. <{value}>"), text[-80:]
     stream = np.arange(10_000, dtype=np.int64) + 5000
     r = lookup_recipe(batch_size=4, seq_len=512, longeval_fraction=1.0)
-    batch = dm.training_batch(stream, rng, r, tokenizer.bos_token_id,
-                              lambda g, m: dm.longeval_training_row(tokenizer, g, m)).numpy()
+    batch = dm.training_batch(
+        stream, rng, r, tokenizer.bos_token_id, lambda g, m: dm.longeval_training_row(tokenizer, g, m)
+    ).numpy()
     assert batch.shape == (4, 512)
     with pytest.raises(ValueError, match="raise seq_len"):
         dm.longeval_training_row(tokenizer, rng, 40)
@@ -493,8 +528,10 @@ def test_demo_model_copies_exactly_within_its_reach():
     does not decide the figure."""
     tok, model = demo_checkpoint()
     stream = pydoc_stream(tok)
-    acc = {length: float(forgetting_curve_hits(model, tok, stream, length, n).mean())
-           for length, n in ((64, 32), (256, 16), (4096, 2))}
+    acc = {
+        length: float(forgetting_curve_hits(model, tok, stream, length, n).mean())
+        for length, n in ((64, 32), (256, 16), (4096, 2))
+    }
     assert acc[64] > 0.99 and acc[256] > 0.99 and acc[4096] < 0.8, acc
 
 
@@ -515,9 +552,14 @@ def test_demo_model_answers_longeval_lines():
             case = longeval_cases.generate_case(num_lines, index, seed=0)
             ids = tok(case.prompt, return_tensors="pt")["input_ids"]
             with torch.no_grad():
-                out = model.generate(ids, max_new_tokens=20, do_sample=False, eos_token_id=tok.eos_token_id,
-                                     pad_token_id=tok.pad_token_id)
-            numbers = re.findall(r"\d+", tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
+                out = model.generate(
+                    ids,
+                    max_new_tokens=20,
+                    do_sample=False,
+                    eos_token_id=tok.eos_token_id,
+                    pad_token_id=tok.pad_token_id,
+                )
+            numbers = re.findall(r"\d+", tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
             correct[num_lines] += bool(numbers) and int(numbers[-1]) == case.expected_number  # as the task scores
     assert correct[10] >= 8 and correct[20] >= 8, correct
 
@@ -554,8 +596,10 @@ def test_packaged_model_is_what_its_recipe_builds(tmp_path):
     made_on = json.loads((shipped / "recipe.json").read_text(encoding="utf-8"))
     here = (sys.version.split()[0], torch.__version__)
     if here != (made_on["python"], made_on["torch"]):
-        pytest.skip(f"the checkpoint was built on Python {made_on['python']} with torch {made_on['torch']}, this is "
-                    f"{here[0]} with {here[1]}: another Python ships other training text, another torch other kernels")
+        pytest.skip(
+            f"the checkpoint was built on Python {made_on['python']} with torch {made_on['torch']}, this is "
+            f"{here[0]} with {here[1]}: another Python ships other training text, another torch other kernels"
+        )
     record = dm.make_model(tmp_path / "model", dm.Recipe(**dm.DEMO_RECIPE), log=None)
     built = load_file(tmp_path / "model" / "model.safetensors")
     packaged = load_file(shipped / "model.safetensors")
@@ -563,7 +607,8 @@ def test_packaged_model_is_what_its_recipe_builds(tmp_path):
     differ = [n for n in built if not torch.equal(built[n], packaged[n])]
     assert not differ, f"rebuilt {differ} differ from {shipped}: rebuild it with scripts/make_demo_model.py"
     assert json.loads((tmp_path / "model" / "tokenizer.json").read_text(encoding="utf-8")) == json.loads(
-        (shipped / "tokenizer.json").read_text(encoding="utf-8"))
+        (shipped / "tokenizer.json").read_text(encoding="utf-8")
+    )
     assert record["recipe"] == made_on["recipe"]
 
 
@@ -623,6 +668,7 @@ def token_points(tokenizer, r):
     return model, torch.where(cos.max(1).values > 0.999, best, torch.full_like(best, -1)).tolist()
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_first_position_becomes_a_sink_without_a_bos(lookup_tokenizer):
     """Every ordinary token at position 0 gets at least bos_flag in its BOS flag; position 1 never does when its
     token's copy-code point differs (every pair of points tried), so a window that starts mid-text has a sink."""
@@ -646,6 +692,7 @@ def test_first_position_becomes_a_sink_without_a_bos(lookup_tokenizer):
     assert flags[:, 0].min() >= r.bos_flag and flags[:, 1].abs().max() < 1.0
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_first_position_flags_follow_the_written_out_rule(lookup_tokenizer):
     """Random text with runs: one token nine times (a run the heads cannot tell from a first position: every
     value they read is the same token's, a documented limit), eight times (not enough), and nine distinct tokens
@@ -655,8 +702,15 @@ def test_first_position_flags_follow_the_written_out_rule(lookup_tokenizer):
     rng = np.random.default_rng(1)
     ordinary = np.array([t for t, p in enumerate(points_of) if p >= 0])
     same_point = [t for t in ordinary if points_of[t] == points_of[ordinary[0]]][:9]
-    parts = [rng.choice(ordinary, 40), [ordinary[3]] * 9, rng.choice(ordinary, 30), [ordinary[5]] * 8,
-             rng.choice(ordinary, 30), same_point, rng.choice(ordinary, 20)]
+    parts = [
+        rng.choice(ordinary, 40),
+        [ordinary[3]] * 9,
+        rng.choice(ordinary, 30),
+        [ordinary[5]] * 8,
+        rng.choice(ordinary, 30),
+        same_point,
+        rng.choice(ordinary, 20),
+    ]
     text = np.concatenate(parts)
     for ids in (text, np.concatenate([[lookup_tokenizer.bos_token_id], text])):
         flags = layer1_flags(model, r, torch.as_tensor(ids)[None])[0]
@@ -672,6 +726,7 @@ def test_first_position_flags_follow_the_written_out_rule(lookup_tokenizer):
     assert layer1_flags(model_off, off, torch.as_tensor(text)[None]).abs().max() < 1.0
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_without_a_bos_the_copy_head_stays_quiet_in_ordinary_text(lookup_tokenizer):
     """Ordinary text with no BOS anywhere (the LongPPL task's windows): without the first-position sink the copy
     head has nowhere to put its attention when nothing matches and votes 32 nats for a wrong token; with it the
@@ -710,6 +765,7 @@ def ngram_scores(model, r, ids):
     return s
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_ngram_head_votes_where_the_last_three_tokens_recur(lookup_tokenizer):
     """Random ordinary text with planted repeats of three tokens, untrained circuit: where the written-out score
     of one earlier place clears the sink by a quarter token (4 nats) and every other place lies half a token (8 nats)
@@ -760,6 +816,7 @@ def bigram_scores(model, r, ids):
     return s
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_bigram_head_votes_for_what_followed_the_token_before(lookup_tokenizer):
     """Random ordinary text in which some tokens recur, untrained circuit; the bigram head's own vote (readout with
     it minus readout without it): where x_t occurred once before (written-out score 2 at that place, every other
@@ -809,16 +866,20 @@ def test_bigram_head_votes_for_what_followed_the_token_before(lookup_tokenizer):
     assert once >= 5 and twice >= 3 and quiet >= 30, (once, twice, quiet)
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"bigram_readout": 6.0, "ngram_readout": 0.0}, "needs ngram_readout > 0"),
-    ({"bigram_readout": -1.0}, "bigram_readout must be >= 0"),
-    ({"bigram_readout": 6.0, "bigram_sink": 2.0}, "between 1 and 2"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"bigram_readout": 6.0, "ngram_readout": 0.0}, "needs ngram_readout > 0"),
+        ({"bigram_readout": -1.0}, "bigram_readout must be >= 0"),
+        ({"bigram_readout": 6.0, "bigram_sink": 2.0}, "between 1 and 2"),
+    ],
+)
 def test_bad_bigram_settings_are_refused(lookup_tokenizer, bad, message):
     with pytest.raises(ValueError, match=message):
         dm.build_model(lookup_tokenizer, lookup_recipe(**{"ngram_readout": 8.0, **bad}))
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_trained_norm_init_starts_only_the_trained_dims(lookup_tokenizer):
     r = lookup_recipe(trained_norm_init=8.0)
     model, frozen = dm.build_model(lookup_tokenizer, r)
@@ -830,13 +891,13 @@ def test_trained_norm_init_starts_only_the_trained_dims(lookup_tokenizer):
         assert frozen[name][:reserved].all() and not frozen[name][reserved:].any(), name
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_copy_and_lookup_votes_are_silent_in_training_and_set_after_it(lookup_tokenizer, tmp_path, monkeypatch):
     """votes_in_training=False: while the other parts train, the exact copy's and the lookup's writes into R are
     zero (the n-gram head's are not); the saved checkpoint has them as built (and sharpened)."""
     from transformers import AutoModelForCausalLM
 
-    r = lookup_recipe(votes_in_training=False, ngram_readout=8.0, steps=2, batch_size=2, seq_len=320,
-                      warmup_steps=1)
+    r = lookup_recipe(votes_in_training=False, ngram_readout=8.0, steps=2, batch_size=2, seq_len=320, warmup_steps=1)
     hd = r.hidden_size // r.num_heads if not r.head_dim else r.head_dim
     read = dm.Layout.for_recipe(r).read
     seen = {}
@@ -854,8 +915,9 @@ def test_copy_and_lookup_votes_are_silent_in_training_and_set_after_it(lookup_to
         return out
 
     monkeypatch.setattr(dm, "train_model", spy)
-    dm.make_model(tmp_path / "m", r, tokenizer=lookup_tokenizer, texts=dm.training_texts(200_000), dtype="float32",
-                  log=None)
+    dm.make_model(
+        tmp_path / "m", r, tokenizer=lookup_tokenizer, texts=dm.training_texts(200_000), dtype="float32", log=None
+    )
     assert len(seen["before"][0]) == 2 and seen["before"][0] == [0.0, 0.0] and seen["after"][0] == [0.0, 0.0]
     assert seen["before"][1] > 0 and seen["after"][1] == seen["before"][1]
     built, _ = dm.build_model(lookup_tokenizer, r)
@@ -865,6 +927,7 @@ def test_copy_and_lookup_votes_are_silent_in_training_and_set_after_it(lookup_to
         assert w[rows, cols].abs().max() > 0 and torch.equal(w[rows, cols], w0[rows0, cols0])
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_the_lookup_sink_changes_one_bias_and_nothing_that_trains(lookup_tokenizer, tmp_path):
     """With the votes silent in training, the lookup's sink level cannot steer training: two builds that differ
     only in lookup_sink save the same weights (to float rounding) but the lookup's sink bias (layer 2, head 0, the
@@ -875,8 +938,15 @@ def test_the_lookup_sink_changes_one_bias_and_nothing_that_trains(lookup_tokeniz
     saved = {}
     texts = dm.training_texts(200_000)
     for level in (4.5, 5.0):
-        r = lookup_recipe(votes_in_training=False, ngram_readout=8.0, lookup_sink=level, steps=2, batch_size=2,
-                          seq_len=320, warmup_steps=1)
+        r = lookup_recipe(
+            votes_in_training=False,
+            ngram_readout=8.0,
+            lookup_sink=level,
+            steps=2,
+            batch_size=2,
+            seq_len=320,
+            warmup_steps=1,
+        )
         dm.make_model(tmp_path / str(level), r, tokenizer=lookup_tokenizer, texts=texts, dtype="float32", log=None)
         saved[level] = AutoModelForCausalLM.from_pretrained(tmp_path / str(level)).float().state_dict()
     hd = r.head_dim or r.hidden_size // r.num_heads
@@ -894,6 +964,7 @@ def test_the_lookup_sink_changes_one_bias_and_nothing_that_trains(lookup_tokeniz
         torch.testing.assert_close(a, b, rtol=0.0, atol=1e-5, msg=name)
 
 
+@pytest.mark.integration  # builds and runs a demo model: seconds
 def test_a_faster_code_band_shortens_the_reach_without_losing_the_sink_on_long_text(lookup_tokenizer):
     """Untrained circuits, readout 32 nats, 12k tokens of held-out text without a BOS. A short reach set by
     rope_theta 1e4 loses the first position's sink as its pair turns (0.86 of its score at 4k tokens, none
@@ -903,13 +974,18 @@ def test_a_faster_code_band_shortens_the_reach_without_losing_the_sink_on_long_t
     stream = pydoc_stream(lookup_tokenizer)
     ids = torch.as_tensor(stream[30_000 : 30_000 + 12_288])[None]
     found = {}
-    for name, knob in {"rope_theta 1e4": {"rope_theta": 1e4}, "band": {"rope_theta": 1e6, "code_band_offset": 6}}.items():
+    for name, knob in {
+        "rope_theta 1e4": {"rope_theta": 1e4},
+        "band": {"rope_theta": 1e6, "code_band_offset": 6},
+    }.items():
         r = lookup_recipe(readout=32.0, max_position_embeddings=32_768, **knob)
         model, _ = dm.build_model(lookup_tokenizer, r)
         ro = readout_logits(model, r, ids)[8192:-1]
         wrong = ((ro.max(1).values > 16) & (ro.argmax(1) != ids[0, 8193:])).float().mean().item()
-        copies = {length: float(forgetting_curve_hits(model, lookup_tokenizer, stream, length, 2).mean())
-                  for length in (64, 1024)}
+        copies = {
+            length: float(forgetting_curve_hits(model, lookup_tokenizer, stream, length, 2).mean())
+            for length in (64, 1024)
+        }
         found[name] = (wrong, copies)
     assert found["rope_theta 1e4"][0] > 0.05 and found["band"][0] < 0.02, found
     for _, copies in found.values():
@@ -940,4 +1016,7 @@ def test_known_answer_variants_differ_only_in_the_reach_knob_of_their_recipe(mon
     monkeypatch.setattr(dm, "DEMO_RECIPE", dm.LOOKUP_RECIPE)
     monkeypatch.setattr(dm, "VARIANTS", lookup_variants)
     assert known_answer.variant_labels(["long", "short", "none"]) == {
-        "long": "long (rope_theta 1e6)", "short": "short (rope_theta 1e6, code band +6)", "none": "none (no copy circuit)"}
+        "long": "long (rope_theta 1e6)",
+        "short": "short (rope_theta 1e6, code band +6)",
+        "none": "none (no copy circuit)",
+    }

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 DISABLE = "LM_EVAL_LONGCTX_DISABLE_HOOK"
 HEAVY = ("lm_eval", "torch", "transformers", "datasets", "numpy", "accelerate")
@@ -80,7 +83,9 @@ def test_import_is_cheap_and_installs_one_finder(tmp_path):
     out = _run(code + _MODULES_REPORT, cwd=tmp_path)
     assert out["heavy"] == []
     # Start-up cost guard: the package __init__ must stay empty of imports.
-    assert set(out["new"]) <= {"lm_eval_longctx", "lm_eval_longctx.harness", "lm_eval_longctx.harness.discovery"}, out["new"]
+    assert set(out["new"]) <= {"lm_eval_longctx", "lm_eval_longctx.harness", "lm_eval_longctx.harness.discovery"}, out[
+        "new"
+    ]
     assert out["finders"] == ["_ManagerImportHook"]
 
 
@@ -271,9 +276,22 @@ def test_wheel_ships_the_pth_at_the_root(tmp_path):
     for folder in ("lm_eval_longctx", "task_configs"):
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "-w", str(tmp_path / "dist"), str(src)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (wheel,) = (tmp_path / "dist").glob("*.whl")
@@ -299,11 +317,11 @@ def test_wheel_ships_the_pth_at_the_root(tmp_path):
 
 # ---------------------------------------------------------------- PEP 829 (.start) and the entry point of PR #4015
 
-_FAKE_MANAGER = '''
+_FAKE_MANAGER = """
 class TaskManager:
     def __init__(self, verbosity="INFO", include_path=None, include_defaults=True, metadata=None):
         self.include_path = include_path
-'''
+"""
 
 
 def _fake_lm_eval(root: Path, manager_source: str = _FAKE_MANAGER) -> Path:
@@ -328,6 +346,7 @@ if sys.version_info < (3, 15):
 finders = [type(f).__name__ for f in sys.meta_path if getattr(f, "_lm_eval_longctx_hook", False)]
 pinned = sorted(m for m in sys.modules if m.startswith("lm_eval_longctx"))
 from lm_eval.tasks.manager import TaskManager
+
 print(json.dumps({{"version": list(sys.version_info[:2]), "finders": finders, "pinned": pinned,
                   "include_path": TaskManager(include_path="/user").include_path}}))
 """
@@ -368,8 +387,14 @@ def test_pth_and_start_files_install_the_hook_once(tmp_path, version):
     env = {k: v for k, v in os.environ.items() if k != DISABLE}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(fake)])
     # -S: no site-packages of that interpreter (and no installed copy of our hook); the site dir is added by hand
-    proc = subprocess.run([exe, "-S", "-c", _START_CHECK.format(start=_setup_constant("START_NAME")), str(site_dir)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [exe, "-S", "-c", _START_CHECK.format(start=_setup_constant("START_NAME")), str(site_dir)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["version"] == [int(x) for x in version.split(".")]
@@ -387,8 +412,9 @@ def test_start_file_names_a_callable_that_resolves():
     assert lines and all(":" in x for x in lines)
     for line in lines:
         assert callable(pkgutil.resolve_name(line))
-    assert _setup_constant("START_NAME")[:-len(".start")] == _setup_constant("PTH_NAME")[:-len(".pth")], (
-        "the .start file must match the .pth file's name, or Python 3.15+ runs both")
+    assert _setup_constant("START_NAME")[: -len(".start")] == _setup_constant("PTH_NAME")[: -len(".pth")], (
+        "the .start file must match the .pth file's name, or Python 3.15+ runs both"
+    )
 
 
 def test_hook_steps_aside_when_lm_eval_reads_the_entry_point(tmp_path):
@@ -421,8 +447,24 @@ def test_installed_entry_point_resolves_to_the_yaml_folder(tmp_path):
     for folder in ("lm_eval_longctx", "task_configs"):
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     target = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                           "-q", "--target", str(target), str(src)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     code = f"""
         import importlib.metadata as md, importlib.util, json, os, sys

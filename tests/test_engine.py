@@ -87,8 +87,7 @@ def test_long_pass_trivial_lengths(model):
 def test_reference_windows():
     # n = 4096 + 2 * 1024 + 1: two full windows and a last window of one token
     w = truncated_windows(4096 + 2048 + 1, 4096, 1024)
-    assert [(x.start, x.score_from, x.stop) for x in w] == [
-        (0, 4096, 5120), (1024, 5120, 6144), (2048, 6144, 6145)]
+    assert [(x.start, x.score_from, x.stop) for x in w] == [(0, 4096, 5120), (1024, 5120, 6144), (2048, 6144, 6145)]
     assert truncated_windows(4096, 4096, 1024) == []
     assert truncated_windows(100, 4096, 1024) == []
     # every target >= K is scored exactly once
@@ -166,8 +165,9 @@ class _CacheIgnoring(torch.nn.Module):
         return out
 
 
-@pytest.mark.parametrize("return_cache,message", [(True, "did not extend the KV cache"),
-                                                  (False, "returned no KV cache")])
+@pytest.mark.parametrize(
+    "return_cache,message", [(True, "did not extend the KV cache"), (False, "returned no KV cache")]
+)
 def test_a_model_that_ignores_its_cache_is_caught_not_scored(model, return_cache, message):
     wrapped = _CacheIgnoring(model, return_cache)
     with pytest.raises(ScoringError, match=message):

@@ -92,6 +92,7 @@ def _peak(path: str, root: str, vocab: int, n: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux /proc to reset the peak RSS")
 def test_the_full_pass_builds_no_sequence_by_vocabulary_tensor():
     """Peak memory of the full pass over 4,096 tokens of a 65,536-token vocabulary stays far below one float32
@@ -115,8 +116,11 @@ def test_auto_takes_full_when_it_fits_else_chunked_where_exact_else_says_how_muc
     need = memory.full_forward_bytes(llama, 1000, 1)
     monkeypatch.setattr(memory, "free_bytes", lambda device: need)  # below need / FREE_MEMORY_SHARE
     assert engine.choose_long_pass(llama, "auto", 1000) == "chunked"
-    with pytest.raises(engine.ScoringError, match=r"model type 'mamba': one forward of 1 x 1000 tokens needs about "
-                                                  r"[0-9.]+ GiB and [0-9.]+ GiB is free on cpu"):
+    with pytest.raises(
+        engine.ScoringError,
+        match=r"model type 'mamba': one forward of 1 x 1000 tokens needs about "
+        r"[0-9.]+ GiB and [0-9.]+ GiB is free on cpu",
+    ):
         engine.choose_long_pass(mamba, "auto", 1000)
     assert engine.choose_long_pass(mamba, "full", 1000) == "full"  # asked for: tried anyway
     with pytest.raises(engine.ScoringError, match="long_pass chunked: model type 'mamba'"):
@@ -154,7 +158,11 @@ def test_the_record_names_the_model_its_dtype_and_each_pass():
     s = record.summary()
     assert s["model_type"] == "phi3" and s["rope_types"] == ["longrope"] and not s["kv_cache_exact"]
     assert s["dtype"] == "float32" and s["device"] == "cpu"
-    assert s["passes"] == {"long": {"full": 1}, "separate_sequences": {"full": 5}, "continuations": {"one_forward_each": 2}}
+    assert s["passes"] == {
+        "long": {"full": 1},
+        "separate_sequences": {"full": 5},
+        "continuations": {"one_forward_each": 2},
+    }
 
 
 def test_a_head_that_the_replay_cannot_reproduce_is_refused(monkeypatch):
@@ -202,8 +210,9 @@ def test_a_batch_that_does_not_fit_one_forward_is_split_not_chunked(monkeypatch)
     monkeypatch.setattr(memory, "free_bytes", lambda device: int((one + two) / 2 / memory.FREE_MEMORY_SHARE))
     sizes = []
     real = forward.FullForward.__init__
-    monkeypatch.setattr(forward.FullForward, "__init__",
-                        lambda self, m, ids, s: sizes.append(ids.shape[0]) or real(self, m, ids, s))
+    monkeypatch.setattr(
+        forward.FullForward, "__init__", lambda self, m, ids, s: sizes.append(ids.shape[0]) or real(self, m, ids, s)
+    )
     split = engine.score_long_batch(model, seqs)
     assert sizes == [1, 1, 1, 1]
     for a, b in zip(whole, split):

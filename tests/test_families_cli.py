@@ -17,11 +17,34 @@ from lm_eval_longctx.demo.offline import train_tokenizer
 from tests import families
 from tests.harness_utils import TASK_DIR, write_docs
 
-TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "retrieval_gain_map", "longeval_lines_ppl",
-         "longeval_lines_acc")
-METADATA = {"evaluator": "self", "trunc_len": 64, "sliding_window": 32, "alpha": 0.5, "beta": -20.0,
-            "doc_tokens": 240, "query_tokens": 8, "answer_tokens": 8, "context_lengths": [64, 128], "depths": [0, 50],
-            "lengths": [8, 24], "samples_per_length": 2, "num_lines": [3], "num_cases": 2}
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
+
+TASKS = (
+    "longppl_govreport",
+    "forgetting_curve",
+    "retrieval_gain",
+    "retrieval_gain_map",
+    "longeval_lines_ppl",
+    "longeval_lines_acc",
+)
+METADATA = {
+    "evaluator": "self",
+    "trunc_len": 64,
+    "sliding_window": 32,
+    "alpha": 0.5,
+    "beta": -20.0,
+    "doc_tokens": 240,
+    "query_tokens": 8,
+    "answer_tokens": 8,
+    "context_lengths": [64, 128],
+    "depths": [0, 50],
+    "lengths": [8, 24],
+    "samples_per_length": 2,
+    "num_lines": [3],
+    "num_cases": 2,
+}
 
 
 def save_family_model(name: str, path, texts) -> str:
@@ -31,8 +54,14 @@ def save_family_model(name: str, path, texts) -> str:
     tok = train_tokenizer(texts, vocab_size=300, kind="bpe")
     model_type, kwargs = families.FAMILY_CONFIGS[name]
     # larger random weights than the usual 0.02, so predictions depend on the context and some tokens are key
-    kwargs = {**kwargs, "vocab_size": len(tok), "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id,
-              "pad_token_id": tok.pad_token_id, "initializer_range": 0.3}
+    kwargs = {
+        **kwargs,
+        "vocab_size": len(tok),
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+        "initializer_range": 0.3,
+    }
     if "max_position_embeddings" in kwargs:
         kwargs["max_position_embeddings"] = 4096
     torch.manual_seed(0)
@@ -58,8 +87,10 @@ def plain_ppl(model_dir: str, texts) -> float:
     return math.exp(total / count)
 
 
-@pytest.mark.parametrize("name,model_type,kv_cache_exact", [("phi3_longrope", "phi3", False),
-                                                            ("mamba", "mamba", False), ("jamba", "jamba", False)])
+@pytest.mark.parametrize(
+    "name,model_type,kv_cache_exact",
+    [("phi3_longrope", "phi3", False), ("mamba", "mamba", False), ("jamba", "jamba", False)],
+)
 def test_all_five_tasks_through_the_lm_eval_command(name, model_type, kv_cache_exact, tmp_path, corpus_texts):
     texts = [t[:1400] for t in corpus_texts[:3]]
     model_dir = save_family_model(name, tmp_path / "model", corpus_texts)
@@ -67,10 +98,31 @@ def test_all_five_tasks_through_the_lm_eval_command(name, model_type, kv_cache_e
     out = tmp_path / "results"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--tasks", "longctx", "--include_path", str(TASK_DIR), "--model", "hf",
-         "--model_args", f"pretrained={model_dir},dtype=float32", "--device", "cpu",
-         "--metadata", json.dumps({**METADATA, "data_files": docs}), "--output_path", str(out)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--tasks",
+            "longctx",
+            "--include_path",
+            str(TASK_DIR),
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={model_dir},dtype=float32",
+            "--device",
+            "cpu",
+            "--metadata",
+            json.dumps({**METADATA, "data_files": docs}),
+            "--output_path",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = json.loads(next(out.rglob("results_*.json")).read_text())
     assert set(TASKS) <= set(res["results"])
@@ -110,13 +162,17 @@ def test_a_run_without_key_tokens_says_why_instead_of_a_bare_nan(tmp_path, corpu
     md = {"data_files": docs, "evaluator": "self", "trunc_len": 64, "sliding_window": 32, "alpha": 0.5, "beta": -20.0}
     res = run_task("longppl_govreport", model_dir, md)
     value = res["results"]["longppl_govreport"]["longppl,none"]
-    assert isinstance(value, str) and value.startswith("n/a: no key tokens in any document: the long and truncated "
-                                                       "contexts give the same log-probs"), value
+    assert isinstance(value, str) and value.startswith(
+        "n/a: no key tokens in any document: the long and truncated contexts give the same log-probs"
+    ), value
     assert "a sliding window shorter than trunc_len" in value and "(3 documents)" in value
     assert value in make_table(res)
     assert math.isfinite(res["results"]["longppl_govreport"]["ppl,none"])
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({k: res[k] for k in ("results", "higher_is_better", "configs", "versions", "n-samples")},
-                               default=str))
+    path.write_text(
+        json.dumps(
+            {k: res[k] for k in ("results", "higher_is_better", "configs", "versions", "n-samples")}, default=str
+        )
+    )
     with pytest.raises(report_results.UnusableInput, match="longppl.*n/a: no key tokens"):
         gate.compare(report_results.load_run(path), report_results.load_run(path))

@@ -70,8 +70,14 @@ def trained_dir(model_dirs, corpus_texts, tmp_path_factory):
 
 
 def metadata(corpus, **extra):
-    return {"data_files": corpus, "lengths": LENGTHS, "samples_per_length": N_SAMPLES, "chunk_size": 16,
-            "batch_size": 2, **extra}
+    return {
+        "data_files": corpus,
+        "lengths": LENGTHS,
+        "samples_per_length": N_SAMPLES,
+        "chunk_size": 16,
+        "batch_size": 2,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +123,13 @@ def brute(trained_dir, corpus):
     model = AutoModelForCausalLM.from_pretrained(trained_dir, dtype=torch.float32).eval()
     samples = reference_samples(tok, corpus, LENGTHS, N_SAMPLES)
     per_length = LIMIT // len(LENGTHS)
-    return {length: ([brute_accuracy(model, c, length) for c, _ in samples[length][:per_length]],
-                     [brute_accuracy(model, m, length) for _, m in samples[length][:per_length]])
-            for length in LENGTHS}
+    return {
+        length: (
+            [brute_accuracy(model, c, length) for c, _ in samples[length][:per_length]],
+            [brute_accuracy(model, m, length) for _, m in samples[length][:per_length]],
+        )
+        for length in LENGTHS
+    }
 
 
 # ---------------------------------------------------------------- data
@@ -274,6 +284,7 @@ def test_memory_lengths_on_synthetic_curves():
 # ---------------------------------------------------------------- through the harness
 
 
+@pytest.mark.integration
 def test_accuracies_equal_brute_force_through_the_harness(run, brute):
     r = run["results"][TASK]
     hits = 0
@@ -299,6 +310,7 @@ def test_accuracies_equal_brute_force_through_the_harness(run, brute):
     assert run["n-samples"][TASK] == {"original": N_SAMPLES * len(LENGTHS), "effective": LIMIT}
 
 
+@pytest.mark.integration
 def test_results_table_lists_the_curve_in_length_order(run):
     from lm_eval.utils import make_table
 
@@ -315,6 +327,7 @@ def test_results_table_lists_the_curve_in_length_order(run):
     assert "CurveSampleScore(copy, l=8, acc=" in str(samples[0]["resps"]) and len(str(samples[0]["resps"])) < 200
 
 
+@pytest.mark.integration
 def test_a_length_the_engine_cannot_score_ends_the_run_with_its_error(trained_dir, corpus, monkeypatch):
     real = engine.score_long_batch
 
@@ -328,8 +341,10 @@ def test_a_length_the_engine_cannot_score_ends_the_run_with_its_error(trained_di
         run_task(TASK, trained_dir, metadata(corpus), limit=LIMIT)
 
 
-def test_a_length_out_of_memory_is_skipped_and_named_with_its_reason(trained_dir, corpus, run, monkeypatch, caplog,
-                                                                      tmp_path):
+@pytest.mark.integration
+def test_a_length_out_of_memory_is_skipped_and_named_with_its_reason(
+    trained_dir, corpus, run, monkeypatch, caplog, tmp_path
+):
     real = engine.score_long_batch
 
     def oom_at_50(model, seqs, chunk_size=1024, score_from=1, long_pass="auto"):
@@ -378,8 +393,17 @@ def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, 
     monkeypatch.setattr(engine, "score_long_batch", oom)
 
     def spec(length, start, mode):
-        return {"kind": fc.KIND, "stream": "test-stream", "mode": mode, "length": length, "start": start,
-                "bos": 1, "eos": 2, "chunk_size": 8, "batch_size": 4}
+        return {
+            "kind": fc.KIND,
+            "stream": "test-stream",
+            "mode": mode,
+            "length": length,
+            "start": start,
+            "bos": 1,
+            "eos": 2,
+            "chunk_size": 8,
+            "batch_size": 4,
+        }
 
     items = [("x", spec(x, st, m)) for x in (10, 30) for st in (0, 5, 9) for m in ("copy", "lm")]
     ctx = harness.ScoringContext(model, None, 4096, 8)
@@ -401,6 +425,7 @@ def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, 
     assert all(o.error == "" and o.n_scored == 15 for o in out[6:])
 
 
+@pytest.mark.integration
 def test_default_lengths_fit_the_model_and_beyond_needs_a_request(trained_dir, corpus):
     md = {"data_files": corpus, "num_lengths": 4, "samples_per_length": 1}
     res = run_task(TASK, trained_dir, md, model_args={"max_length": 64})
@@ -409,8 +434,12 @@ def test_default_lengths_fit_the_model_and_beyond_needs_a_request(trained_dir, c
     with pytest.raises(ValueError, match="allow_beyond_max_length"):
         run_task(TASK, trained_dir, {**md, "max_len": 40}, model_args={"max_length": 64})
     # (memory-length settings reach the aggregation: any copying beats a threshold of 0)
-    res = run_task(TASK, trained_dir, {**md, "max_len": 40, "allow_beyond_max_length": True, "fine_threshold": 0,
-                                       "coarse_rule": "largest"}, model_args={"max_length": 64})
+    res = run_task(
+        TASK,
+        trained_dir,
+        {**md, "max_len": 40, "allow_beyond_max_length": True, "fine_threshold": 0, "coarse_rule": "largest"},
+        model_args={"max_length": 64},
+    )
     r = res["results"][TASK]
     assert r["n_failed_lengths,none"] == 0 and np.isfinite(r["copy_acc@00040,none"])
     lengths = res["configs"][TASK]["metadata"]["longctx_settings"]["lengths"]
@@ -424,6 +453,7 @@ def test_default_lengths_fit_the_model_and_beyond_needs_a_request(trained_dir, c
 # ---------------------------------------------------------------- plots
 
 
+@pytest.mark.integration
 def test_png_beside_saved_results_and_plot_script(run, tmp_path):
     pytest.importorskip("matplotlib")
     from lm_eval.loggers import EvaluationTracker
@@ -452,6 +482,9 @@ def test_png_beside_saved_results_and_plot_script(run, tmp_path):
     synthetic["model_name"] = "other-model"
     other.write_text(json.dumps(synthetic))
     out = tmp_path / "two.png"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_forgetting_curve.py"), str(saved[0]), str(other),
-                    "-o", str(out)], check=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "plot_forgetting_curve.py"), str(saved[0]), str(other), "-o", str(out)],
+        check=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.exists() and out.stat().st_size > 10_000

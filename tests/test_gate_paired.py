@@ -41,8 +41,12 @@ def corpus(n_docs=40, seed=0, shift=0.0, noise=0.0, noise_seed=1, centred=False)
         eps -= np.sum(n_tok * eps) / np.sum(n_tok)
     ppl = [[float(n * (p + shift + e)), int(n)] for n, p, e in zip(n_tok, per_tok, eps)]
     longppl = [[float(k * (p + shift + e)), int(k)] for k, p, e in zip(n_key, key_per_tok, eps)]
-    return {"ppl": ppl, "longppl": longppl, "n_key_tokens": [int(k) for k in n_key],
-            "key_token_fraction": [[int(k), int(n)] for k, n in zip(n_key, n_tok)]}
+    return {
+        "ppl": ppl,
+        "longppl": longppl,
+        "n_key_tokens": [int(k) for k in n_key],
+        "key_token_fraction": [[int(k), int(n)] for k, n in zip(n_key, n_tok)],
+    }
 
 
 def stderr_of(items, agg, iters=300):
@@ -51,13 +55,18 @@ def stderr_of(items, agg, iters=300):
     return float(np.std(vals, ddof=1))
 
 
-def write_run(folder: Path, per_doc: dict, date_id: str, model="org/ckpt", texts=None, samples=True,
-              settings=None) -> Path:
+def write_run(
+    folder: Path, per_doc: dict, date_id: str, model="org/ckpt", texts=None, samples=True, settings=None
+) -> Path:
     """A results file and its samples file as lm-eval writes them (values aggregated by the tasks' functions)."""
     folder.mkdir(parents=True, exist_ok=True)
     n = len(per_doc["ppl"])
-    agg = {"ppl": metrics.token_weighted_perplexity, "longppl": metrics.token_weighted_perplexity,
-           "n_key_tokens": lambda xs: float(np.mean(xs)), "key_token_fraction": metrics.corpus_ratio}
+    agg = {
+        "ppl": metrics.token_weighted_perplexity,
+        "longppl": metrics.token_weighted_perplexity,
+        "n_key_tokens": lambda xs: float(np.mean(xs)),
+        "key_token_fraction": metrics.corpus_ratio,
+    }
     res = {f"{m},none": agg[m](v) for m, v in per_doc.items()}
     for m in ("ppl", "longppl"):
         res[f"{m}_stderr,none"] = stderr_of(per_doc[m], agg[m])
@@ -65,11 +74,15 @@ def write_run(folder: Path, per_doc: dict, date_id: str, model="org/ckpt", texts
     res["key_token_fraction_stderr,none"] = "N/A"
     data = {
         "results": {TASK: {"alias": TASK, **res}},
-        "higher_is_better": {TASK: {"ppl": False, "longppl": False, "n_key_tokens": None,
-                                    "key_token_fraction": None}},
-        "configs": {TASK: {"task": TASK, "metadata": {"longctx_settings": settings or {
-            "trunc_len": 4096, "data": {"texts_sha256": "abc"}}}}},
-        "versions": {TASK: 1}, "n-samples": {TASK: {"original": n, "effective": n}},
+        "higher_is_better": {TASK: {"ppl": False, "longppl": False, "n_key_tokens": None, "key_token_fraction": None}},
+        "configs": {
+            TASK: {
+                "task": TASK,
+                "metadata": {"longctx_settings": settings or {"trunc_len": 4096, "data": {"texts_sha256": "abc"}}},
+            }
+        },
+        "versions": {TASK: 1},
+        "n-samples": {TASK: {"original": n, "effective": n}},
         "model_name": model,
     }
     results = folder / f"results_{date_id}.json"
@@ -79,9 +92,19 @@ def write_run(folder: Path, per_doc: dict, date_id: str, model="org/ckpt", texts
         with open(folder / f"samples_{TASK}_{date_id}.jsonl", "w") as f:
             for i in range(n):
                 doc = {"doc_id": i, "text": texts[i]}
-                rec = {"doc_id": i, "doc": doc, "target": "", "arguments": {}, "resps": [], "filtered_resps": [],
-                       "filter": "none", "metrics": list(per_doc), "doc_hash": doc_hash(doc),
-                       "prompt_hash": "p", "target_hash": "t"}
+                rec = {
+                    "doc_id": i,
+                    "doc": doc,
+                    "target": "",
+                    "arguments": {},
+                    "resps": [],
+                    "filtered_resps": [],
+                    "filter": "none",
+                    "metrics": list(per_doc),
+                    "doc_hash": doc_hash(doc),
+                    "prompt_hash": "p",
+                    "target_hash": "t",
+                }
                 rec.update({m: v[i] for m, v in per_doc.items()})
                 f.write(json.dumps(rec) + "\n")
     return results
@@ -118,11 +141,14 @@ def slow_paired_ci(run_items, base_items, agg, hib, z, n_resamples, seed, name):
     return tuple(np.quantile(np.asarray(worse), [(1 - level) / 2, (1 + level) / 2]))
 
 
-@pytest.mark.parametrize("metric,agg,fn,hib", [
-    ("ppl", metrics.token_weighted_perplexity, paired._token_weighted_perplexity, False),
-    ("key_token_fraction", metrics.corpus_ratio, paired._corpus_ratio, True),
-    ("n_key_tokens", lambda xs: float(np.mean(xs)), paired._mean, True),
-])
+@pytest.mark.parametrize(
+    "metric,agg,fn,hib",
+    [
+        ("ppl", metrics.token_weighted_perplexity, paired._token_weighted_perplexity, False),
+        ("key_token_fraction", metrics.corpus_ratio, paired._corpus_ratio, True),
+        ("n_key_tokens", lambda xs: float(np.mean(xs)), paired._mean, True),
+    ],
+)
 def test_paired_bootstrap_matches_slow_reference(metric, agg, fn, hib):
     base, run = corpus(n_docs=25), corpus(n_docs=25, shift=0.05, noise=0.1)
     if metric == "n_key_tokens":
@@ -172,8 +198,11 @@ def test_memory_length_aggregations_vectorised_match_the_metrics_functions(rule)
 def test_memory_length_aggregation_is_found_and_resampled():
     rng = np.random.default_rng(0)
     lengths = [64, 128, 256, 512]
-    items = [[L, float(rng.random() < (0.999 if L <= 128 else 0.5)), float(rng.random() < 0.2)]
-             for L in lengths for _ in range(8)]
+    items = [
+        [L, float(rng.random() < (0.999 if L <= 128 else 0.5)), float(rng.random() < 0.2)]
+        for L in lengths
+        for _ in range(8)
+    ]
     x = paired.as_array(items)
     settings = {"fine_threshold": 0.99, "fine_rule": "largest", "coarse_margin": 0.1, "coarse_rule": "largest"}
     reported = metrics.fine_memory_length_from_samples(items, 0.99, "largest")
@@ -264,13 +293,18 @@ def test_other_documents_are_exit_2(tmp_path, capsys):
     assert "scored different documents" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("corrupt,what", [
-    (lambda lines: lines + [lines[0]], "appears twice"),
-    (lambda lines: lines[:3] + ["{not json"] + lines[4:], "malformed JSON"),
-    (lambda lines: [json.dumps({**json.loads(x), "doc_id": "3"}) for x in lines], "doc_id is not an integer"),
-    (lambda lines: [json.dumps({k: v for k, v in json.loads(x).items() if k != "doc_hash"}) for x in lines],
-     "no doc_hash"),
-])
+@pytest.mark.parametrize(
+    "corrupt,what",
+    [
+        (lambda lines: lines + [lines[0]], "appears twice"),
+        (lambda lines: lines[:3] + ["{not json"] + lines[4:], "malformed JSON"),
+        (lambda lines: [json.dumps({**json.loads(x), "doc_id": "3"}) for x in lines], "doc_id is not an integer"),
+        (
+            lambda lines: [json.dumps({k: v for k, v in json.loads(x).items() if k != "doc_hash"}) for x in lines],
+            "no doc_hash",
+        ),
+    ],
+)
 def test_malformed_samples_are_exit_2(tmp_path, capsys, corrupt, what):
     base = corpus()
     write_run(tmp_path / "run", base, DATE_RUN)
@@ -298,7 +332,8 @@ def test_samples_that_do_not_reproduce_the_results_are_not_used(tmp_path, capsys
     other = tmp_path / "other"
     write_run(other, stale, DATE_RUN)
     (tmp_path / "run" / f"samples_{TASK}_{DATE_RUN}.jsonl").write_text(
-        (other / f"samples_{TASK}_{DATE_RUN}.jsonl").read_text())
+        (other / f"samples_{TASK}_{DATE_RUN}.jsonl").read_text()
+    )
     assert main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "base")]) == 0
     row = rows_of(capsys.readouterr().out)["longppl_govreport/ppl"]
     assert row[5] == "unpaired (per-document values do not reproduce the reported value)"
@@ -329,13 +364,34 @@ def lm_eval_run(model_dir, docs, out, cwd):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--tasks", TASK, "--model", "hf",
-         "--model_args", f"pretrained={model_dir},dtype=float32", "--device", "cpu",
-         "--metadata", json.dumps(md), "--output_path", str(out), "--log_samples"],
-        capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--tasks",
+            TASK,
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={model_dir},dtype=float32",
+            "--device",
+            "cpu",
+            "--metadata",
+            json.dumps(md),
+            "--output_path",
+            str(out),
+            "--log_samples",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
 def test_paired_gate_on_real_lm_eval_log_samples_output(tmp_path, model_dirs, corpus_texts, capsys):
     import torch
@@ -354,7 +410,7 @@ def test_paired_gate_on_real_lm_eval_log_samples_output(tmp_path, model_dirs, co
     AutoTokenizer.from_pretrained(model_dirs["a"]).save_pretrained(noisy)
 
     # 12 documents (the paired test needs 10): two pieces of each test text
-    docs = write_docs(tmp_path / "docs.jsonl", [t[i:i + 700] for t in corpus_texts[:6] for i in (0, 1500)])
+    docs = write_docs(tmp_path / "docs.jsonl", [t[i : i + 700] for t in corpus_texts[:6] for i in (0, 1500)])
     lm_eval_run(model_dirs["a"], docs, tmp_path / "base", tmp_path)
     lm_eval_run(noisy, docs, tmp_path / "run", tmp_path)
     assert list((tmp_path / "run").rglob(f"samples_{TASK}_*.jsonl"))
@@ -399,8 +455,9 @@ def test_power_benchmark_decisions_on_known_cases():
     and under its random-direction null the paired test stays near its nominal one-sided 2.5%."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_gate_power",
-                                                  Path(__file__).resolve().parents[1] / "scripts" / "bench_gate_power.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_gate_power", Path(__file__).resolve().parents[1] / "scripts" / "bench_gate_power.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     base = np.asarray(corpus(n_docs=120)["ppl"])
@@ -415,8 +472,12 @@ def test_power_benchmark_decisions_on_known_cases():
 def test_samples_without_a_metrics_list_are_read_from_their_fields(tmp_path):
     write_run(tmp_path, corpus(n_docs=4), DATE_RUN)
     f = tmp_path / f"samples_{TASK}_{DATE_RUN}.jsonl"
-    f.write_text("".join(json.dumps({k: v for k, v in json.loads(x).items() if k != "metrics"}) + "\n"
-                         for x in f.read_text().splitlines()))
+    f.write_text(
+        "".join(
+            json.dumps({k: v for k, v in json.loads(x).items() if k != "metrics"}) + "\n"
+            for x in f.read_text().splitlines()
+        )
+    )
     s = paired.read_samples(f)
     assert set(s.docs[("none", 0)][1]) == {"ppl", "longppl", "n_key_tokens", "key_token_fraction"}
 
@@ -426,8 +487,16 @@ def write_forgetting_curve_run(folder: Path, copy_p: dict, date_id: str, samples
     copy_acc@L and lm_acc@L, and the (length, copy_acc, lm_acc) item of the memory-length aggregations."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    task, settings = "forgetting_curve", {"fine_threshold": 0.9, "fine_rule": "largest", "coarse_margin": 0.1,
-                                          "coarse_rule": "largest", "lengths": sorted(copy_p)}
+    task, settings = (
+        "forgetting_curve",
+        {
+            "fine_threshold": 0.9,
+            "fine_rule": "largest",
+            "coarse_margin": 0.1,
+            "coarse_rule": "largest",
+            "lengths": sorted(copy_p),
+        },
+    )
     docs = []
     for L in sorted(copy_p):
         for _ in range(samples_per_length):
@@ -444,19 +513,39 @@ def write_forgetting_curve_run(folder: Path, copy_p: dict, date_id: str, samples
     res["coarse_memory_length,none"] = metrics.coarse_memory_length_from_samples(items, 0.1, "largest")
     res["n_failed_lengths,none"] = metrics.n_failed_lengths_from_samples(items)
     hib.update(fine_memory_length=True, coarse_memory_length=True, n_failed_lengths=False)
-    data = {"results": {task: res}, "higher_is_better": {task: hib},
-            "configs": {task: {"task": task, "metadata": {"longctx_settings": settings}}},
-            "versions": {task: 1}, "n-samples": {task: {"original": len(docs), "effective": len(docs)}},
-            "model_name": "org/ckpt"}
+    data = {
+        "results": {task: res},
+        "higher_is_better": {task: hib},
+        "configs": {task: {"task": task, "metadata": {"longctx_settings": settings}}},
+        "versions": {task: 1},
+        "n-samples": {task: {"original": len(docs), "effective": len(docs)}},
+        "model_name": "org/ckpt",
+    }
     (folder / f"results_{date_id}.json").write_text(json.dumps(data))
     with open(folder / f"samples_{task}_{date_id}.jsonl", "w") as f:
         # lm-eval writes them in doc_id order; the doc is the sample's position, not the model's output
         for i, (L, c, m) in enumerate(docs):
             doc = {"length": L, "sample": i % samples_per_length, "start": 1000 * i}
-            vals = {f"copy_acc@{L:05d}": c, f"lm_acc@{L:05d}": m, "fine_memory_length": [L, c, m],
-                    "coarse_memory_length": [L, c, m], "n_failed_lengths": [L, c, m]}
-            f.write(json.dumps({"doc_id": i, "doc": doc, "filter": "none", "metrics": list(vals),
-                                "doc_hash": doc_hash(doc), **vals}) + "\n")
+            vals = {
+                f"copy_acc@{L:05d}": c,
+                f"lm_acc@{L:05d}": m,
+                "fine_memory_length": [L, c, m],
+                "coarse_memory_length": [L, c, m],
+                "n_failed_lengths": [L, c, m],
+            }
+            f.write(
+                json.dumps(
+                    {
+                        "doc_id": i,
+                        "doc": doc,
+                        "filter": "none",
+                        "metrics": list(vals),
+                        "doc_hash": doc_hash(doc),
+                        **vals,
+                    }
+                )
+                + "\n"
+            )
 
 
 def test_paired_gate_on_forgetting_curve_samples(tmp_path, capsys):
@@ -479,7 +568,8 @@ def test_paired_gate_on_forgetting_curve_samples(tmp_path, capsys):
     rows = rows_of(capsys.readouterr().out)
     assert rows["forgetting_curve/copy_acc@00256"][5] == "unpaired (4 documents: the paired bootstrap needs 10)"
     assert rows["forgetting_curve/fine_memory_length"][5] == (
-        "unpaired (4 samples at some length: the paired bootstrap needs 5 per length)")
+        "unpaired (4 samples at some length: the paired bootstrap needs 5 per length)"
+    )
     assert rows["forgetting_curve/n_failed_lengths"][-1] == "ok"
     assert rows["forgetting_curve/copy_acc@00064"][-1] == "ok"
 
@@ -499,15 +589,21 @@ def test_per_configuration_metrics_use_their_own_documents(tmp_path, capsys):
             for k, v in vals.items():
                 per[k].append(v)
             doc = {"case": i, "num_lines": 200 if i < 20 else 400}
-            recs.append({"doc_id": i, "doc": doc, "filter": "none", "metrics": list(vals), "doc_hash": doc_hash(doc),
-                         **vals})
+            recs.append(
+                {"doc_id": i, "doc": doc, "filter": "none", "metrics": list(vals), "doc_hash": doc_hash(doc), **vals}
+            )
         res = {"alias": task}
         for k, v in per.items():
             res[f"{k},none"] = float(np.mean(v))
             res[f"{k}_stderr,none"] = float(np.std(v, ddof=1) / math.sqrt(len(v)))
-        data = {"results": {task: res}, "higher_is_better": {task: {k: True for k in per}},
-                "configs": {task: {"metadata": {"longctx_settings": {"num_lines": [200, 400]}}}},
-                "versions": {task: 1}, "n-samples": {task: {"original": 40, "effective": 40}}, "model_name": "m"}
+        data = {
+            "results": {task: res},
+            "higher_is_better": {task: {k: True for k in per}},
+            "configs": {task: {"metadata": {"longctx_settings": {"num_lines": [200, 400]}}}},
+            "versions": {task: 1},
+            "n-samples": {task: {"original": 40, "effective": 40}},
+            "model_name": "m",
+        }
         (folder / f"results_{date_id}.json").write_text(json.dumps(data))
         (folder / f"samples_{task}_{date_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
 

@@ -11,6 +11,10 @@ from lm_eval_longctx.keytokens import text_scoring
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import brute_force_doc, load
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
+
 TASK = "longppl_govreport"
 K, D = 40, 16
 
@@ -66,8 +70,9 @@ def test_other_backends_get_an_error_naming_the_supported_ones(model_dirs, docs)
 def test_longer_than_the_model_maximum_is_an_error_unless_asked(model_dirs, docs):
     with pytest.raises(engine.ScoringError, match="longer than the model's maximum length 64"):
         run_task(TASK, model_dirs["a"], md(docs, evaluator="self"), model_args={"max_length": 64})
-    ok = run_task(TASK, model_dirs["a"], md(docs, evaluator="self", allow_beyond_max_length=True),
-                  model_args={"max_length": 64})
+    ok = run_task(
+        TASK, model_dirs["a"], md(docs, evaluator="self", allow_beyond_max_length=True), model_args={"max_length": 64}
+    )
     assert math.isfinite(ok["results"][TASK]["ppl,none"])
 
 
@@ -100,7 +105,8 @@ def test_importing_the_tasks_changes_nothing_in_lm_eval_building_one_does():
         "print(hasattr(HFLM, 'longctx_scores'), eu.stderr_for_metric is before)\n"
         "from lm_eval_longctx.harness import glue\n"
         "glue.install()\n"
-        "print(hasattr(HFLM, 'longctx_scores'), eu.stderr_for_metric is before)\n")
+        "print(hasattr(HFLM, 'longctx_scores'), eu.stderr_for_metric is before)\n"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True", "True", "False"]
@@ -166,8 +172,9 @@ def test_in_batches_with_backoff_continues_at_the_smaller_batch():
 
 
 def test_a_text_request_round_trips_through_its_spec_and_refuses_half_a_window_setting():
-    request = text_scoring.TextRequest(add_special_tokens=True, offsets=True, trunc_len=64, stride=16,
-                                       window_batch_size=2, long_pass="full")
+    request = text_scoring.TextRequest(
+        add_special_tokens=True, offsets=True, trunc_len=64, stride=16, window_batch_size=2, long_pass="full"
+    )
     spec = request.to_spec()
     assert spec["kind"] == "sequence" and text_scoring.TextRequest.from_spec(spec) == request
     import json

@@ -33,8 +33,9 @@ def test_key_token_mask_definition():
     got = metrics.key_token_mask(long_lp, short_lp, alpha=2, beta=-2)
     # the reference's own form: loss_short - loss_full > alpha and loss_full < -beta
     loss_full, loss_short = -long_lp, -short_lp
-    ref = np.array([(ls - lf > 2) and (lf < 2) if not math.isnan(ls) else False
-                    for lf, ls in zip(loss_full, loss_short)])
+    ref = np.array(
+        [(ls - lf > 2) and (lf < 2) if not math.isnan(ls) else False for lf, ls in zip(loss_full, loss_short)]
+    )
     assert np.array_equal(got, ref) and 0 < got.sum() < 900
     assert not got[:100].any()
 
@@ -95,8 +96,11 @@ def test_tokens_sharing_a_character_span_match_the_reference():
         ref = [i for i in longppl.cal_overlap(offs.tolist(), [list(x) for x in spans]) if i >= 0]
         assert keyspans.key_target_indices(offs, spans).tolist() == ref
     assert keyspans.merge_touching_spans([(10, 11), (10, 11), (11, 15)]) == [(10, 11), (10, 15)]
-    assert keyspans.tokens_inside_spans(np.array([[10, 11], [10, 11], [11, 13]]),
-                                        [(10, 11), (10, 15)]).tolist() == [0, 1, 2]
+    assert keyspans.tokens_inside_spans(np.array([[10, 11], [10, 11], [11, 13]]), [(10, 11), (10, 15)]).tolist() == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_span_text_round_trip_and_strict_parsing(tmp_path):

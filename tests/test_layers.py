@@ -62,12 +62,13 @@ def _imports(tree: ast.Module, module: str):
                 yield a.name, node.lineno, level
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = module.split(".")[:-node.level]
+                base = module.split(".")[: -node.level]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
             if target in (NAME, f"{NAME}.tasks", f"{NAME}.report", f"{NAME}.data") or (
-                    node.module is None and node.level):
+                node.module is None and node.level
+            ):
                 # `from . import x` / `from lm_eval_longctx import x`: x may be a submodule
                 for a in node.names:
                     yield f"{target}.{a.name}", node.lineno, level
@@ -76,7 +77,7 @@ def _imports(tree: ast.Module, module: str):
 
 
 def _target_layer(target: str) -> str | None:
-    rest = target[len(NAME) + 1:]
+    rest = target[len(NAME) + 1 :]
     if not rest:
         return "entry"
     first = rest.split(".")[0]
@@ -132,25 +133,34 @@ def test_every_layer_folder_is_a_package_and_documents_its_rules():
     assert set(LOWER) >= {layer_of(p.relative_to(PACKAGE).as_posix()) for p in PACKAGE.rglob("*.py")}
 
 
-@pytest.mark.parametrize("rel, source, expected", [
-    ("metrics/bad.py", "import torch\n", "metrics/ imports torch"),
-    ("metrics/bad.py", "def f():\n    import torch\n", "metrics/ imports torch"),
-    ("report/bad.py", "import torch\n", "imports torch at module level"),
-    ("engine/bad.py", "def f():\n    from lm_eval.api.model import LM\n", "imports lm_eval outside harness/ and tasks/"),
-    ("report/bad.py", "import lm_eval\n", "imports lm_eval outside harness/ and tasks/"),
-    ("data/bad.py", "from ..engine import scoring\n", "data imports lm_eval_longctx.engine"),
-    ("engine/bad.py", "from lm_eval_longctx import metrics\n", "engine imports lm_eval_longctx.metrics"),
-    ("report/bad.py", "from ..tasks import longppl\n", "report imports lm_eval_longctx.tasks.longppl"),
-    ("harness/__init__.py", "import os\n", "harness/__init__.py: imports something"),
-    ("cli.py", "import transformers\n", "imports transformers at module level"),
-])
+@pytest.mark.parametrize(
+    "rel, source, expected",
+    [
+        ("metrics/bad.py", "import torch\n", "metrics/ imports torch"),
+        ("metrics/bad.py", "def f():\n    import torch\n", "metrics/ imports torch"),
+        ("report/bad.py", "import torch\n", "imports torch at module level"),
+        (
+            "engine/bad.py",
+            "def f():\n    from lm_eval.api.model import LM\n",
+            "imports lm_eval outside harness/ and tasks/",
+        ),
+        ("report/bad.py", "import lm_eval\n", "imports lm_eval outside harness/ and tasks/"),
+        ("data/bad.py", "from ..engine import scoring\n", "data imports lm_eval_longctx.engine"),
+        ("engine/bad.py", "from lm_eval_longctx import metrics\n", "engine imports lm_eval_longctx.metrics"),
+        ("report/bad.py", "from ..tasks import longppl\n", "report imports lm_eval_longctx.tasks.longppl"),
+        ("harness/__init__.py", "import os\n", "harness/__init__.py: imports something"),
+        ("cli.py", "import transformers\n", "imports transformers at module level"),
+    ],
+)
 def test_the_checker_reports_each_kind_of_violation(tmp_path, rel, source, expected):
     pkg = tmp_path / NAME
     for sub in ("", "engine", "metrics", "report", "data", "harness", "tasks"):
         (pkg / sub).mkdir(parents=True, exist_ok=True)
         (pkg / sub / "__init__.py").write_text('"""x"""\n')
     (pkg / "report" / "fine.py").write_text("import numpy\nfrom ..metrics import per_token\nfrom ..data import files\n")
-    (pkg / "tasks" / "fine.py").write_text("from lm_eval.api.task import ConfigurableTask\nfrom ..harness import glue\n")
+    (pkg / "tasks" / "fine.py").write_text(
+        "from lm_eval.api.task import ConfigurableTask\nfrom ..harness import glue\n"
+    )
     assert violations(pkg) == []
     (pkg / rel).write_text(source)
     found = violations(pkg)
@@ -165,8 +175,9 @@ def _layers_above(layer: str) -> set[str]:
     return above
 
 
-BACK_ARROWS = sorted((low, high) for low in LOWER for high in _layers_above(low)
-                     if low not in ("basics", "entry") and high != "entry")
+BACK_ARROWS = sorted(
+    (low, high) for low in LOWER for high in _layers_above(low) if low not in ("basics", "entry") and high != "entry"
+)
 
 
 def test_the_layers_form_no_cycle():
@@ -186,4 +197,6 @@ def test_the_checker_reports_every_back_arrow(tmp_path, low, high):
     (pkg / high / "up.py").write_text("")
     (pkg / low / "bad.py").write_text(f"def f():\n    from ..{high} import up\n")
     found = violations(pkg)
-    assert any(f"{low} imports lm_eval_longctx.{high}" in f and f"({high} is not below {low})" in f for f in found), found
+    assert any(f"{low} imports lm_eval_longctx.{high}" in f and f"({high} is not below {low})" in f for f in found), (
+        found
+    )

@@ -90,12 +90,14 @@ def test_weights_and_loss_match_brute_force(model, gamma):
 def test_gradient_only_through_long_pass(model):
     ids, mask = _pad(_rows())
     out, grads = _run(model, ids, mask)
+
     # The same weights as constants: sum(w * ce) / norm of a fresh forward must give the same gradient.
     def token_ce():
         model.zero_grad()
         logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-        return F.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1),
-                               reduction="none").view(ids.shape[0], -1)
+        return F.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1), reduction="none").view(
+            ids.shape[0], -1
+        )
 
     ((out.weights * token_ce()).sum() / out.mask.sum()).backward()
     for g, p in zip(grads, model.parameters()):

@@ -89,8 +89,9 @@ def test_generated_cases_are_consistent_and_names_unique():
 
 
 def test_numbers_are_uniform_over_1_to_50000():
-    values = np.concatenate([longeval_data.parse_prompt(c.prompt).values
-                             for c in longeval_data.generate_cases([500], 20, seed=3)])
+    values = np.concatenate(
+        [longeval_data.parse_prompt(c.prompt).values for c in longeval_data.generate_cases([500], 20, seed=3)]
+    )
     assert values.min() >= 1 and values.max() <= 50000
     # 10000 draws: mean 25000.5, sd of the mean ~144; deciles ~ 1000 each
     assert abs(values.mean() - 25000.5) < 720
@@ -99,8 +100,9 @@ def test_numbers_are_uniform_over_1_to_50000():
 
 
 @needs_reference
-@pytest.mark.parametrize("filename, num_lines, trailing", [("200_lines.jsonl", 200, " "),
-                                                           ("1350_lines.first5.jsonl", 1350, "")])
+@pytest.mark.parametrize(
+    "filename, num_lines, trailing", [("200_lines.jsonl", 200, " "), ("1350_lines.first5.jsonl", 1350, "")]
+)
 def test_generated_prompts_match_longchat_files_line_by_line(filename, num_lines, trailing):
     path = REFERENCE / filename
     records = [json.loads(line) for line in path.read_text().splitlines()]
@@ -112,7 +114,7 @@ def test_generated_prompts_match_longchat_files_line_by_line(filename, num_lines
         assert len(gen_lines) == len(ref_lines) == num_lines + 4  # header, blank, lines, blank, question
         for k, (r, g) in enumerate(zip(ref_lines, gen_lines)):
             assert g == r, f"line {k}: {g[:80]!r} != {r[:80]!r}"
-        assert ref["prompt"][-len("number.") - len(trailing):] == "number." + trailing
+        assert ref["prompt"][-len("number.") - len(trailing) :] == "number." + trailing
         assert gen.prompt.endswith("number." + trailing)
         for rec in (ref, gen.to_record()):  # both satisfy the same record invariants
             name, pos = rec["random_idx"]
@@ -123,7 +125,9 @@ def test_generated_prompts_match_longchat_files_line_by_line(filename, num_lines
 
 @needs_reference
 def test_longchat_files_load_and_their_words_are_in_the_lists(tmp_path):
-    cases = longeval_data.load_testcases([str(REFERENCE / "200_lines.jsonl"), str(REFERENCE / "1350_lines.first5.jsonl")])
+    cases = longeval_data.load_testcases(
+        [str(REFERENCE / "200_lines.jsonl"), str(REFERENCE / "1350_lines.first5.jsonl")]
+    )
     assert [c.num_lines for c in cases] == [200] * 50 + [1350] * 5
     assert cases[0].name == "torpid-kid" and cases[0].position == 7 and cases[0].expected_number == 2416
     # a folder in LongChat's layout, capped per file
@@ -145,8 +149,9 @@ def test_loader_round_trips_and_refuses_inconsistent_records(tmp_path):
     path = tmp_path / "mixed.jsonl"
     longeval_data.write_jsonl(cases, path)
     loaded = longeval_data.load_testcases(str(path))
-    assert [(c.prompt, c.name, c.position, c.expected_number) for c in loaded] == \
-           [(c.prompt, c.name, c.position, c.expected_number) for c in cases]
+    assert [(c.prompt, c.name, c.position, c.expected_number) for c in loaded] == [
+        (c.prompt, c.name, c.position, c.expected_number) for c in cases
+    ]
     # a URL goes through fsspec (http(s) through urllib): a file:// URL stands in for a remote one
     assert [c.prompt for c in longeval_data.load_testcases(path.as_uri())] == [c.prompt for c in cases]
     bad = cases[0].to_record() | {"expected_number": cases[0].expected_number + 1}
@@ -199,9 +204,12 @@ def _merging_tokenizer(texts):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=600, special_tokens=["<pad>", "<s>", "</s>", "<unk>"]))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>")
+    tok.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=600, special_tokens=["<pad>", "<s>", "</s>", "<unk>"])
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
 
 
 def test_answer_tokens_across_tokenizers(model_dirs):
@@ -210,8 +218,11 @@ def test_answer_tokens_across_tokenizers(model_dirs):
     cases = longeval_data.generate_cases([3, 6], 3, seed=11, trailing_space=False)
     texts = [c.prompt + " " + c.response()[0] for c in cases]
     merging = _merging_tokenizer(texts * 3)
-    tokenizers = {"bpe": load(model_dirs["a"]), "wordpiece": load(model_dirs["b"]),
-                  "merging": (tiny.tiny_llama(vocab_size=len(merging), seed=3), merging)}
+    tokenizers = {
+        "bpe": load(model_dirs["a"]),
+        "wordpiece": load(model_dirs["b"]),
+        "merging": (tiny.tiny_llama(vocab_size=len(merging), seed=3), merging),
+    }
     merged_bracket = False
     for label, (model, tok) in tokenizers.items():
         for case, text in zip(cases, texts):
@@ -224,7 +235,7 @@ def test_answer_tokens_across_tokenizers(model_dirs):
             covered = set()
             for (s, e), is_answer in zip(offs.tolist(), mask.tolist()):
                 digits = set(range(max(s, a), min(e, b)))
-                assert bool(digits) == is_answer, (label, response[max(s, 0):e])
+                assert bool(digits) == is_answer, (label, response[max(s, 0) : e])
                 covered |= digits
                 if is_answer and (s < a or e > b):
                     merged_bracket = merged_bracket or label == "merging"
@@ -264,6 +275,7 @@ def ppl_run(model_dirs):
     return run_task("longeval_lines_ppl", model_dirs["a"], MD)
 
 
+@pytest.mark.integration
 def test_perplexities_equal_brute_force(ppl_run, model_dirs):
     model, tok = load(model_dirs["a"])
     r = ppl_run["results"]["longeval_lines_ppl"]
@@ -300,6 +312,7 @@ def test_perplexities_equal_brute_force(ppl_run, model_dirs):
     assert "AnswerScores(n=" in str(samples[0]["resps"]) and len(str(samples[0]["resps"])) < 200
 
 
+@pytest.mark.integration
 def test_over_long_prompts_are_an_error(model_dirs):
     with pytest.raises(engine.ScoringError, match="longer than the model's maximum length 200"):
         run_task("longeval_lines_ppl", model_dirs["a"], MD, model_args={"max_length": 200})
@@ -307,13 +320,19 @@ def test_over_long_prompts_are_an_error(model_dirs):
         run_task("longeval_lines_acc", model_dirs["a"], MD, model_args={"max_length": 200}, gen_kwargs="max_gen_toks=2")
 
 
+@pytest.mark.integration
 def test_acc_through_generate_until_and_skips_recorded(ppl_run, model_dirs):
     """The group with a maximum between the two configurations' lengths: short cases are scored,
     long ones recorded as skipped (never cut)."""
     r_ppl = ppl_run["results"]["longeval_lines_ppl"]
     cut = int((r_ppl["prompt_tokens_0004,none"] + r_ppl["prompt_tokens_0011,none"]) / 2)
-    res = run_task("longeval_lines", model_dirs["a"], {**MD, "over_length": "skip"},
-                   model_args={"max_length": cut}, gen_kwargs="max_gen_toks=6")
+    res = run_task(
+        "longeval_lines",
+        model_dirs["a"],
+        {**MD, "over_length": "skip"},
+        model_args={"max_length": cut},
+        gen_kwargs="max_gen_toks=6",
+    )
     ppl, acc = res["results"]["longeval_lines_ppl"], res["results"]["longeval_lines_acc"]
     for r in (ppl, acc):
         assert r["skipped_0004,none"] == 0.0 and r["skipped_0011,none"] == 1.0
@@ -331,9 +350,15 @@ def test_acc_through_generate_until_and_skips_recorded(ppl_run, model_dirs):
 def test_acc_scores_the_last_integer_of_the_output():
     from lm_eval_longctx.tasks.longeval import LongEvalLinesAccTask, PromptLength
 
-    task = LongEvalLinesAccTask(config={"task": "t", "test_split": "test", "output_type": "generate_until",
-                                        "generation_kwargs": {"until": [], "max_gen_toks": 100},
-                                        "metadata": {"num_lines": [3], "num_cases": 1}})
+    task = LongEvalLinesAccTask(
+        config={
+            "task": "t",
+            "test_split": "test",
+            "output_type": "generate_until",
+            "generation_kwargs": {"until": [], "max_gen_toks": 100},
+            "metadata": {"num_lines": [3], "num_cases": 1},
+        }
+    )
     doc = task.test_docs()[0]
     n = doc["expected_number"]
     right = task.process_results(doc, [PromptLength(50, 100), f"Line 3 ... The value is <{n}>."])
@@ -342,11 +367,14 @@ def test_acc_scores_the_last_integer_of_the_output():
     assert wrong["acc"] == 0.0
 
 
+@pytest.mark.integration
 def test_chat_template_reaches_both_tasks(model_dirs, tmp_path):
     chat_dir = tmp_path / "chat_model"
     model, tok = load(model_dirs["a"])
-    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
-                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
     model.save_pretrained(chat_dir)
     tok.save_pretrained(chat_dir)
     md = {"num_lines": [3], "num_cases": 1}
@@ -362,6 +390,7 @@ def test_chat_template_reaches_both_tasks(model_dirs, tmp_path):
     assert res["results"]["longeval_lines_ppl"]["prompt_tokens_0003,none"] >= n_chat - 1
 
 
+@pytest.mark.integration
 def test_use_cache_serves_repeated_requests(model_dirs, tmp_path, monkeypatch):
     from lm_eval_longctx.tasks import longeval
 
@@ -381,15 +410,24 @@ def test_use_cache_serves_repeated_requests(model_dirs, tmp_path, monkeypatch):
 # ------------------------------------------------------------------ plot
 
 
+@pytest.mark.integration
 def test_plot_from_results(ppl_run, tmp_path):
-    fake_acc = {"longeval_lines_acc": {"acc_0004,none": 0.5, "acc_0004_stderr,none": 0.1, "acc_0011,none": 0.25,
-                                       "acc_0011_stderr,none": "N/A", "prompt_tokens_0004,none": 100.0,
-                                       "prompt_tokens_0011,none": 300.0}}
+    fake_acc = {
+        "longeval_lines_acc": {
+            "acc_0004,none": 0.5,
+            "acc_0004_stderr,none": 0.1,
+            "acc_0011,none": 0.25,
+            "acc_0011_stderr,none": "N/A",
+            "prompt_tokens_0004,none": 100.0,
+            "prompt_tokens_0011,none": 300.0,
+        }
+    }
     results = {"results": {**ppl_run["results"], **fake_acc}, "model_name": "tiny"}
     curves = longeval_plot.curves_from_results(results)
     assert curves["acc"].num_lines == NUM_LINES and curves["acc"].x == [100.0, 300.0]
-    assert curves["answer_ppl"].value == [ppl_run["results"]["longeval_lines_ppl"][f"answer_ppl_{k},none"]
-                                         for k in ("0004", "0011")]
+    assert curves["answer_ppl"].value == [
+        ppl_run["results"]["longeval_lines_ppl"][f"answer_ppl_{k},none"] for k in ("0004", "0011")
+    ]
     assert math.isnan(curves["acc"].stderr[1]) and curves["non_answer_ppl"].x_is_tokens
     path = tmp_path / "res.json"
     path.write_text(json.dumps(results))

@@ -10,6 +10,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from lm_eval_longctx.keytokens import span_files
 from tests.harness_utils import run_task, write_docs
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
+
 K, D, ALPHA, BETA = 48, 20, 0.5, -10.0
 TASK = "longppl_govreport"
 
@@ -76,8 +80,16 @@ def brute(model_dirs, docs):
 @pytest.fixture(scope="module")
 def evaluator_run(model_dirs, docs, tmp_path_factory):
     cache = tmp_path_factory.mktemp("spancache")
-    md = {"data_files": docs[1], "evaluator": model_dirs["b"], "trunc_len": K, "sliding_window": D,
-          "alpha": ALPHA, "beta": BETA, "span_cache_dir": str(cache), "soft_gamma": 5}
+    md = {
+        "data_files": docs[1],
+        "evaluator": model_dirs["b"],
+        "trunc_len": K,
+        "sliding_window": D,
+        "alpha": ALPHA,
+        "beta": BETA,
+        "span_cache_dir": str(cache),
+        "soft_gamma": 5,
+    }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = run_task(TASK, model_dirs["a"], md)
@@ -118,8 +130,18 @@ def test_longppl_matches_the_reference_package(evaluator_run, model_dirs, docs, 
         L = len(ev_tok(text)["input_ids"])
         if L <= K or (L - K) % D == 1:
             continue  # the reference has no windows there, or crashes on a one-token last window
-        ref = longppl.compute_longppl(text, model, ev_model, tok, ev_tok, save_path=str(tmp_path / f"s{i}.txt"),
-                                      trunc_len=K, sliding_window=D, alpha=ALPHA, beta=BETA)
+        ref = longppl.compute_longppl(
+            text,
+            model,
+            ev_model,
+            tok,
+            ev_tok,
+            save_path=str(tmp_path / f"s{i}.txt"),
+            trunc_len=K,
+            sliding_window=D,
+            alpha=ALPHA,
+            beta=BETA,
+        )
         if ref["n_key_token"]:
             assert s["longppl"][1] == ref["n_key_token"]
             assert math.exp(s["longppl"][0] / s["longppl"][1]) == pytest.approx(float(ref["longppl"]), rel=1e-4)
@@ -132,8 +154,11 @@ def test_doc_without_key_tokens_is_dropped_from_longppl_with_a_warning(evaluator
     res, _, caught = evaluator_run
     samples = sorted(res["samples"][TASK], key=lambda s: s["doc_id"])
     assert samples[-1]["longppl"][1] == 0 and samples[-1]["ppl"][1] > 0  # "short document."
-    assert any("document 3 has no key tokens (" in str(w.message) and "evaluator tokens, not more than trunc_len "
-               "= 48, so no token has a truncated context" in str(w.message) for w in caught)
+    assert any(
+        "document 3 has no key tokens (" in str(w.message)
+        and "evaluator tokens, not more than trunc_len = 48, so no token has a truncated context" in str(w.message)
+        for w in caught
+    )
 
 
 def test_settings_and_provenance_are_in_the_results(evaluator_run, model_dirs):
@@ -158,8 +183,15 @@ def test_spans_are_cached_and_reusable_as_a_spans_dir(evaluator_run, brute, mode
     def no_evaluator(self):
         raise AssertionError("the evaluator was loaded although its spans are cached")
 
-    md = {"data_files": docs[1], "evaluator": model_dirs["b"], "trunc_len": K, "sliding_window": D,
-          "alpha": ALPHA, "beta": BETA, "span_cache_dir": str(cache)}
+    md = {
+        "data_files": docs[1],
+        "evaluator": model_dirs["b"],
+        "trunc_len": K,
+        "sliding_window": D,
+        "alpha": ALPHA,
+        "beta": BETA,
+        "span_cache_dir": str(cache),
+    }
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(LongPPLTask, "_load_evaluator", no_evaluator)
         again = run_task(TASK, model_dirs["a"], md)

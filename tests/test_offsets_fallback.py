@@ -12,8 +12,9 @@ from transformers.tokenization_python import PythonBackend
 from lm_eval_longctx.keytokens import spans_to_tokens as keyspans
 from tests import tiny
 
-NON_ASCII = ("Zoë's café — naïve 東京の空 🙂👍🏽 e\u0301 «quoted» ½ ĳ "
-             "the report of committee 😀 found Ω ∑ x² and 中文字符 end. ")
+NON_ASCII = (
+    "Zoë's café — naïve 東京の空 🙂👍🏽 e\u0301 «quoted» ½ ĳ the report of committee 😀 found Ω ∑ x² and 中文字符 end. "
+)
 
 
 def char_spans_of_byte_tokens(text: str, token_bytes: list[bytes]) -> np.ndarray:

@@ -10,6 +10,9 @@ import pytest
 
 from tests.test_gate_paired import DATE_BASE, DATE_RUN, corpus, write_run
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "lm_eval", "datasets", "accelerate")
 
@@ -17,6 +20,7 @@ HEAVY = ("torch", "transformers", "lm_eval", "datasets", "accelerate")
 # ImportError, as on a machine without them. Prints the heavy modules loaded and the imports attempted.
 WRAPPER = f"""
 import importlib.abc, json, runpy, sys
+
 HEAVY = {HEAVY!r}
 attempted = []
 class Blocker(importlib.abc.MetaPathFinder):
@@ -45,20 +49,23 @@ sys.exit(code)
 
 
 def run_blocked(*args, cwd=None):
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, cwd=cwd or ROOT,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=120
+    )
     heavy = json.loads(proc.stdout.rsplit("HEAVY=", 1)[1])
     return proc, heavy
 
 
 def test_blocker_really_blocks():
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, "cli", "demo", "--help"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, "cli", "demo", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.returncode != 0 and "torch is not installed here" in proc.stderr  # demo needs torch
 
 
-@pytest.mark.parametrize("command", [["--help"], ["gate", "--help"], ["leaderboard", "--help"],
-                                     ["correlate", "--help"]])
+@pytest.mark.parametrize(
+    "command", [["--help"], ["gate", "--help"], ["leaderboard", "--help"], ["correlate", "--help"]]
+)
 def test_help_without_heavy_modules(command):
     proc, heavy = run_blocked("cli", *command)
     assert proc.returncode == 0, proc.stderr
@@ -72,18 +79,29 @@ def test_gate_leaderboard_correlate_run_without_heavy_modules(tmp_path):
     write_run(tmp_path / "base", base, DATE_BASE, model="org/old")
     cfg = tmp_path / "gate.yaml"
     cfg.write_text("z: 1.96\nmetrics:\n  '*/ppl': {rel: 0.001}\n")
-    proc, heavy = run_blocked("cli", "gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "base"),
-                              "--config", str(cfg), "--summary", str(tmp_path / "summary.md"))
+    proc, heavy = run_blocked(
+        "cli",
+        "gate",
+        str(tmp_path / "run"),
+        "--baseline",
+        str(tmp_path / "base"),
+        "--config",
+        str(cfg),
+        "--summary",
+        str(tmp_path / "summary.md"),
+    )
     assert proc.returncode == 1, proc.stderr  # the paired regression is found, without torch
     assert "paired (40 docs, token_weighted_perplexity)" in proc.stdout
     assert heavy["loaded"] == [] and heavy["attempted"] == []
     # the script wrapper too
-    proc, heavy = run_blocked(str(ROOT / "scripts" / "regression_gate.py"), str(tmp_path / "run"),
-                              "--baseline", str(tmp_path / "base"))
+    proc, heavy = run_blocked(
+        str(ROOT / "scripts" / "regression_gate.py"), str(tmp_path / "run"), "--baseline", str(tmp_path / "base")
+    )
     assert proc.returncode == 1 and heavy["loaded"] == [] and heavy["attempted"] == [], proc.stderr
 
-    proc, heavy = run_blocked("cli", "leaderboard", str(tmp_path / "run"), str(tmp_path / "base"),
-                              "--csv", str(tmp_path / "board.csv"))
+    proc, heavy = run_blocked(
+        "cli", "leaderboard", str(tmp_path / "run"), str(tmp_path / "base"), "--csv", str(tmp_path / "board.csv")
+    )
     assert proc.returncode == 0 and heavy["loaded"] == [] and heavy["attempted"] == [], proc.stderr
     assert "| org/new |" in proc.stdout
 
@@ -91,8 +109,18 @@ def test_gate_leaderboard_correlate_run_without_heavy_modules(tmp_path):
     scores.write_text("model,score\n" + "".join(f"m{i},{i * 1.5 + (i % 3)}\n" for i in range(6)))
     bench = tmp_path / "bench.csv"
     bench.write_text("model,LongBench\n" + "".join(f"m{i},{40 - i}\n" for i in range(6)))
-    proc, heavy = run_blocked("cli", "correlate", "--scores", str(scores), "--benchmark", str(bench),
-                              "--n-resamples", "200", "--out", str(tmp_path / "sub.json"))
+    proc, heavy = run_blocked(
+        "cli",
+        "correlate",
+        "--scores",
+        str(scores),
+        "--benchmark",
+        str(bench),
+        "--n-resamples",
+        "200",
+        "--out",
+        str(tmp_path / "sub.json"),
+    )
     assert proc.returncode == 0 and heavy["loaded"] == [] and heavy["attempted"] == [], proc.stderr
     assert "exact permutation" in proc.stdout
 

@@ -23,29 +23,52 @@ from lm_eval_longctx.report import results as reporting
 ROOT = Path(__file__).resolve().parents[1]
 
 SETTINGS = {
-    "longppl_govreport": {"trunc_len": 4096, "sliding_window": 1024, "alpha": 2.0, "beta": -2.0,
-                          "evaluator": "Qwen/Qwen2-72B-Instruct", "data": {"dataset": "emozilla/govreport-test",
-                                                                          "texts_sha256": "abc123"}},
-    "forgetting_curve": {"lengths": [64, 128, 256], "fine_threshold": 0.99, "coarse_margin": 0.1,
-                         "tokenizer": "/ckpt/step-1000", "data": {"revision": "r1"}},
+    "longppl_govreport": {
+        "trunc_len": 4096,
+        "sliding_window": 1024,
+        "alpha": 2.0,
+        "beta": -2.0,
+        "evaluator": "Qwen/Qwen2-72B-Instruct",
+        "data": {"dataset": "emozilla/govreport-test", "texts_sha256": "abc123"},
+    },
+    "forgetting_curve": {
+        "lengths": [64, 128, 256],
+        "fine_threshold": 0.99,
+        "coarse_margin": 0.1,
+        "tokenizer": "/ckpt/step-1000",
+        "data": {"revision": "r1"},
+    },
 }
 
 
-def results_json(model="ckpt", longppl=5.0, longppl_se=0.05, copy_acc=0.80, copy_se=0.01, settings=None,
-                 n_effective=50):
+def results_json(
+    model="ckpt", longppl=5.0, longppl_se=0.05, copy_acc=0.80, copy_se=0.01, settings=None, n_effective=50
+):
     settings = copy.deepcopy(settings or SETTINGS)
     return {
         "results": {
-            "longppl_govreport": {"alias": "longppl_govreport", "longppl,none": longppl,
-                                  "longppl_stderr,none": longppl_se, "ppl,none": 8.0, "ppl_stderr,none": "N/A"},
-            "forgetting_curve": {"alias": "forgetting_curve", "copy_acc,none": copy_acc,
-                                 "copy_acc_stderr,none": copy_se, "n_tokens,none": 1000,
-                                 "n_tokens_stderr,none": "N/A"},
+            "longppl_govreport": {
+                "alias": "longppl_govreport",
+                "longppl,none": longppl,
+                "longppl_stderr,none": longppl_se,
+                "ppl,none": 8.0,
+                "ppl_stderr,none": "N/A",
+            },
+            "forgetting_curve": {
+                "alias": "forgetting_curve",
+                "copy_acc,none": copy_acc,
+                "copy_acc_stderr,none": copy_se,
+                "n_tokens,none": 1000,
+                "n_tokens_stderr,none": "N/A",
+            },
         },
-        "higher_is_better": {"longppl_govreport": {"longppl": False, "ppl": False},
-                             "forgetting_curve": {"copy_acc": True, "n_tokens": None}},
-        "configs": {t: {"task": t, "metadata": {"pretrained": model, "longctx_settings": s}}
-                    for t, s in settings.items()},
+        "higher_is_better": {
+            "longppl_govreport": {"longppl": False, "ppl": False},
+            "forgetting_curve": {"copy_acc": True, "n_tokens": None},
+        },
+        "configs": {
+            t: {"task": t, "metadata": {"pretrained": model, "longctx_settings": s}} for t, s in settings.items()
+        },
         "versions": {"longppl_govreport": 1.0, "forgetting_curve": 1.0},
         "n-samples": {t: {"original": 100, "effective": n_effective} for t in settings},
         "config": {"model": "hf", "model_args": f"pretrained={model},dtype=bfloat16"},
@@ -168,8 +191,19 @@ def test_folder_input_summary_file_and_script(tmp_path):
     write(run_dir / "results_2026-01-03T00-00-00.json", b)
     base = write(tmp_path / "base.json", results_json())
     summary = tmp_path / "summary.md"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "regression_gate.py"), str(tmp_path / "run"),
-                           "--baseline", str(base), "--summary", str(summary)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "regression_gate.py"),
+            str(tmp_path / "run"),
+            "--baseline",
+            str(base),
+            "--summary",
+            str(summary),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "regressed" in summary.read_text() and summary.read_text().strip() in proc.stdout
 
@@ -181,8 +215,10 @@ def test_leaderboard_markdown_and_csv(tmp_path, capsys):
     for i, name in enumerate(["org/a", "org/b", "org/c"]):
         write(tmp_path / name.replace("/", "__") / "results_2026.json", results_json(model=name, longppl=5.0 + i))
     out_csv = tmp_path / "board.csv"
-    assert main(["leaderboard", str(tmp_path), "--metric", "*/longppl", "--metric", "*/copy_acc",
-                 "--csv", str(out_csv)]) == 0
+    assert (
+        main(["leaderboard", str(tmp_path), "--metric", "*/longppl", "--metric", "*/copy_acc", "--csv", str(out_csv)])
+        == 0
+    )
     md = capsys.readouterr().out
     assert "| model | forgetting_curve/copy_acc ↑ | longppl_govreport/longppl ↓ |" in md
     assert "| org/c | 0.8 ± 0.01 | 7 ± 0.05 |" in md
@@ -252,24 +288,67 @@ def test_correlate_cli_writes_submission_json(tmp_path, capsys):
     models, bench, longppl, _ = synthetic_models(n=8)
     for m, v in zip(models, longppl):
         write(tmp_path / "res" / m / "results_2026.json", results_json(model=m, longppl=float(v)))
-    bench_csv = write(tmp_path / "longbench.csv",
-                      "model,LongBench,RULER\n" + "".join(f"{m},{b},{b / 2}\n" for m, b in zip(models, bench)))
+    bench_csv = write(
+        tmp_path / "longbench.csv",
+        "model,LongBench,RULER\n" + "".join(f"{m},{b},{b / 2}\n" for m, b in zip(models, bench)),
+    )
     out = tmp_path / "submission.json"
-    assert main(["correlate", "--results", str(tmp_path / "res"), "--metric", "longppl_govreport/longppl",
-                 "--benchmark", str(bench_csv), "--benchmark-column", "LongBench", "--n-resamples", "300",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "correlate",
+                "--results",
+                str(tmp_path / "res"),
+                "--metric",
+                "longppl_govreport/longppl",
+                "--benchmark",
+                str(bench_csv),
+                "--benchmark-column",
+                "LongBench",
+                "--n-resamples",
+                "300",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     sub = json.loads(out.read_text())
     assert sub["metric"] == "longppl_govreport/longppl" and sub["benchmark"] == "LongBench"
     assert sub["n_models"] == 8 and set(sub) >= {"pearson", "spearman", "skipped_spearman", "spearman_bootstrap_ci"}
     assert sub["spearman_bootstrap_ci"]["n_resamples"] == 300
     assert "Spearman rho" in capsys.readouterr().out
     # ambiguous benchmark column, too few models: exit 2 with a message
-    assert main(["correlate", "--results", str(tmp_path / "res"), "--metric", "longppl_govreport/longppl",
-                 "--benchmark", str(bench_csv)]) == 2
+    assert (
+        main(
+            [
+                "correlate",
+                "--results",
+                str(tmp_path / "res"),
+                "--metric",
+                "longppl_govreport/longppl",
+                "--benchmark",
+                str(bench_csv),
+            ]
+        )
+        == 2
+    )
     assert "several score columns" in capsys.readouterr().err
     few = write(tmp_path / "few.csv", "model,LongBench\nmodel_0,1\nmodel_1,2\n")
-    assert main(["correlate", "--results", str(tmp_path / "res"), "--metric", "longppl_govreport/longppl",
-                 "--benchmark", str(few)]) == 2
+    assert (
+        main(
+            [
+                "correlate",
+                "--results",
+                str(tmp_path / "res"),
+                "--metric",
+                "longppl_govreport/longppl",
+                "--benchmark",
+                str(few),
+            ]
+        )
+        == 2
+    )
     assert "at least 4 models" in capsys.readouterr().err
 
 
@@ -282,16 +361,19 @@ def test_non_finite_or_negative_z_is_exit_2(tmp_path, capsys, z):
     assert "--z must be a finite number >= 0" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text,what", [
-    ("z: .nan\n", "z must be a finite number"),
-    ("z: .inf\n", "z must be a finite number"),
-    ("default: {abs: .nan}\n", "default.abs must be a finite number"),
-    ("default: {rel: .inf}\n", "default.rel must be a finite number"),
-    ("metrics:\n  '*': {rel: .nan}\n", "rel must be a finite number"),
-    ("metrics:\n  '*': {skip: 'yes'}\n", "skip must be true or false"),
-    ("n_resamples: 10\n", "n_resamples must be an integer >= 100"),
-    ("paired: 1\n", "paired must be true or false"),
-])
+@pytest.mark.parametrize(
+    "text,what",
+    [
+        ("z: .nan\n", "z must be a finite number"),
+        ("z: .inf\n", "z must be a finite number"),
+        ("default: {abs: .nan}\n", "default.abs must be a finite number"),
+        ("default: {rel: .inf}\n", "default.rel must be a finite number"),
+        ("metrics:\n  '*': {rel: .nan}\n", "rel must be a finite number"),
+        ("metrics:\n  '*': {skip: 'yes'}\n", "skip must be true or false"),
+        ("n_resamples: 10\n", "n_resamples must be an integer >= 100"),
+        ("paired: 1\n", "paired must be true or false"),
+    ],
+)
 def test_non_finite_config_values_are_exit_2(tmp_path, capsys, text, what):
     cfg = write(tmp_path / "gate.yaml", text)
     # the run is far worse: a silently ignored NaN tolerance would let it pass or fail for the wrong reason
@@ -313,10 +395,13 @@ def test_baseline_metric_that_is_not_a_finite_number_is_exit_2(tmp_path, capsys,
     assert "longppl_govreport/longppl: the run's value is" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("field,value,what", [
-    ("longppl_stderr,none", "big", "not a stderr"),
-    ("longppl_stderr,none", -0.1, "not a stderr"),
-])
+@pytest.mark.parametrize(
+    "field,value,what",
+    [
+        ("longppl_stderr,none", "big", "not a stderr"),
+        ("longppl_stderr,none", -0.1, "not a stderr"),
+    ],
+)
 def test_malformed_stderr_is_exit_2(tmp_path, capsys, field, value, what):
     base = results_json()
     base["results"]["longppl_govreport"][field] = value
@@ -328,7 +413,7 @@ def test_malformed_direction_is_exit_2(tmp_path, capsys):
     base = results_json()
     base["higher_is_better"]["longppl_govreport"]["longppl"] = "lower"
     assert gate(tmp_path, results_json(), base) == 2
-    assert "higher_is_better.longppl_govreport.longppl is \"lower\"" in capsys.readouterr().err
+    assert 'higher_is_better.longppl_govreport.longppl is "lower"' in capsys.readouterr().err
 
 
 def test_failures_to_read_or_write_are_exit_2_with_one_line(tmp_path, capsys):
@@ -385,8 +470,14 @@ def test_paths_identified_by_content_hash_are_not_differences(tmp_path, capsys):
     assert "key_spans_dir" in err and "data.data_files" not in err
     # a manifest that differs: refused on the manifest's key, and on the path
     man2 = {**man, "trunc_len": 2048}
-    assert gate(tmp_path, results_json(settings=here),
-                results_json(settings=with_paths("/home/me/x.jsonl", "/home/me/spans", manifest=man2))) == 2
+    assert (
+        gate(
+            tmp_path,
+            results_json(settings=here),
+            results_json(settings=with_paths("/home/me/x.jsonl", "/home/me/spans", manifest=man2)),
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "key_spans_manifest.trunc_len" in err and "key_spans_dir" in err
     # forgetting_curve: the tokenizer path of another checkpoint over the same token stream is no difference
@@ -442,12 +533,13 @@ def test_leaderboard_never_merges_runs_with_other_settings(tmp_path, capsys):
     other = copy.deepcopy(SETTINGS)
     other["longppl_govreport"]["trunc_len"] = 2048
     write(tmp_path / "a" / "results_2026-01-01T00-00-00.json", results_json(model="org/a", longppl=5.0))
-    write(tmp_path / "a" / "results_2026-01-02T00-00-00.json",
-          results_json(model="org/a", longppl=7.0, settings=other))
+    write(tmp_path / "a" / "results_2026-01-02T00-00-00.json", results_json(model="org/a", longppl=7.0, settings=other))
     write(tmp_path / "b" / "results_2026-01-01T00-00-00.json", results_json(model="org/b", longppl=6.0))
     out_csv = tmp_path / "board.csv"
-    assert main(["leaderboard", str(tmp_path / "a"), str(tmp_path / "b"), "--metric", "*/longppl",
-                 "--csv", str(out_csv)]) == 0
+    assert (
+        main(["leaderboard", str(tmp_path / "a"), str(tmp_path / "b"), "--metric", "*/longppl", "--csv", str(out_csv)])
+        == 0
+    )
     md = capsys.readouterr().out
     assert "| org/a [longppl_govreport.trunc_len=4096] | 5 ± 0.05 |" in md
     assert "| org/a [longppl_govreport.trunc_len=2048] | 7 ± 0.05 |" in md
@@ -471,8 +563,10 @@ def test_leaderboard_nan_is_nan_and_missing_is_missing(tmp_path, capsys):
     write(tmp_path / "a" / "results_2026.json", a)
     write(tmp_path / "b" / "results_2026.json", b)
     out_csv = tmp_path / "board.csv"
-    assert main(["leaderboard", str(tmp_path), "--metric", "*/longppl", "--metric", "*/copy_acc",
-                 "--csv", str(out_csv)]) == 0
+    assert (
+        main(["leaderboard", str(tmp_path), "--metric", "*/longppl", "--metric", "*/copy_acc", "--csv", str(out_csv)])
+        == 0
+    )
     md = capsys.readouterr().out
     assert "| org/a | 0.8 ± 0.01 | NaN ± 0.05 |" in md or "| org/a | 0.8 ± 0.01 | NaN |" in md
     assert "| org/b | missing | 5 ± 0.05 |" in md
@@ -483,7 +577,7 @@ def test_leaderboard_nan_is_nan_and_missing_is_missing(tmp_path, capsys):
     a["results"]["longppl_govreport"]["longppl,none"] = "5.0"
     write(tmp_path / "a" / "results_2026.json", a)
     assert main(["leaderboard", str(tmp_path), "--metric", "*/longppl"]) == 2
-    assert "longppl_govreport/longppl is \"5.0\", not a number" in capsys.readouterr().err
+    assert 'longppl_govreport/longppl is "5.0", not a number' in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------ correlation
@@ -510,8 +604,22 @@ def test_correlate_csv_not_utf8_or_malformed_is_exit_2(tmp_path, capsys):
     # a byte-order mark (spreadsheet export) is fine
     bom = tmp_path / "bom.csv"
     bom.write_bytes("\ufeffmodel,score\nm0,1\nm1,2\nm2,3\nm3,4\n".encode("utf-8"))
-    assert main(["correlate", "--scores", str(bom), "--benchmark", str(bench), "--n-resamples", "50",
-                 "--out", str(tmp_path / "no" / "out.json")]) == 2
+    assert (
+        main(
+            [
+                "correlate",
+                "--scores",
+                str(bom),
+                "--benchmark",
+                str(bench),
+                "--n-resamples",
+                "50",
+                "--out",
+                str(tmp_path / "no" / "out.json"),
+            ]
+        )
+        == 2
+    )
     assert "cannot write the --out file" in capsys.readouterr().err
 
 
@@ -528,14 +636,17 @@ def test_exact_permutation_p_values_with_few_models():
     for n in (4, 5, 6):
         x, y = rng.normal(size=n), rng.normal(size=n)
         y[0] = y[1]  # a tie in the ranks
-        for stat, fn in (("pearson", lambda a, b: stats.pearsonr(a, b).statistic),
-                         ("spearman", lambda a, b: stats.spearmanr(a, b).statistic)):
+        for stat, fn in (
+            ("pearson", lambda a, b: stats.pearsonr(a, b).statistic),
+            ("spearman", lambda a, b: stats.spearmanr(a, b).statistic),
+        ):
             got = report_correlate.permutation_test(x, y, stat)
             assert got["method"].startswith("exact permutation")
             assert got["p"] == pytest.approx(brute_force_permutation_p(x, y, fn), abs=1e-12)
     # perfectly ordered, 5 models: exactly 2 of 120 pairings reach |rho| = 1 -> p = 1/60 (asymptotic p: ~1e-24)
-    res = report_correlate.correlate({f"m{i}": float(i) for i in range(5)}, {f"m{i}": -float(i) for i in range(5)},
-                              n_resamples=200)
+    res = report_correlate.correlate(
+        {f"m{i}": float(i) for i in range(5)}, {f"m{i}": -float(i) for i in range(5)}, n_resamples=200
+    )
     assert res["spearman"]["rho"] == pytest.approx(-1.0) and res["spearman"]["p"] == pytest.approx(2 / 120)
     assert res["spearman"]["p_asymptotic"] < 1e-6
     assert res["spearman"]["n"] == res["pearson"]["n"] == res["spearman_bootstrap_ci"]["n"] == 5
@@ -559,6 +670,7 @@ def test_correlate_prints_n_beside_every_statistic(tmp_path, capsys):
 
 def test_an_unexpected_failure_is_exit_2_not_1(tmp_path, capsys, monkeypatch):
     """Exit 1 means "regressed" only: a crash inside the tool must not read as a verdict."""
+
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
 

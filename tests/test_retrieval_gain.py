@@ -172,6 +172,7 @@ def brute_force_task(model_dir, texts, doc_tokens, q, r, separator):
     return np.array(per_doc)
 
 
+@pytest.mark.integration
 def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
     res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD})
     expected = brute_force_task(model_dirs["a"], docs[0], 400, 8, 6, "\n")
@@ -190,6 +191,7 @@ def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
     assert len(rec["data"]["texts_sha256"]) == 64
 
 
+@pytest.mark.integration
 def test_limit_counts_documents_and_use_cache_serves_the_new_kind(model_dirs, docs, tmp_path, monkeypatch):
     md = {"data_files": docs[1], **MD}
     first = run_task(TASK, model_dirs["a"], md, limit=2, use_cache=str(tmp_path / "cache"))
@@ -211,9 +213,21 @@ def test_limit_counts_documents_and_use_cache_serves_the_new_kind(model_dirs, do
 def test_non_default_conditions_equal_brute_force(model_dirs, docs):
     """before_anchor context, no BOS, centred anchors: the serve path against one forward per sequence."""
     model, tok = load(model_dirs["a"])
-    spec = {**rg.resolve_settings({"doc_tokens": 200, "query_tokens": 5, "answer_tokens": 7, "n_queries": 3,
-                                   "with_context": "before_anchor", "bos": False, "anchor_spacing": "centered",
-                                   "chunk_size": 16}), "kind": rg.KIND}
+    spec = {
+        **rg.resolve_settings(
+            {
+                "doc_tokens": 200,
+                "query_tokens": 5,
+                "answer_tokens": 7,
+                "n_queries": 3,
+                "with_context": "before_anchor",
+                "bos": False,
+                "anchor_spacing": "centered",
+                "chunk_size": 16,
+            }
+        ),
+        "kind": rg.KIND,
+    }
     out = rg.serve(harness.ScoringContext(model, tok, None, 2), [(t, spec) for t in docs[0][:2]])
     for text, scores in zip(docs[0][:2], out):
         x = tok(text, add_special_tokens=False)["input_ids"][:200]
@@ -227,6 +241,7 @@ def test_non_default_conditions_equal_brute_force(model_dirs, docs):
             np.testing.assert_allclose(scores.without_logprob[j], brute_last(model, x[a : a + 12], 7)[0], atol=TOL)
 
 
+@pytest.mark.integration
 def test_longer_than_the_model_maximum_is_an_error(model_dirs, docs):
     # the with-document sequence is 1 + 400 + 1 + 14 tokens
     with pytest.raises(engine.ScoringError, match="longer than the model's maximum length 256.*doc_tokens"):

@@ -24,8 +24,14 @@ from tests.tiny import tiny_llama
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-4
 TASK = "retrieval_gain_map"
-MD = {"context_lengths": [60, 120, 240], "depths": [0, 50, 100], "query_tokens": 6, "answer_tokens": 5,
-      "separator": "\n", "chunk_size": 32}
+MD = {
+    "context_lengths": [60, 120, 240],
+    "depths": [0, 50, 100],
+    "query_tokens": 6,
+    "answer_tokens": 5,
+    "separator": "\n",
+    "chunk_size": 32,
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +50,13 @@ def ids(n, seed):
 def test_ladder_equals_one_forward_per_sequence_and_per_length_calls(model, chunk):
     seq = ids(200, 0)
     # rungs: a one-token prefix (nothing cached), interior lengths, the whole sequence
-    rungs = [(1, [ids(7, 1)]), (37, [ids(9, 2), ids(4, 3)]), (38, [ids(5, 4)]), (130, [ids(8, 5), ids(8, 6), ids(3, 7)]),
-             (200, [ids(6, 8)])]
+    rungs = [
+        (1, [ids(7, 1)]),
+        (37, [ids(9, 2), ids(4, 3)]),
+        (38, [ids(5, 4)]),
+        (130, [ids(8, 5), ids(8, 6), ids(3, 7)]),
+        (200, [ids(6, 8)]),
+    ]
     out = engine.score_prefix_ladder(model, seq, rungs, n_scored=3, chunk_size=chunk)
     assert [len(r) for r in out] == [len(c) for _, c in rungs]
     for (p, conts), rung in zip(rungs, out):
@@ -76,8 +87,12 @@ def test_ladder_reads_the_prefix_once(model):
 
 def test_ladder_rejects_bad_rungs(model):
     seq = ids(40, 0)
-    for rungs in ([(10, [ids(3, 1)]), (10, [ids(3, 1)])], [(20, [ids(3, 1)]), (10, [ids(3, 1)])],
-                  [(41, [ids(3, 1)])], [(0, [ids(3, 1)])]):
+    for rungs in (
+        [(10, [ids(3, 1)]), (10, [ids(3, 1)])],
+        [(20, [ids(3, 1)]), (10, [ids(3, 1)])],
+        [(41, [ids(3, 1)])],
+        [(0, [ids(3, 1)])],
+    ):
         with pytest.raises(engine.ScoringError, match="increase strictly"):
             engine.score_prefix_ladder(model, seq, rungs)
     with pytest.raises(engine.ScoringError, match="last 4 tokens of a 3-token"):
@@ -150,8 +165,13 @@ def test_default_ladder_doubles_within_the_documents_and_the_model():
     s = rgm.resolve_settings({})
     assert rgm.default_ladder(s, [20000, 9000], 50, 32768) == [1024, 2048, 4096, 8192]
     assert rgm.default_ladder(s, [20000, 90000], 50, 8192) == [1024, 2048, 4096]  # 8192 + 50 > 8192
-    assert rgm.default_ladder({**s, "allow_beyond_max_length": True}, [20000], 50, 8192) == [1024, 2048, 4096, 8192,
-                                                                                          16384]
+    assert rgm.default_ladder({**s, "allow_beyond_max_length": True}, [20000], 50, 8192) == [
+        1024,
+        2048,
+        4096,
+        8192,
+        16384,
+    ]
     assert rgm.default_ladder({**s, "max_context": 3000}, [20000], 50, None) == [1024, 2048]
     with pytest.raises(SettingsError, match="no context length"):
         rgm.default_ladder(s, [900], 50, None)
@@ -246,8 +266,10 @@ def test_serve_equals_brute_force_with_several_anchors(model_dirs, docs):
 def test_serve_mixed_requests_score_each_with_its_own_answer_length(model_dirs, docs):
     """Requests of one batch with other q, r and ladders: the shared without-context pass keeps them apart."""
     model, tok = load(model_dirs["a"])
-    mds = [{**MD, "context_lengths": [60, 120], "depths": [0, 100]},
-           {**MD, "context_lengths": [60, 120], "depths": [0, 100], "query_tokens": 6, "answer_tokens": 3}]
+    mds = [
+        {**MD, "context_lengths": [60, 120], "depths": [0, 100]},
+        {**MD, "context_lengths": [60, 120], "depths": [0, 100], "query_tokens": 6, "answer_tokens": 3},
+    ]
     specs = [{**rgm.resolve_settings(md), "kind": rgm.KIND, "lengths": md["context_lengths"]} for md in mds]
     out = rgm.serve(harness.ScoringContext(model, tok, None, 4), [(docs[0][0], specs[0]), (docs[0][0], specs[1])])
     for scores, md in zip(out, mds):
@@ -255,6 +277,7 @@ def test_serve_mixed_requests_score_each_with_its_own_answer_length(model_dirs, 
         np.testing.assert_allclose(scores.gain(), brute_force_map(model_dirs["a"], docs[0][:1], md)[0], atol=TOL)
 
 
+@pytest.mark.integration
 def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
     res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD})
     expected = brute_force_map(model_dirs["a"], docs[0], MD)
@@ -269,8 +292,9 @@ def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
         assert r[f"gain@L{L:05d}_stderr,none"] == pytest.approx(per_length.std(ddof=1) / math.sqrt(3), abs=TOL)
     assert r["gain,none"] == pytest.approx(expected.mean(), abs=TOL)
     curve = expected.mean(axis=(0, 2))
-    assert r["effective_length,none"] == gainmap.effective_length(MD["context_lengths"], curve, fraction=0.5,
-                                                                  base_minimum=0.5)
+    assert r["effective_length,none"] == gainmap.effective_length(
+        MD["context_lengths"], curve, fraction=0.5, base_minimum=0.5
+    )
     assert r["effective_length_abs,none"] == gainmap.effective_length(MD["context_lengths"], curve, threshold=0.5)
     names = [k for k in r if k.startswith("gain@") and "stderr" not in k]
     assert len(names) == 3 * 3 + 3
@@ -280,11 +304,13 @@ def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
     assert "GainMapScores(tokens=" in str(res["samples"][TASK][0]["resps"])
 
 
+@pytest.mark.integration
 def test_default_ladder_from_the_tokenizer_and_the_model(model_dirs, docs):
     """No lengths: the model's tokenizer counts the documents and the ladder doubles from min_length."""
     md = {k: v for k, v in MD.items() if k != "context_lengths"}
-    res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], **md, "min_context": 50}, limit=1,
-                   model_args={"max_length": 300})
+    res = run_task(
+        TASK, model_dirs["a"], {"data_files": docs[1], **md, "min_context": 50}, limit=1, model_args={"max_length": 300}
+    )
     _, tok = load(model_dirs["a"])
     shortest = min(len(tok(t, add_special_tokens=False)["input_ids"]) for t in docs[0])
     sep = len(tok("\n", add_special_tokens=False)["input_ids"])
@@ -295,6 +321,7 @@ def test_default_ladder_from_the_tokenizer_and_the_model(model_dirs, docs):
     assert f"gain@L{expected[-1]:05d},none" in res["results"][TASK]
 
 
+@pytest.mark.integration
 def test_use_cache_serves_the_map_and_longer_than_the_model_is_an_error(model_dirs, docs, tmp_path, monkeypatch):
     md = {"data_files": docs[1], **MD}
     first = run_task(TASK, model_dirs["a"], md, limit=2, use_cache=str(tmp_path / "cache"))
@@ -314,6 +341,7 @@ def test_use_cache_serves_the_map_and_longer_than_the_model_is_an_error(model_di
         run_task(TASK, model_dirs["a"], md, model_args={"max_length": 250}, limit=1)
 
 
+@pytest.mark.integration
 def test_png_beside_saved_results_and_plot_script(model_dirs, docs, tmp_path):
     pytest.importorskip("matplotlib")
     from lm_eval.loggers import EvaluationTracker
@@ -340,8 +368,11 @@ def test_png_beside_saved_results_and_plot_script(model_dirs, docs, tmp_path):
             synthetic["results"][TASK][k] = -synthetic["results"][TASK][k]
     other.write_text(json.dumps(synthetic))
     out = tmp_path / "two.png"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_retrieval_gain_map.py"), str(saved), str(other),
-                    "-o", str(out)], check=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "plot_retrieval_gain_map.py"), str(saved), str(other), "-o", str(out)],
+        check=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.exists() and out.stat().st_size > 10_000
 
 
@@ -359,11 +390,16 @@ def known_answer_runs(root: Path, lengths=(256, 1024, 4096), depths=(0, 50, 90))
     runs = {}
     for name in demo_model.VARIANT_ORDER:
         demo_model.build_variant(name, root / name, steps=0, log=lambda *a: None)
-        runs[name] = run_task(TASK, str(root / name), {"data_files": data_file, "context_lengths": list(lengths),
-                                                        "depths": list(depths)}, log_samples=False)
+        runs[name] = run_task(
+            TASK,
+            str(root / name),
+            {"data_files": data_file, "context_lengths": list(lengths), "depths": list(depths)},
+            log_samples=False,
+        )
     return runs
 
 
+@pytest.mark.integration
 def test_known_answer_variants(tmp_path, first_model_variants):
     # The first demo model's untrained variants (rope_theta 1e6 / 1e4), whose copy reach is sharp: the shipped
     # recipe's untrained `short` (code band +6) keeps a gain of 1.87 nats at 4096 tokens against 6.86 at 256 (its

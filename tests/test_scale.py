@@ -21,13 +21,22 @@ from lm_eval_longctx.keytokens import span_files
 from tests.harness_utils import TASK_DIR, write_docs
 from tests.tiny import tiny_llama
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
+
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = 3
 # Explicit multi-entry maps. All on "cpu": one device, so accelerate attaches its hooks only when forced.
 # With "disk" entries: those weights live on the meta device between forwards (the input embedding
 # too, so the model's first parameter says "meta"), and the hooks load them for each forward.
-ALL_CPU = {"model.embed_tokens": "cpu", **{f"model.layers.{i}": "cpu" for i in range(LAYERS)},
-           "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+ALL_CPU = {
+    "model.embed_tokens": "cpu",
+    **{f"model.layers.{i}": "cpu" for i in range(LAYERS)},
+    "model.norm": "cpu",
+    "model.rotary_emb": "cpu",
+    "lm_head": "cpu",
+}
 WITH_DISK = {**ALL_CPU, "model.embed_tokens": "disk", "model.layers.1": "disk", "lm_head": "disk"}
 
 
@@ -35,8 +44,13 @@ def _dispatched(device_map, tmp_path):
     from accelerate import dispatch_model
 
     model = tiny_llama(vocab_size=97, seed=3, num_hidden_layers=LAYERS).eval()
-    model = dispatch_model(model, device_map=device_map, offload_dir=str(tmp_path / "offload"),
-                           skip_keys=model._skip_keys_device_placement, force_hooks=True)
+    model = dispatch_model(
+        model,
+        device_map=device_map,
+        offload_dir=str(tmp_path / "offload"),
+        skip_keys=model._skip_keys_device_placement,
+        force_hooks=True,
+    )
     return model
 
 
@@ -74,17 +88,22 @@ def test_dispatched_model_scores_like_the_plain_model(device_map, tmp_path):
         b = engine.score_long(split, seq, chunk_size=chunk, score_from=50)
         np.testing.assert_allclose(b.logprob, a.logprob, atol=1e-5, equal_nan=True)
         np.testing.assert_array_equal(b.greedy, a.greedy)
-    for x, y in zip(engine.score_long_batch(plain, others, chunk_size=128),
-                    engine.score_long_batch(split, others, chunk_size=128)):
+    for x, y in zip(
+        engine.score_long_batch(plain, others, chunk_size=128), engine.score_long_batch(split, others, chunk_size=128)
+    ):
         np.testing.assert_allclose(y.logprob, x.logprob, atol=1e-5, equal_nan=True)
-    for x, y in zip(engine.score_truncated(plain, [seq, others[0][:500]], 200, 64, batch_size=3),
-                    engine.score_truncated(split, [seq, others[0][:500]], 200, 64, batch_size=3)):
+    for x, y in zip(
+        engine.score_truncated(plain, [seq, others[0][:500]], 200, 64, batch_size=3),
+        engine.score_truncated(split, [seq, others[0][:500]], 200, 64, batch_size=3),
+    ):
         np.testing.assert_allclose(y.logprob, x.logprob, atol=1e-5, equal_nan=True)
         np.testing.assert_array_equal(y.greedy, x.greedy)
         assert np.sum(~np.isnan(x.logprob)) >= 300  # the windows did score something
     conts = [_ids(n, 10 + n) for n in (1, 9, 60)]
-    for x, y in zip(engine.score_continuations(plain, seq[:400], conts, chunk_size=100),
-                    engine.score_continuations(split, seq[:400], conts, chunk_size=100)):
+    for x, y in zip(
+        engine.score_continuations(plain, seq[:400], conts, chunk_size=100),
+        engine.score_continuations(split, seq[:400], conts, chunk_size=100),
+    ):
         np.testing.assert_allclose(y.logprob, x.logprob, atol=1e-5)
         np.testing.assert_array_equal(y.greedy, x.greedy)
     assert calls["top"] > 10 and calls["layer"] > 10  # the scores went through accelerate's hooks
@@ -104,8 +123,13 @@ def test_input_device_of_plain_and_dispatched_models(tmp_path):
 def test_parse_max_memory():
     assert key_tokens.parse_max_memory(None) is None
     assert key_tokens.parse_max_memory('{"0": "1KB", "cuda:1": 2048, "cpu": "2KB"}') == {0: 1000, 1: 2048, "cpu": 2000}
-    for bad, match in [("nope", "JSON object"), ({}, "non-empty"), ({"disk": "1GB"}, "unknown device 'disk'"),
-                       ({"0": "lots"}, "not a size"), ({"0": -5}, "positive")]:
+    for bad, match in [
+        ("nope", "JSON object"),
+        ({}, "non-empty"),
+        ({"disk": "1GB"}, "unknown device 'disk'"),
+        ({"0": "lots"}, "not a size"),
+        ({"0": -5}, "positive"),
+    ]:
         with pytest.raises(ValueError, match=match):
             key_tokens.parse_max_memory(bad)
 
@@ -138,12 +162,20 @@ def test_evaluator_device_auto_gives_the_same_longppl(model_dirs, corpus_texts, 
     from lm_eval_longctx.tasks.longppl import resolve_settings
 
     docs = write_docs(tmp_path / "docs.jsonl", [t[:1200] for t in corpus_texts[:2]])
-    md = {"data_files": docs, "evaluator": model_dirs["b"], "span_cache_dir": "none", "trunc_len": 40,
-          "sliding_window": 16, "alpha": 0.5, "beta": -10.0}
+    md = {
+        "data_files": docs,
+        "evaluator": model_dirs["b"],
+        "span_cache_dir": "none",
+        "trunc_len": 40,
+        "sliding_window": 16,
+        "alpha": 0.5,
+        "beta": -10.0,
+    }
     lm = HFLM(pretrained=model_dirs["a"], dtype="float32", device="cpu")
     r_cpu = _evaluate(lm, "longppl_govreport", {**md, "evaluator_device": "cpu"})["results"]["longppl_govreport"]
-    r_auto = _evaluate(lm, "longppl_govreport", {**md, "evaluator_device": "auto",
-                                                 "evaluator_max_memory": '{"cpu": "1GiB"}'})["results"]["longppl_govreport"]
+    r_auto = _evaluate(
+        lm, "longppl_govreport", {**md, "evaluator_device": "auto", "evaluator_max_memory": '{"cpu": "1GiB"}'}
+    )["results"]["longppl_govreport"]
     assert r_cpu["n_key_tokens,none"] > 0
     assert r_auto["longppl,none"] == pytest.approx(r_cpu["longppl,none"], rel=1e-6)
     with pytest.raises(ValueError, match="evaluator_device: auto"):
@@ -162,12 +194,22 @@ def test_hflm_parallelize_serves_our_requests(model_dirs, corpus_texts, tmp_path
     monkeypatch.chdir(tmp_path)
     docs = write_docs(tmp_path / "docs.jsonl", [t[:1200] for t in corpus_texts[:2]])
     md = {"data_files": docs, "evaluator": "self", "trunc_len": 40, "sliding_window": 16, "alpha": 0.5, "beta": -10.0}
-    rg = {"data_files": docs, "doc_tokens": 150, "query_tokens": 6, "answer_tokens": 4, "n_queries": 2,
-          "separator": "\n", "chunk_size": 64}
+    rg = {
+        "data_files": docs,
+        "doc_tokens": 150,
+        "query_tokens": 6,
+        "answer_tokens": 4,
+        "n_queries": 2,
+        "separator": "\n",
+        "chunk_size": 64,
+    }
     plain = HFLM(pretrained=model_dirs["a"], dtype="float32", device="cpu")
     split = HFLM(pretrained=model_dirs["a"], dtype="float32", parallelize=True, offload_folder=str(tmp_path / "off"))
     assert split.model._hf_hook is not None and set(split.model.hf_device_map.values()) == {"disk"}
-    for task, metadata, metric in (("longppl_govreport", md, "longppl,none"), ("retrieval_gain", rg, "retrieval_gain,none")):
+    for task, metadata, metric in (
+        ("longppl_govreport", md, "longppl,none"),
+        ("retrieval_gain", rg, "retrieval_gain,none"),
+    ):
         a = _evaluate(plain, task, metadata)["results"][task]
         b = _evaluate(split, task, metadata)["results"][task]
         assert np.isfinite(a[metric])
@@ -178,8 +220,27 @@ def test_hflm_parallelize_serves_our_requests(model_dirs, corpus_texts, tmp_path
 
 
 def _precompute_args(model_dir, docs, out, *extra):
-    return ["--evaluator", model_dir, "--data-files", docs, "--num-docs", "4", "--device", "cpu", "--trunc-len", "40",
-            "--sliding-window", "16", "--alpha", "0.5", "--beta", "-10", "--out", str(out), *extra]
+    return [
+        "--evaluator",
+        model_dir,
+        "--data-files",
+        docs,
+        "--num-docs",
+        "4",
+        "--device",
+        "cpu",
+        "--trunc-len",
+        "40",
+        "--sliding-window",
+        "16",
+        "--alpha",
+        "0.5",
+        "--beta",
+        "-10",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def _folder_bytes(folder: Path) -> dict:
@@ -192,8 +253,16 @@ def span_setup(tmp_path_factory, model_dirs, corpus_texts):
     docs = write_docs(root / "docs.jsonl", [t[:1300] for t in corpus_texts[:4]])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     single = root / "single"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "precompute_key_spans.py"),
-                    *_precompute_args(model_dirs["b"], docs, single)], check=True, env=env, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "precompute_key_spans.py"),
+            *_precompute_args(model_dirs["b"], docs, single),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     return root, docs, single, env
 
 
@@ -201,8 +270,17 @@ def test_manifest_counts_and_checksums(span_setup):
     _, _, single, _ = span_setup
     manifest = json.loads((single / span_files.MANIFEST).read_text())
     assert manifest["n_docs"] == 4 and manifest["format"] == span_files.MANIFEST_FORMAT
-    for key in ("evaluator", "evaluator_identity", "evaluator_dtype", "trunc_len", "sliding_window", "alpha",
-                "beta", "span_algorithm_version", "texts_sha256"):
+    for key in (
+        "evaluator",
+        "evaluator_identity",
+        "evaluator_dtype",
+        "trunc_len",
+        "sliding_window",
+        "alpha",
+        "beta",
+        "span_algorithm_version",
+        "texts_sha256",
+    ):
         assert key in manifest
     assert sorted(manifest["slice_sha256"]) == [f"slice_{i}.txt" for i in range(4)]
     for name, digest in manifest["slice_sha256"].items():
@@ -219,12 +297,29 @@ def test_two_processes_write_the_same_folder_as_one(span_setup, model_dirs):
     out = root / "two"
     # `--multi_gpu` is accelerate's torch.distributed launcher; without CUDA the ranks talk over gloo
     # (`--cpu` would start one process only).
-    proc = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29631",
-                           str(ROOT / "scripts" / "precompute_key_spans.py"), *_precompute_args(model_dirs["b"], docs, out)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            accelerate,
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--main_process_port",
+            "29631",
+            str(ROOT / "scripts" / "precompute_key_spans.py"),
+            *_precompute_args(model_dirs["b"], docs, out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[rank 1] document 1" in proc.stderr and "[rank 0] document 2" in proc.stderr  # both ranks worked
     assert _folder_bytes(out) == _folder_bytes(single)
-
-

@@ -74,7 +74,9 @@ def test_long_pass_equals_one_forward(name):
         assert_equal_scores(got.logprob, got.greedy, ref_lp, ref_g, margin, f"{name} {long_pass}")
     got = engine.score_long(model, ids, score_from=150)
     assert np.isnan(got.logprob[:149]).all()
-    assert_equal_scores(got.logprob[149:], got.greedy[149:], ref_lp[149:], ref_g[149:], margin[149:], f"{name} score_from")
+    assert_equal_scores(
+        got.logprob[149:], got.greedy[149:], ref_lp[149:], ref_g[149:], margin[149:], f"{name} score_from"
+    )
     if caps.support.kv_cache_exact:
         for chunk in (7, 64):
             got = engine.score_long(model, ids, chunk_size=chunk, long_pass="chunked")
@@ -103,8 +105,14 @@ def test_batched_long_pass_and_truncated_windows_equal_one_forward_each(name):
         for w in engine.truncated_windows(n, K, d):
             wlp, wg, wm = brute_force(name, s[w.start : w.stop])
             k = w.stop - w.score_from
-            assert_equal_scores(result.logprob[w.score_from - 1 : w.stop - 1], result.greedy[w.score_from - 1 : w.stop - 1],
-                                wlp[-k:], wg[-k:], wm[-k:], f"{name} window {w}")
+            assert_equal_scores(
+                result.logprob[w.score_from - 1 : w.stop - 1],
+                result.greedy[w.score_from - 1 : w.stop - 1],
+                wlp[-k:],
+                wg[-k:],
+                wm[-k:],
+                f"{name} window {w}",
+            )
 
 
 @pytest.mark.parametrize("name", EXACT)
@@ -198,7 +206,9 @@ def test_length_dependent_rope_scores_each_sequence_as_a_freshly_loaded_model_wo
 
 
 def test_version_limits_refuse_only_older_transformers():
-    assert support.version_refusal("xlstm", "4.57.1").startswith("model type 'xlstm' is refused with transformers 4.57.1")
+    assert support.version_refusal("xlstm", "4.57.1").startswith(
+        "model type 'xlstm' is refused with transformers 4.57.1"
+    )
     assert support.version_refusal("xlstm", "5.24.0") == "" and support.version_refusal("llama", "4.48.0") == ""
 
 

@@ -37,8 +37,14 @@ def test_every_task_and_no_group_carries_the_tag():
     tagged = [c["task"] for c in configs.values() if TAG in _tags(c) and isinstance(c.get("task"), str)]
     assert sorted(tagged) == sorted(tasks), "every task of the suite carries the tag, once"
     assert not [g for g, c in groups.items() if TAG in _tags(c) or TAG in (c.get("tag") or [])]
-    assert {"longppl_govreport", "forgetting_curve", "retrieval_gain", "retrieval_gain_map", "longeval_lines_ppl",
-            "longeval_lines_acc"} <= tasks
+    assert {
+        "longppl_govreport",
+        "forgetting_curve",
+        "retrieval_gain",
+        "retrieval_gain_map",
+        "longeval_lines_ppl",
+        "longeval_lines_acc",
+    } <= tasks
 
 
 def test_lm_eval_expands_the_tag_to_each_task_once():

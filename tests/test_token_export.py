@@ -16,6 +16,10 @@ from lm_eval_longctx.tasks import token_export
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import brute_force_doc, load
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
+
 K, D, ALPHA, BETA = 48, 20, 0.5, -10.0
 TASK = "longppl_govreport"
 
@@ -27,8 +31,17 @@ def docs(tmp_path_factory, corpus_texts):
 
 
 def _md(docs, model_dirs, cache, **extra):
-    return {"data_files": docs[1], "evaluator": model_dirs["b"], "trunc_len": K, "sliding_window": D, "alpha": ALPHA,
-            "beta": BETA, "span_cache_dir": str(cache), "soft_gamma": 5, **extra}
+    return {
+        "data_files": docs[1],
+        "evaluator": model_dirs["b"],
+        "trunc_len": K,
+        "sliding_window": D,
+        "alpha": ALPHA,
+        "beta": BETA,
+        "span_cache_dir": str(cache),
+        "soft_gamma": 5,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +65,9 @@ def test_export_round_trips_the_task_numbers(exported, docs):
         s = samples[d["doc_id"]]
         assert d["text"] == docs[0][d["doc_id"]]
         # the task's own per-document pairs, exactly, and recomputed from the per-token columns
-        assert (d["key_nll_sum"], d["n_key"]) == tuple(s["longppl"]) and (d["nll_sum"], d["n_targets"]) == tuple(s["ppl"])
+        assert (d["key_nll_sum"], d["n_key"]) == tuple(s["longppl"]) and (d["nll_sum"], d["n_targets"]) == tuple(
+            s["ppl"]
+        )
         lp = d["logprob"][1:].astype(np.float64)
         assert -lp[d["key"][1:]].sum() == pytest.approx(d["key_nll_sum"], rel=1e-12)
         assert int(d["key"].sum()) == d["n_key"] and not d["key"][0] and np.isnan(d["logprob"][0])
@@ -91,13 +106,15 @@ def test_exported_columns_equal_slow_per_token_forwards(exported, docs, model_di
         # evaluator columns: its own tokenization (with BOS), long pass and LSD
         ev = ev_tok(text, return_offsets_mapping=True)
         np.testing.assert_array_equal(d["evaluator_token_id"], ev["input_ids"])
-        np.testing.assert_array_equal(np.stack([d["evaluator_char_start"], d["evaluator_char_end"]], 1),
-                                      ev["offset_mapping"])
+        np.testing.assert_array_equal(
+            np.stack([d["evaluator_char_start"], d["evaluator_char_end"]], 1), ev["offset_mapping"]
+        )
         with torch.no_grad():
             efull = torch.log_softmax(ev_model(torch.tensor([ev["input_ids"]])).logits[0].float(), -1)
         eids = torch.tensor(ev["input_ids"])
-        np.testing.assert_allclose(d["evaluator_logprob_long"][1:], efull[:-1].gather(1, eids[1:, None])[:, 0].numpy(),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            d["evaluator_logprob_long"][1:], efull[:-1].gather(1, eids[1:, None])[:, 0].numpy(), rtol=1e-5, atol=1e-5
+        )
         short = d["evaluator_logprob_short"]
         assert np.isnan(short[:K]).all() and not np.isnan(short[K:]).any()  # token t >= K has a window
         np.testing.assert_allclose(d["evaluator_lsd"], d["evaluator_logprob_long"] - short, atol=1e-5, equal_nan=True)
@@ -109,7 +126,9 @@ def test_exported_columns_equal_slow_per_token_forwards(exported, docs, model_di
             last = max(d["char_end"][t] - 1, d["char_start"][t])
             j = max(k for k in range(len(eids)) if d["evaluator_char_start"][k] <= last)
             np.testing.assert_equal(d["lsd"][t], d["evaluator_lsd"][j])
-            np.testing.assert_equal(d["lcl"][t], np.nan if np.isnan(d["evaluator_lsd"][j]) else d["evaluator_logprob_long"][j])
+            np.testing.assert_equal(
+                d["lcl"][t], np.nan if np.isnan(d["evaluator_lsd"][j]) else d["evaluator_logprob_long"][j]
+            )
     assert n_key_total > 10
 
 
@@ -142,15 +161,33 @@ def test_export_changes_no_number_and_reads_cached_judgements(exported, docs, mo
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
     # a run with an export and one without are comparable by the regression gate
-    runs = [reporting.Run(metrics={}, settings={TASK: r["configs"][TASK]["metadata"]["longctx_settings"]},
-                          versions={TASK: 1}, n_samples={TASK: 4}, model="m") for r in (plain, again)]
+    runs = [
+        reporting.Run(
+            metrics={},
+            settings={TASK: r["configs"][TASK]["metadata"]["longctx_settings"]},
+            versions={TASK: 1},
+            n_samples={TASK: 4},
+            model="m",
+        )
+        for r in (plain, again)
+    ]
     assert report_gate.settings_differences(runs[0], runs[1], [TASK]) == {}
 
 
 def test_self_evaluator_export(model_dirs, docs, tmp_path):
-    res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], "evaluator": "self", "trunc_len": K,
-                                          "sliding_window": D, "alpha": ALPHA, "beta": BETA,
-                                          "export_tokens": str(tmp_path)})
+    res = run_task(
+        TASK,
+        model_dirs["a"],
+        {
+            "data_files": docs[1],
+            "evaluator": "self",
+            "trunc_len": K,
+            "sliding_window": D,
+            "alpha": ALPHA,
+            "beta": BETA,
+            "export_tokens": str(tmp_path),
+        },
+    )
     again = viewer.longppl_from_export(tmp_path)
     assert again["longppl"] == res["results"][TASK]["longppl,none"]
     d = export_files.load_document(tmp_path / TASK / "doc_00000.npz")
@@ -163,8 +200,17 @@ def test_folders_the_task_did_not_create_are_refused(model_dirs, docs, tmp_path)
     (foreign / TASK).mkdir(parents=True)
     (foreign / TASK / "notes.txt").write_text("keep me")
     with pytest.raises(export_files.ExportFolderError, match="not empty and was not created by a token export"):
-        run_task(TASK, model_dirs["a"], {"data_files": docs[1], "evaluator": "self", "trunc_len": K,
-                                        "sliding_window": D, "export_tokens": str(foreign)})
+        run_task(
+            TASK,
+            model_dirs["a"],
+            {
+                "data_files": docs[1],
+                "evaluator": "self",
+                "trunc_len": K,
+                "sliding_window": D,
+                "export_tokens": str(foreign),
+            },
+        )
     assert [p.name for p in (foreign / TASK).iterdir()] == ["notes.txt"]
     # an earlier export is not overwritten either
     earlier = tmp_path / "earlier" / TASK
@@ -220,8 +266,15 @@ def test_validation_gives_each_variant_its_own_export(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "run_demo", fake_run_demo)
     monkeypatch.setattr(validation, "read_run", lambda path: None)
     with pytest.raises(Enough):
-        validation.run_validation(tmp_path / "val", budget="ci", steps=0, variants=["long", "none"], echo=False,
-                                  extra_metadata={"export_tokens": str(tmp_path / "tokens")}, log_fn=lambda *a: None)
+        validation.run_validation(
+            tmp_path / "val",
+            budget="ci",
+            steps=0,
+            variants=["long", "none"],
+            echo=False,
+            extra_metadata={"export_tokens": str(tmp_path / "tokens")},
+            log_fn=lambda *a: None,
+        )
     assert seen == [str(tmp_path / "tokens" / "long"), str(tmp_path / "tokens" / "none")]
 
 
@@ -246,7 +299,10 @@ def test_judgements_without_per_token_numbers(tmp_path):
     rng = np.random.default_rng(0)
     text = " ".join(f"w{i}" for i in range(40))
     scored = _scored(text, rng)
-    spans = [(int(scored.offsets[5, 0]), int(scored.offsets[7, 1])), (int(scored.offsets[20, 0]), int(scored.offsets[20, 1]))]
+    spans = [
+        (int(scored.offsets[5, 0]), int(scored.offsets[7, 1])),
+        (int(scored.offsets[20, 0]), int(scored.offsets[20, 1])),
+    ]
     key_idx = keyspans.key_target_indices(scored.offsets, spans)
     doc = {"doc_id": 0, "text": text}
     from_files = token_export.longppl_arrays(doc, scored, key_tokens.EvaluatorJudgement(spans), key_idx, 2.0, -2.0)
@@ -255,7 +311,9 @@ def test_judgements_without_per_token_numbers(tmp_path):
     assert np.flatnonzero(from_files["key"]).tolist() == [5, 6, 7, 20]
     # an older cache entry: the evaluator's offsets (here: one BOS, then the same words) and LSD, no LCL
     ev_offsets = np.concatenate([[[0, 0]], scored.offsets])
-    lsd = np.where(np.arange(len(ev_offsets) - 1) < 10, np.nan, rng.normal(0, 2, len(ev_offsets) - 1)).astype(np.float32)
+    lsd = np.where(np.arange(len(ev_offsets) - 1) < 10, np.nan, rng.normal(0, 2, len(ev_offsets) - 1)).astype(
+        np.float32
+    )
     cached = key_tokens.EvaluatorJudgement(spans, ev_offsets, lsd)
     arrays = token_export.longppl_arrays(doc, scored, cached, key_idx, 2.0, -2.0)
     assert "evaluator_logprob_long" not in arrays and np.isnan(arrays["lcl"]).all()

@@ -41,6 +41,7 @@ def _md(docs, **kw):
 @pytest.fixture
 def no_evaluator(monkeypatch):
     """Fail if any evaluator is loaded: errors must come before a model runs."""
+
     def refuse(*a, **k):
         raise AssertionError("an evaluator was loaded")
 
@@ -60,8 +61,15 @@ def test_unknown_key_names_it_and_suggests_the_closest():
 
 def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
     harness.install()
-    md = {"pretrained": "x", "dtype": "float32", "max_length": 128, "version": 1, "config_source": "y.yaml",
-          "trust_remote_code": False, "parallelize": True}
+    md = {
+        "pretrained": "x",
+        "dtype": "float32",
+        "max_length": 128,
+        "version": 1,
+        "config_source": "y.yaml",
+        "trust_remote_code": False,
+        "parallelize": True,
+    }
     assert declarations.LONGPPL.parse(md)["trunc_len"] == 4096
     # a setting of another task of the suite (one --metadata reaches every task of a run)
     assert declarations.LONGPPL.parse({"lengths": [8, 16]})["trunc_len"] == 4096
@@ -72,23 +80,38 @@ def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
 
 
 BAD_VALUES = [
-    (declarations.LONGPPL, "num_docs", -1), (declarations.LONGPPL, "num_docs", 0),
-    (declarations.LONGPPL, "num_docs", 2.5), (declarations.LONGPPL, "num_docs", True),
-    (declarations.LONGPPL, "num_docs", "ten"), (declarations.LONGPPL, "max_tokens", -1),
-    (declarations.LONGPPL, "soft_gamma", 0), (declarations.LONGPPL, "soft_gamma", -5),
-    (declarations.LONGPPL, "soft_gamma", "nan"), (declarations.LONGPPL, "soft_gamma", float("nan")),
-    (declarations.LONGPPL, "alpha", float("inf")), (declarations.LONGPPL, "beta", "-inf"),
-    (declarations.LONGPPL, "trunc_len", "4k"), (declarations.LONGPPL, "chunk_size", 0),
-    (declarations.LONGPPL, "evaluator_dtype", "fp8"), (declarations.LONGPPL, "allow_beyond_max_length", "ture"),
+    (declarations.LONGPPL, "num_docs", -1),
+    (declarations.LONGPPL, "num_docs", 0),
+    (declarations.LONGPPL, "num_docs", 2.5),
+    (declarations.LONGPPL, "num_docs", True),
+    (declarations.LONGPPL, "num_docs", "ten"),
+    (declarations.LONGPPL, "max_tokens", -1),
+    (declarations.LONGPPL, "soft_gamma", 0),
+    (declarations.LONGPPL, "soft_gamma", -5),
+    (declarations.LONGPPL, "soft_gamma", "nan"),
+    (declarations.LONGPPL, "soft_gamma", float("nan")),
+    (declarations.LONGPPL, "alpha", float("inf")),
+    (declarations.LONGPPL, "beta", "-inf"),
+    (declarations.LONGPPL, "trunc_len", "4k"),
+    (declarations.LONGPPL, "chunk_size", 0),
+    (declarations.LONGPPL, "evaluator_dtype", "fp8"),
+    (declarations.LONGPPL, "allow_beyond_max_length", "ture"),
     (declarations.LONGPPL, "evaluator_max_memory", "70GiB"),
     (declarations.FORGETTING_CURVE, "fine_threshold", float("nan")),
-    (declarations.FORGETTING_CURVE, "fine_threshold", 1.5), (declarations.FORGETTING_CURVE, "coarse_margin", "inf"),
-    (declarations.FORGETTING_CURVE, "lengths", [8, 0]), (declarations.FORGETTING_CURVE, "lengths", "8,x"),
-    (declarations.FORGETTING_CURVE, "samples_per_length", 0), (declarations.FORGETTING_CURVE, "spacing", "cubic"),
-    (declarations.FORGETTING_CURVE, "bos_token_id", -1), (declarations.FORGETTING_CURVE, "seed", -3),
-    (declarations.RETRIEVAL_GAIN, "anchor_min", 1.5), (declarations.RETRIEVAL_GAIN, "bos", "maybe"),
-    (declarations.RETRIEVAL_GAIN, "n_queries", 0), (declarations.RETRIEVAL_GAIN, "separator", 3),
-    (declarations.LONGEVAL_LINES, "num_lines", [0, 200]), (declarations.LONGEVAL_LINES, "over_length", "ignore"),
+    (declarations.FORGETTING_CURVE, "fine_threshold", 1.5),
+    (declarations.FORGETTING_CURVE, "coarse_margin", "inf"),
+    (declarations.FORGETTING_CURVE, "lengths", [8, 0]),
+    (declarations.FORGETTING_CURVE, "lengths", "8,x"),
+    (declarations.FORGETTING_CURVE, "samples_per_length", 0),
+    (declarations.FORGETTING_CURVE, "spacing", "cubic"),
+    (declarations.FORGETTING_CURVE, "bos_token_id", -1),
+    (declarations.FORGETTING_CURVE, "seed", -3),
+    (declarations.RETRIEVAL_GAIN, "anchor_min", 1.5),
+    (declarations.RETRIEVAL_GAIN, "bos", "maybe"),
+    (declarations.RETRIEVAL_GAIN, "n_queries", 0),
+    (declarations.RETRIEVAL_GAIN, "separator", 3),
+    (declarations.LONGEVAL_LINES, "num_lines", [0, 200]),
+    (declarations.LONGEVAL_LINES, "over_length", "ignore"),
     (declarations.LONGEVAL_LINES, "num_cases", 1e9 + 0.5),
 ]
 
@@ -102,14 +125,16 @@ def test_wrong_type_or_range_is_an_error_naming_key_value_and_what_is_allowed(de
 
 
 def test_values_given_as_strings_or_whole_floats_mean_the_same():
-    s = declarations.LONGPPL.parse({"num_docs": "3", "trunc_len": 64.0, "allow_beyond_max_length": "true",
-                                     "soft_gamma": "5"})
+    s = declarations.LONGPPL.parse(
+        {"num_docs": "3", "trunc_len": 64.0, "allow_beyond_max_length": "true", "soft_gamma": "5"}
+    )
     assert (s["num_docs"], s["trunc_len"], s["allow_beyond_max_length"], s["soft_gamma"]) == (3, 64, True, 5.0)
     assert s.explicit == {"num_docs", "trunc_len", "allow_beyond_max_length", "soft_gamma"}
     assert declarations.FORGETTING_CURVE.parse({"spacing": "log", "lengths": "64,8,8"})["lengths"] == [8, 64]
     assert declarations.RETRIEVAL_GAIN.parse({"bos": False})["bos"] == "never"
 
 
+@pytest.mark.integration
 def test_a_typo_through_the_harness_fails_before_any_model_runs(docs, model_dirs, no_evaluator):
     with pytest.raises(SettingsError, match="Did you mean 'trunc_len'"):
         run_task(LONGPPL, model_dirs["a"], {**_md(docs, evaluator=model_dirs["b"]), "trunc_lenn": 64})
@@ -117,11 +142,15 @@ def test_a_typo_through_the_harness_fails_before_any_model_runs(docs, model_dirs
         run_task(LONGPPL, model_dirs["a"], _md(docs, evaluator=model_dirs["b"], num_docs=-1))
 
 
+@pytest.mark.integration
 def test_token_ids_outside_the_vocabulary_fail_when_the_task_is_built(model_dirs, tmp_path):
     corpus = write_docs(tmp_path / "books.jsonl", tiny.corpus_texts(2, 400))
     with pytest.raises(SettingsError, match="bos_token_id.*outside the tokenizer's vocabulary"):
-        run_task("forgetting_curve", model_dirs["a"], {"data_files": corpus, "lengths": [8], "samples_per_length": 1,
-                                                       "bos_token_id": 10**6})
+        run_task(
+            "forgetting_curve",
+            model_dirs["a"],
+            {"data_files": corpus, "lengths": [8], "samples_per_length": 1, "bos_token_id": 10**6},
+        )
 
 
 def test_the_docs_settings_tables_are_the_declarations():
@@ -151,16 +180,23 @@ def evaluated_spans(docs, model_dirs):
     from lm_eval_longctx.keytokens import text_scoring
 
     request = key_tokens.evaluator_request(K, D)
-    return [key_tokens.judge_from_scores(text_scoring.score_text(model, tok, t, request, None), 0.5, -10.0).spans
-            for t in docs[0]]
+    return [
+        key_tokens.judge_from_scores(text_scoring.score_text(model, tok, t, request, None), 0.5, -10.0).spans
+        for t in docs[0]
+    ]
 
 
 def _span_folder(path, docs, spans, **manifest):
-    span_files.write_span_dir(path, spans, docs[0], {"evaluator": "some/evaluator", "trunc_len": K,
-                                                   "sliding_window": D, "alpha": 0.5, "beta": -10.0, **manifest})
+    span_files.write_span_dir(
+        path,
+        spans,
+        docs[0],
+        {"evaluator": "some/evaluator", "trunc_len": K, "sliding_window": D, "alpha": 0.5, "beta": -10.0, **manifest},
+    )
     return str(path)
 
 
+@pytest.mark.integration
 def test_manifest_supplies_the_settings_and_a_contradiction_is_an_error(docs, model_dirs, evaluated_spans, tmp_path):
     folder = _span_folder(tmp_path / "spans", docs, evaluated_spans)
     res = run_task(LONGPPL, model_dirs["a"], {"data_files": docs[1], "key_spans_dir": folder})
@@ -204,6 +240,7 @@ def test_span_files_are_checked_against_their_texts(docs, evaluated_spans, tmp_p
         span_files.read_span_dir(folder, docs[0])
 
 
+@pytest.mark.integration
 def test_a_folder_without_manifest_is_recorded_as_unverified(docs, model_dirs, evaluated_spans, tmp_path):
     folder = tmp_path / "reference_layout"
     for i, s in enumerate(evaluated_spans):
@@ -276,6 +313,7 @@ def _hammer(directory: str, seed: int, rounds: int) -> int:
     return wrong
 
 
+@pytest.mark.integration
 def test_two_processes_hammering_the_same_keys_never_read_a_torn_entry(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(2) as pool:
@@ -329,6 +367,7 @@ def test_a_moved_hub_revision_is_another_evaluator_offline_too(model_dirs, tmp_p
     assert key_tokens.evaluator_identity("org/evaluator", revision=a)["commit"] == a
 
 
+@pytest.mark.integration
 def test_the_identity_is_recorded_on_cache_misses_and_hits_alike(docs, model_dirs, tmp_path):
     md = _md(docs, evaluator=model_dirs["b"], span_cache_dir=str(tmp_path / "cache"))
     miss = run_task(LONGPPL, model_dirs["a"], md)
@@ -342,9 +381,16 @@ def test_the_identity_is_recorded_on_cache_misses_and_hits_alike(docs, model_dir
     assert miss["results"][LONGPPL]["longppl,none"] == hit["results"][LONGPPL]["longppl,none"]
 
 
+@pytest.mark.integration
 def test_an_evaluator_shorter_than_the_documents_is_an_error_on_misses_and_hits(docs, corpus_texts, tmp_path):
-    short = tiny.save_tiny_model(tmp_path / "short_evaluator", corpus_texts, kind="wordpiece", vocab_size=400,
-                                 seed=2, max_position_embeddings=128)
+    short = tiny.save_tiny_model(
+        tmp_path / "short_evaluator",
+        corpus_texts,
+        kind="wordpiece",
+        vocab_size=400,
+        seed=2,
+        max_position_embeddings=128,
+    )
     evaluated = tiny.save_tiny_model(tmp_path / "evaluated", corpus_texts, seed=1)
     md = _md(docs, evaluator=short, span_cache_dir=str(tmp_path / "cache"))
     from lm_eval_longctx.engine.scoring import ScoringError
@@ -359,6 +405,7 @@ def test_an_evaluator_shorter_than_the_documents_is_an_error_on_misses_and_hits(
 # ------------------------------------------------------------------ 4. the harness's cache
 
 
+@pytest.mark.integration
 def test_a_use_cache_db_shared_by_two_models_never_replays_the_other(docs, model_dirs, tmp_path):
     md = {"data_files": docs[1], "evaluator": "self", "trunc_len": K, "sliding_window": D}
     db = str(tmp_path / "shared")
@@ -386,8 +433,14 @@ def test_the_length_check_runs_on_cache_hits(model_dirs):
     spec = {"add_special_tokens": False, "chunk_size": 64}
     text = "word " * 20
     key = harness._spec_key(text, spec, harness.model_identity(Stub))
-    state = {"token_ids": np.arange(40), "offsets": None, "long_logprob": np.zeros(39, np.float32),
-             "long_greedy": np.zeros(39, bool), "short_logprob": None, "short_greedy": None}
+    state = {
+        "token_ids": np.arange(40),
+        "offsets": None,
+        "long_logprob": np.zeros(39, np.float32),
+        "long_greedy": np.zeros(39, bool),
+        "short_logprob": None,
+        "short_greedy": None,
+    }
     Stub.cache_hook.dbdict[key] = state
     req = Instance("longctx_scores", {}, (text, spec), 0)
     with pytest.raises(ScoringError, match="40-token sequence is longer than the model's maximum length 16"):
@@ -397,6 +450,7 @@ def test_the_length_check_runs_on_cache_hits(model_dirs):
 # ------------------------------------------------------------------ 5. fail early, say what to do
 
 
+@pytest.mark.integration
 def test_an_unsupported_backend_is_refused_when_the_task_is_built(docs, no_evaluator):
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
@@ -408,6 +462,7 @@ def test_an_unsupported_backend_is_refused_when_the_task_is_built(docs, no_evalu
         simple_evaluate(model="dummy", tasks=[LONGPPL], task_manager=tm)
 
 
+@pytest.mark.integration
 def test_an_evaluator_that_cannot_be_had_gives_one_clear_message(docs, model_dirs):
     from lm_eval_longctx.errors import ResourceUnavailableError
 
@@ -421,6 +476,7 @@ def test_an_evaluator_that_cannot_be_had_gives_one_clear_message(docs, model_dir
         run_task(LONGPPL, model_dirs["a"], {"data_files": docs[1], "evaluator": "no-org/no-model"})
 
 
+@pytest.mark.integration
 def test_a_dataset_that_cannot_be_had_names_it_and_the_ways_out(model_dirs):
     from lm_eval_longctx.errors import ResourceUnavailableError
 
@@ -428,12 +484,16 @@ def test_a_dataset_that_cannot_be_had_names_it_and_the_ways_out(model_dirs):
         run_task("retrieval_gain", model_dirs["a"], {})
 
 
-@pytest.mark.parametrize("content,expected", [
-    (b'{"text": "caf\xe9"}\n', "not UTF-8"),
-    (b'{"text": "a"}\n{"text": \n', "line 2: not JSON"),
-    (b'["a", "b"]', "item 0 is not a JSON object"),
-    (b'{"body": "a"}\n', "columns \\['body'\\]"),
-])
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        (b'{"text": "caf\xe9"}\n', "not UTF-8"),
+        (b'{"text": "a"}\n{"text": \n', "line 2: not JSON"),
+        (b'["a", "b"]', "item 0 is not a JSON object"),
+        (b'{"body": "a"}\n', "columns \\['body'\\]"),
+    ],
+)
+@pytest.mark.integration
 def test_bad_data_files_name_the_file_and_what_was_expected(model_dirs, tmp_path, content, expected):
     path = tmp_path / "docs.jsonl"
     path.write_bytes(content)
@@ -445,6 +505,7 @@ def test_bad_data_files_name_the_file_and_what_was_expected(model_dirs, tmp_path
 # ------------------------------------------------------------------ 6. nothing is lost
 
 
+@pytest.mark.integration
 def test_commands_refuse_a_non_empty_folder_they_did_not_create(tmp_path):
     foreign = tmp_path / "mine"
     foreign.mkdir()
@@ -455,22 +516,31 @@ def test_commands_refuse_a_non_empty_folder_they_did_not_create(tmp_path):
     (ours / "results.json").write_text("{}")
     assert output_dirs.claim(ours, "the demo") == ours  # its own folder is reused
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    for argv in (["-m", "lm_eval_longctx", "demo", "--budget", "ci", "--out", str(foreign)],
-                 ["-m", "lm_eval_longctx", "validate", str(foreign), "--budget", "ci", "--steps", "0"],
-                 [str(ROOT / "scripts" / "make_demo_model.py"), str(foreign), "--steps", "0"]):
+    for argv in (
+        ["-m", "lm_eval_longctx", "demo", "--budget", "ci", "--out", str(foreign)],
+        ["-m", "lm_eval_longctx", "validate", str(foreign), "--budget", "ci", "--steps", "0"],
+        [str(ROOT / "scripts" / "make_demo_model.py"), str(foreign), "--steps", "0"],
+    ):
         proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, timeout=300)
         assert proc.returncode != 0 and "not empty" in proc.stderr, (argv, proc.stderr[-2000:])
     assert sorted(p.name for p in foreign.iterdir()) == ["thesis.tex"]
     assert (foreign / "thesis.tex").read_text() == "precious"
 
 
+@pytest.mark.integration
 def test_the_real_command_line_refuses_an_unsupported_backend_before_any_evaluator(docs, tmp_path):
     """lm-eval's CLI builds the model before it loads the tasks: the refusal still comes at task build,
     before the (here unavailable) evaluator is looked up."""
     md = json.dumps({"data_files": docs[1], "evaluator": "no-org/no-model"})
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "lm_eval", "--tasks", LONGPPL, "--model", "dummy", "--metadata", md,
-                           "--limit", "1"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--tasks", LONGPPL, "--model", "dummy", "--metadata", md, "--limit", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert "longppl_govreport needs per-token scores" in proc.stderr and "DummyLM" in proc.stderr, proc.stderr[-3000:]
     assert "no-org/no-model" not in proc.stderr

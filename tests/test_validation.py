@@ -16,6 +16,10 @@ from lm_eval_longctx.demo import known_answer as validation
 from lm_eval_longctx.demo.known_answer import MetricSpec, Units
 from lm_eval_longctx.metrics import per_token as metrics
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
+
 PPL = MetricSpec("x", "x", "t", "f", "perplexity", False, "orders")
 MEAN = MetricSpec("x", "x", "t", "f", "mean", True, "orders")
 FINE = MetricSpec("x", "x", "t", "f", "fine", True, "orders")
@@ -42,7 +46,8 @@ def test_perplexity_and_mean_match_metrics_for_every_resample():
     rng = np.random.default_rng(1)
     u = _ppl_units(rng, 9)
     assert validation.metric_value(PPL, u) == pytest.approx(
-        metrics.token_weighted_perplexity([tuple(r) for r in u.values]), rel=1e-12)
+        metrics.token_weighted_perplexity([tuple(r) for r in u.values]), rel=1e-12
+    )
     idx = rng.integers(0, 9, (50, 9))
     vec = validation.metric_value(PPL, u, idx)
     loop = [metrics.token_weighted_perplexity([tuple(u.values[i]) for i in row]) for row in idx]
@@ -83,8 +88,9 @@ def test_effective_length_matches_the_task_aggregation():
     spec = MetricSpec("x", "x", "t", "f", "effective", True, "orders")
 
     def from_items(rows):
-        return gainmap.effective_length_from_docs([tuple(values[k]) for k in rows], lengths=tuple(lengths),
-                                                  fraction=0.5, rule="contiguous", base_minimum=0.5)
+        return gainmap.effective_length_from_docs(
+            [tuple(values[k]) for k in rows], lengths=tuple(lengths), fraction=0.5, rule="contiguous", base_minimum=0.5
+        )
 
     assert validation.metric_value(spec, u) == from_items(range(7))
     idx = rng.integers(0, 7, (60, 7))
@@ -102,16 +108,26 @@ def test_paired_bootstrap_of_means_is_the_bootstrap_of_per_unit_differences():
     a = rng.normal(size=25)
     b = a + rng.normal(0.3, 0.2, size=25)
     ua, ub = (Units(list(range(25)), x, [None] * 25) for x in (a, b))
-    ci = validation.paired_bootstrap_difference(lambda i: validation.metric_value(MEAN, ua, i),
-                                                lambda i: validation.metric_value(MEAN, ub, i), 25,
-                                                n_resamples=3000, seed=7)
-    ref = stats.bootstrap((a - b,), np.mean, n_resamples=3000, method="percentile",
-                          rng=np.random.default_rng(7)).confidence_interval
+    ci = validation.paired_bootstrap_difference(
+        lambda i: validation.metric_value(MEAN, ua, i),
+        lambda i: validation.metric_value(MEAN, ub, i),
+        25,
+        n_resamples=3000,
+        seed=7,
+    )
+    ref = stats.bootstrap(
+        (a - b,), np.mean, n_resamples=3000, method="percentile", rng=np.random.default_rng(7)
+    ).confidence_interval
     assert ci["difference"] == pytest.approx(np.mean(a - b))
     assert ci["low"] == pytest.approx(ref.low, rel=1e-9) and ci["high"] == pytest.approx(ref.high, rel=1e-9)
     # correlated models: the paired CI is far narrower than one that resamples the models independently
-    unpaired = stats.bootstrap((a, b), lambda x, y, axis=-1: x.mean(axis) - y.mean(axis), n_resamples=3000,
-                               method="percentile", rng=np.random.default_rng(7)).confidence_interval
+    unpaired = stats.bootstrap(
+        (a, b),
+        lambda x, y, axis=-1: x.mean(axis) - y.mean(axis),
+        n_resamples=3000,
+        method="percentile",
+        rng=np.random.default_rng(7),
+    ).confidence_interval
     assert (ci["high"] - ci["low"]) < 0.5 * (unpaired.high - unpaired.low)
 
 
@@ -124,9 +140,13 @@ def test_paired_bootstrap_of_a_ratio_statistic_matches_a_slow_loop():
     vb = ua.values.copy()
     vb[:, 0] = 1.3 * vb[:, 0] + rng.normal(0, 5, 30)  # the other model: worse, with per-unit noise
     ub = Units(ua.ids, vb, ua.hashes)
-    ci = validation.paired_bootstrap_difference(lambda i: validation.metric_value(PPL, ua, i),
-                                                lambda i: validation.metric_value(PPL, ub, i), 30,
-                                                n_resamples=4000, seed=0)
+    ci = validation.paired_bootstrap_difference(
+        lambda i: validation.metric_value(PPL, ua, i),
+        lambda i: validation.metric_value(PPL, ub, i),
+        30,
+        n_resamples=4000,
+        seed=0,
+    )
     loop_rng = np.random.default_rng(12345)
     diffs = []
     for _ in range(8000):
@@ -158,15 +178,18 @@ def _ci(lo, hi):
     return {"low": lo, "high": hi}
 
 
-@pytest.mark.parametrize("values, cis, hib, verdict, rev", [
-    ([3, 2, 1], [_ci(0.5, 1.5), _ci(0.2, 1.8)], True, "yes", False),
-    ([3, 2, 1], [_ci(0.5, 1.5), _ci(-0.2, 1.8)], True, "yes, not separated", False),
-    ([3, 3, 1], [_ci(0, 0), _ci(1, 3)], True, "no (tie)", False),
-    ([3, 4, 1], [_ci(-2, -0.5), _ci(1, 5)], True, "no", True),
-    ([1, 2, 3], [_ci(-1.5, -0.5), _ci(-1.8, -0.2)], False, "yes", False),  # lower is better (perplexity)
-    ([1, 2, 3], [_ci(-1.5, -0.5), _ci(-1.8, -0.2)], True, "no", True),
-    ([1, float("nan"), 3], [_ci(-1, 1), _ci(-1, 1)], False, "undefined", False),
-])
+@pytest.mark.parametrize(
+    "values, cis, hib, verdict, rev",
+    [
+        ([3, 2, 1], [_ci(0.5, 1.5), _ci(0.2, 1.8)], True, "yes", False),
+        ([3, 2, 1], [_ci(0.5, 1.5), _ci(-0.2, 1.8)], True, "yes, not separated", False),
+        ([3, 3, 1], [_ci(0, 0), _ci(1, 3)], True, "no (tie)", False),
+        ([3, 4, 1], [_ci(-2, -0.5), _ci(1, 5)], True, "no", True),
+        ([1, 2, 3], [_ci(-1.5, -0.5), _ci(-1.8, -0.2)], False, "yes", False),  # lower is better (perplexity)
+        ([1, 2, 3], [_ci(-1.5, -0.5), _ci(-1.8, -0.2)], True, "no", True),
+        ([1, float("nan"), 3], [_ci(-1, 1), _ci(-1, 1)], False, "undefined", False),
+    ],
+)
 def test_ordering_verdict(values, cis, hib, verdict, rev):
     v = validation.ordering_verdict(values, cis, hib)
     assert v["verdict"] == verdict and v["reversed"] == rev
@@ -186,22 +209,46 @@ def _write_run(root, name, per_doc, curve, task_hash_salt=""):
     d = root / name
     d.mkdir(parents=True)
     stamp = "2026-01-01T00-00-00.000000"
-    results = {"results": {"longppl_govreport": {"longppl,none": 0.0}, "forgetting_curve": {}},
-               "configs": {"forgetting_curve": {"metadata": {"longctx_settings": {
-                   "fine_threshold": 0.9, "coarse_margin": 0.01, "fine_rule": "largest",
-                   "coarse_rule": "contiguous"}}}}}
+    results = {
+        "results": {"longppl_govreport": {"longppl,none": 0.0}, "forgetting_curve": {}},
+        "configs": {
+            "forgetting_curve": {
+                "metadata": {
+                    "longctx_settings": {
+                        "fine_threshold": 0.9,
+                        "coarse_margin": 0.01,
+                        "fine_rule": "largest",
+                        "coarse_rule": "contiguous",
+                    }
+                }
+            }
+        },
+    }
     (d / f"results_{stamp}.json").write_text(json.dumps(results))
     with open(d / f"samples_longppl_govreport_{stamp}.jsonl", "w") as f:
         for i, (nll, n) in enumerate(per_doc):
-            f.write(json.dumps({"doc_id": i, "doc_hash": f"h{i}{task_hash_salt}", "longppl": [nll, n],
-                                "ppl": [nll * 2, n * 10]}) + "\n")
+            f.write(
+                json.dumps(
+                    {"doc_id": i, "doc_hash": f"h{i}{task_hash_salt}", "longppl": [nll, n], "ppl": [nll * 2, n * 10]}
+                )
+                + "\n"
+            )
     with open(d / f"samples_forgetting_curve_{stamp}.jsonl", "w") as f:
         doc_id = 0
         for k, row in enumerate(curve):  # sample-major
             for length, (c, m) in row.items():
-                f.write(json.dumps({"doc_id": doc_id, "doc": {"sample": k, "length": length}, "doc_hash": f"c{doc_id}",
-                                    "fine_memory_length": [length, c, m],
-                                    "coarse_memory_length": [length, c, m]}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "doc_id": doc_id,
+                            "doc": {"sample": k, "length": length},
+                            "doc_hash": f"c{doc_id}",
+                            "fine_memory_length": [length, c, m],
+                            "coarse_memory_length": [length, c, m],
+                        }
+                    )
+                    + "\n"
+                )
                 doc_id += 1
     return d / f"results_{stamp}.json"
 
@@ -242,8 +289,10 @@ def test_validate_and_table_on_synthetic_runs(tmp_path):
     n = 12
     tokens = rng.integers(20, 40, n)
     curve = [{8: (1.0, 0.0), 64: (1.0, 0.0)} for _ in range(4)]
-    files = {name: _write_run(tmp_path, name, [(float(t) * s * rng.uniform(0.9, 1.1), int(t)) for t in tokens], curve)
-             for name, s in (("long", 1.0), ("short", 2.0), ("none", 3.0))}
+    files = {
+        name: _write_run(tmp_path, name, [(float(t) * s * rng.uniform(0.9, 1.1), int(t)) for t in tokens], curve)
+        for name, s in (("long", 1.0), ("short", 2.0), ("none", 3.0))
+    }
     runs = {k: validation.read_run(f) for k, f in files.items()}
     specs = [validation.SPECS_BY_KEY[k] for k in ("longppl", "ppl", "coarse_memory_length")]
     rows = validation.validate(runs, ["long", "short", "none"], specs, n_resamples=500)
@@ -262,8 +311,13 @@ def test_validation_settings_are_task_settings():
     """Every key the validation adds to --metadata is a setting some task reads (a typo would be ignored)."""
     from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain, retrieval_gain_map
 
-    known = (set(longppl.DEFAULTS) | set(forgetting_curve.DEFAULTS) | set(retrieval_gain.DEFAULTS)
-             | set(retrieval_gain_map.DEFAULTS) | set(longeval.DEFAULTS))
+    known = (
+        set(longppl.DEFAULTS)
+        | set(forgetting_curve.DEFAULTS)
+        | set(retrieval_gain.DEFAULTS)
+        | set(retrieval_gain_map.DEFAULTS)
+        | set(longeval.DEFAULTS)
+    )
     for budget, md in validation.VALIDATION_METADATA.items():
         assert set(md) <= known, (budget, set(md) - known)
 
@@ -282,14 +336,20 @@ def test_variants_are_built_once_and_reused(tmp_path):
 
 
 def test_unmet_expectations_and_plot_command():
-    report = {"metrics": [{"metric": "a", "expected": "orders", "verdict": "yes"},
-                          {"metric": "b", "expected": "orders", "verdict": "yes, not separated"},
-                          {"metric": "c", "expected": "no clear separation", "verdict": "yes"}],
-              "order": ["long", "none"], "labels": {"long": "long (x)", "none": "none"},
-              "results_files": {"long": "/r/l.json", "none": "/r/n.json"}}
+    report = {
+        "metrics": [
+            {"metric": "a", "expected": "orders", "verdict": "yes"},
+            {"metric": "b", "expected": "orders", "verdict": "yes, not separated"},
+            {"metric": "c", "expected": "no clear separation", "verdict": "yes"},
+        ],
+        "order": ["long", "none"],
+        "labels": {"long": "long (x)", "none": "none"},
+        "results_files": {"long": "/r/l.json", "none": "/r/n.json"},
+    }
     assert validation.unmet_expectations(report) == ["b: yes, not separated"]
     assert validation.plot_command(report, "f.png") == (
-        "python scripts/plot_forgetting_curve.py /r/l.json /r/n.json --label 'long (x)' --label none -o f.png")
+        "python scripts/plot_forgetting_curve.py /r/l.json /r/n.json --label 'long (x)' --label none -o f.png"
+    )
 
 
 # ----------------------------------------------------------------------------------------------- whole pipeline

@@ -25,6 +25,10 @@ from lm_eval_longctx.demo import known_answer as validation
 from lm_eval_longctx.demo import run as demo
 from lm_eval_longctx.report import viewer
 
+# runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
+pytestmark = pytest.mark.integration
+
+
 TASK = "longppl_govreport"
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
 needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium installed (apt-get install chromium)")
@@ -42,7 +46,9 @@ def demo_run(tmp_path_factory):
         pytest.skip("the packaged demo model is not built")
     out = tmp_path_factory.mktemp("demo")
     export = out / "tokens"
-    rc = cli.main(["demo", "--out", str(out), "--budget", "ci", "--metadata", json.dumps({"export_tokens": str(export)})])
+    rc = cli.main(
+        ["demo", "--out", str(out), "--budget", "ci", "--metadata", json.dumps({"export_tokens": str(export)})]
+    )
     assert rc == 0
     summary = json.loads((out / demo.SUMMARY_FILE).read_text(encoding="utf-8"))
     results = json.loads(Path(summary["files"]["results_json"]).read_text(encoding="utf-8"))
@@ -58,9 +64,17 @@ def variant_runs(demo_run, tmp_path_factory):
     runs = {}
     for name, model in dirs.items():
         export = root / f"tokens_{name}"
-        md = demo.budget_metadata("ci", demo_run["out"] / demo.CORPUS_FILE, {
-            "export_tokens": str(export), "evaluator": str(dirs["long"]), "trunc_len": 128, "sliding_window": 64,
-            "span_cache_dir": str(root / "spans")})
+        md = demo.budget_metadata(
+            "ci",
+            demo_run["out"] / demo.CORPUS_FILE,
+            {
+                "export_tokens": str(export),
+                "evaluator": str(dirs["long"]),
+                "trunc_len": 128,
+                "sliding_window": 64,
+                "span_cache_dir": str(root / "spans"),
+            },
+        )
         results_file = demo.run_harness(demo.harness_argv(model, md, root / f"results_{name}", 4, tasks=(TASK,)))
         runs[name] = {"export": export, "results": json.loads(results_file.read_text(encoding="utf-8"))}
     return runs
@@ -71,7 +85,9 @@ def variant_runs(demo_run, tmp_path_factory):
 
 def _samples(summary, task):
     # samples_<task>_<date>.jsonl: the date after the task name, so retrieval_gain is not retrieval_gain_map
-    (path,) = [p for p in summary["files"]["samples"] if re.fullmatch(rf"samples_{task}_\d{{4}}-.*\.jsonl", Path(p).name)]
+    (path,) = [
+        p for p in summary["files"]["samples"] if re.fullmatch(rf"samples_{task}_\d{{4}}-.*\.jsonl", Path(p).name)
+    ]
     return {s["doc_id"]: s for s in map(json.loads, Path(path).read_text(encoding="utf-8").splitlines())}
 
 
@@ -100,7 +116,7 @@ def test_demo_export_round_trips(demo_run):
         s = samples[d["doc_id"]]
         lp = d["logprob"].astype(np.float64)
         assert (-lp[d["answer"]].sum(), int(d["answer"].sum())) == pytest.approx(tuple(s["answer_ppl"]), rel=1e-12)
-        assert d["response"][d["answer_start"]:d["answer_end"]].isdigit()
+        assert d["response"][d["answer_start"] : d["answer_end"]].isdigit()
 
 
 # ----------------------------------------------------------------------------------------------- the page's data
@@ -136,8 +152,11 @@ def page_data(path):
         raw = base64.b64decode(payload["data"])
         raw = gzip.decompress(raw) if payload["z"] else raw
         n, o, arrays = payload["n"], 0, {}
-        for name, dt in [("start", "<i4"), ("end", "<i4"), ("nll", "<f4"), ("lsd", "<f4"), ("lcl", "<f4")] + (
-                [("nll_b", "<f4")] if meta["diff"] else []) + [("flags", "u1")]:
+        for name, dt in (
+            [("start", "<i4"), ("end", "<i4"), ("nll", "<f4"), ("lsd", "<f4"), ("lcl", "<f4")]
+            + ([("nll_b", "<f4")] if meta["diff"] else [])
+            + [("flags", "u1")]
+        ):
             arrays[name] = np.frombuffer(raw, dtype=dt, count=n, offset=o)
             o += n * np.dtype(dt).itemsize
         assert o == len(raw)
@@ -183,14 +202,17 @@ def test_diff_of_two_variants(variant_runs, tmp_path):
     info = viewer.build_page([a["export"], b["export"]], tmp_path / "diff.html")
     assert info["diff"]
     meta, docs = page_data(tmp_path / "diff.html")
-    for d, ea, eb in zip(docs, export_files.iter_documents(a["export"] / TASK),
-                         export_files.iter_documents(b["export"] / TASK)):
+    for d, ea, eb in zip(
+        docs, export_files.iter_documents(a["export"] / TASK), export_files.iter_documents(b["export"] / TASK)
+    ):
         np.testing.assert_array_equal(d["nll"], ea["nll"])
         np.testing.assert_array_equal(d["nll_b"], eb["nll"])
         np.testing.assert_array_equal((d["flags"] >> 2) & 1, eb["key"])
         np.testing.assert_array_equal(ea["key"], eb["key"])  # one evaluator: the same key tokens
     for side, run in (("a", a), ("b", b)):
-        assert meta["corpus"][side]["longppl"] == pytest.approx(run["results"]["results"][TASK]["longppl,none"], rel=1e-12)
+        assert meta["corpus"][side]["longppl"] == pytest.approx(
+            run["results"]["results"][TASK]["longppl,none"], rel=1e-12
+        )
     # the long variant uses its context: lower LongPPL than the variant without the copy circuit
     assert meta["corpus"]["a"]["longppl"] < meta["corpus"]["b"]["longppl"]
 
@@ -227,10 +249,25 @@ def test_view_command(demo_run, tmp_path, capsys):
 def run_chromium(url, *args, timeout=180):
     with tempfile.TemporaryDirectory() as profile:
         return subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--virtual-time-budget=20000", *args, url],
-            capture_output=True, text=True, timeout=timeout)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=20000",
+                *args,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 class _Tokens(HTMLParser):
@@ -274,8 +311,9 @@ def test_browser_renders_every_document_of_the_demo(demo_run, tmp_path):
         assert dom.keys == int(e["key"].sum()) == int(dom.body["data-keys"]) > 0
         assert dom.coloured == {"c": int((~np.isnan(e["lsd"])).sum()), "d": 0}  # shaded: every token with an LSD
     shot = tmp_path / "shot.png"
-    proc = run_chromium(f"{page.resolve().as_uri()}#doc=0&key", "--hide-scrollbars", "--window-size=1280,800",
-                        f"--screenshot={shot}")
+    proc = run_chromium(
+        f"{page.resolve().as_uri()}#doc=0&key", "--hide-scrollbars", "--window-size=1280,800", f"--screenshot={shot}"
+    )
     assert proc.returncode == 0 and shot.stat().st_size > 20_000
 
 
@@ -284,8 +322,9 @@ def test_browser_renders_the_diff_of_two_variants(variant_runs, tmp_path):
     a, b = variant_runs["long"], variant_runs["none"]
     page = tmp_path / "diff.html"
     viewer.build_page([a["export"], b["export"]], page, compress=False)
-    for k, (ea, eb) in enumerate(zip(export_files.iter_documents(a["export"] / TASK),
-                                     export_files.iter_documents(b["export"] / TASK))):
+    for k, (ea, eb) in enumerate(
+        zip(export_files.iter_documents(a["export"] / TASK), export_files.iter_documents(b["export"] / TASK))
+    ):
         dom = rendered(page, k, tmp_path)
         assert dom.tokens == len(ea["token_id"])
         assert dom.keys == int(ea["key"].sum()) and dom.keys_b == int((eb["key"] & ~ea["key"]).sum())
@@ -296,8 +335,9 @@ def test_browser_renders_the_diff_of_two_variants(variant_runs, tmp_path):
         by_lsd = rendered(page, k, tmp_path, mode="lsd")
         assert by_lsd.coloured == {"c": int((~np.isnan(ea["lsd"])).sum()), "d": 0}
     shot = tmp_path / "diff.png"
-    proc = run_chromium(f"{page.resolve().as_uri()}#doc=0&key", "--hide-scrollbars", "--window-size=1280,800",
-                        f"--screenshot={shot}")
+    proc = run_chromium(
+        f"{page.resolve().as_uri()}#doc=0&key", "--hide-scrollbars", "--window-size=1280,800", f"--screenshot={shot}"
+    )
     assert proc.returncode == 0 and shot.stat().st_size > 20_000
     if os.environ.get("LM_EVAL_LONGCTX_KEEP_SCREENSHOTS"):
         for p in (shot,):

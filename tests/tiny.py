@@ -39,13 +39,22 @@ def tiny_llama(vocab_size: int = 97, seed: int = 0, max_position_embeddings: int
     return random_llama(vocab_size, seed=seed, max_position_embeddings=max_position_embeddings, head_scale=20.0, **cfg)
 
 
-def save_tiny_model(path: Path, texts: list[str], kind: str = "bpe", vocab_size: int = 300, seed: int = 0,
-                    max_position_embeddings: int = 4096) -> str:
+def save_tiny_model(
+    path: Path,
+    texts: list[str],
+    kind: str = "bpe",
+    vocab_size: int = 300,
+    seed: int = 0,
+    max_position_embeddings: int = 4096,
+) -> str:
     path = Path(path)
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size, kind=kind)
     model = tiny_llama(
-        vocab_size=len(tokenizer), seed=seed, max_position_embeddings=max_position_embeddings,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        seed=seed,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     model.save_pretrained(path)

@@ -52,9 +52,11 @@ def select_tokenized_rows(rows, min_tokens: int, max_tokens: int, num_docs: int)
     return picked
 
 
-DATA_WAYS_OUT = ("Ways out: a local copy through --metadata '{\"data_files\": \"docs.jsonl\"}' (json, jsonl or "
-                 "parquet), a reachable hub (unset HF_HUB_OFFLINE / HF_DATASETS_OFFLINE, log in for gated data), or "
-                 "the offline demo (lm-eval-longctx demo).")
+DATA_WAYS_OUT = (
+    'Ways out: a local copy through --metadata \'{"data_files": "docs.jsonl"}\' (json, jsonl or '
+    "parquet), a reachable hub (unset HF_HUB_OFFLINE / HF_DATASETS_OFFLINE, log in for gated data), or "
+    "the offline demo (lm-eval-longctx demo)."
+)
 
 
 def load_rows(dataset_path: str, revision: str | None, split: str, data_files: str | None, expected: str = ""):
@@ -74,17 +76,23 @@ def load_rows(dataset_path: str, revision: str | None, split: str, data_files: s
         try:
             ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
         except Exception as err:  # noqa: BLE001  (any unreadable file is the same message)
-            raise ValueError(f"data_files {path}: cannot be read as {builder} rows ({errors.first_line(err)}); "
-                             f"expected {expected or 'one record per row'}") from None
+            raise ValueError(
+                f"data_files {path}: cannot be read as {builder} rows ({errors.first_line(err)}); "
+                f"expected {expected or 'one record per row'}"
+            ) from None
         return ds, {"data_files": str(path.resolve())}
     try:
         ds = datasets.load_dataset(dataset_path, split=split, revision=revision)
     except Exception as err:  # noqa: BLE001  (offline, gated, missing: one message)
         raise errors.ResourceUnavailableError(
             f"the dataset {dataset_path!r} (split {split!r}) cannot be loaded: {errors.first_line(err)}. "
-            f"{DATA_WAYS_OUT}") from None
-    return ds, {"dataset_path": dataset_path, "revision": revision or "default branch",
-                "dataset_fingerprint": getattr(ds, "_fingerprint", None)}
+            f"{DATA_WAYS_OUT}"
+        ) from None
+    return ds, {
+        "dataset_path": dataset_path,
+        "revision": revision or "default branch",
+        "dataset_fingerprint": getattr(ds, "_fingerprint", None),
+    }
 
 
 def load_tokenizer(name: str, role: str, **kwargs):
@@ -97,7 +105,8 @@ def load_tokenizer(name: str, role: str, **kwargs):
         raise errors.ResourceUnavailableError(
             f"{role}, {name!r}, cannot be loaded: {errors.first_line(err)}. Ways out: a reachable hub (unset "
             "HF_HUB_OFFLINE, log in for gated models), a local folder that holds the tokenizer, or the offline "
-            "demo (lm-eval-longctx demo).") from None
+            "demo (lm-eval-longctx demo)."
+        ) from None
 
 
 def _check_json_rows(path: Path, expected: str) -> None:
@@ -106,8 +115,10 @@ def _check_json_rows(path: Path, expected: str) -> None:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ValueError(f"data_files {path}: not UTF-8 text ({err.reason} at byte {err.start}); expected "
-                         f"JSON lines with {expected or 'one record per line'}") from None
+        raise ValueError(
+            f"data_files {path}: not UTF-8 text ({err.reason} at byte {err.start}); expected "
+            f"JSON lines with {expected or 'one record per line'}"
+        ) from None
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
@@ -124,8 +135,10 @@ def _check_json_rows(path: Path, expected: str) -> None:
         try:
             row = json.loads(line)
         except ValueError as err:
-            raise ValueError(f"data_files {path}, line {k + 1}: not JSON ({err}); expected JSON lines with "
-                             f"{expected or 'one record per line'}") from None
+            raise ValueError(
+                f"data_files {path}, line {k + 1}: not JSON ({err}); expected JSON lines with "
+                f"{expected or 'one record per line'}"
+            ) from None
         if not isinstance(row, dict):
             raise ValueError(f"data_files {path}, line {k + 1}: not a JSON object; expected {expected}")
 
@@ -159,12 +172,18 @@ def load_govreport(
         tok = load_tokenizer(decode_tokenizer, "the decode tokenizer of the GovReport token ids")
         texts = [tok.decode(x) for x in ids]
     else:
-        raise ValueError(f"{data_files or dataset_path}: its rows have the columns {ds.column_names}; expected {expected}")
+        raise ValueError(
+            f"{data_files or dataset_path}: its rows have the columns {ds.column_names}; expected {expected}"
+        )
     if "input_ids" not in ds.column_names:
         selection = {"num_docs": len(texts)}
     else:
-        selection = {"min_tokens": min_tokens, "max_tokens": max_tokens, "num_docs": len(texts),
-                     "decode_tokenizer": decode_tokenizer}
+        selection = {
+            "min_tokens": min_tokens,
+            "max_tokens": max_tokens,
+            "num_docs": len(texts),
+            "decode_tokenizer": decode_tokenizer,
+        }
     if len(texts) < num_docs:
         import warnings
 
@@ -203,8 +222,16 @@ def load_book_pieces(
         if title is not None:
             pieces.append(f"{title}\n")
         pieces.append(f"{text}\n")
-    return Documents(pieces, {**source, "split": split, "num_rows": len(ds), "num_pieces": len(pieces),
-                              "texts_sha256": texts_sha256(pieces)})
+    return Documents(
+        pieces,
+        {
+            **source,
+            "split": split,
+            "num_rows": len(ds),
+            "num_pieces": len(pieces),
+            "texts_sha256": texts_sha256(pieces),
+        },
+    )
 
 
 def token_stream(tokenizer, pieces: list[str], add_special_tokens: bool = True):
@@ -227,8 +254,9 @@ def token_stream(tokenizer, pieces: list[str], add_special_tokens: bool = True):
     return np.concatenate(parts)
 
 
-def copy_lengths(max_len: int, num: int = 32, spacing: str = "linear",
-                 min_len: int = FORGETTING_CURVE_MIN_LEN) -> list[int]:
+def copy_lengths(
+    max_len: int, num: int = 32, spacing: str = "linear", min_len: int = FORGETTING_CURVE_MIN_LEN
+) -> list[int]:
     """The tested copy lengths, as the reference: ``numpy.linspace(min_len, max_len, num, dtype=int)``
     (linear) or ``numpy.geomspace(...)`` (geometric; ``log`` is the reference's name), cast to int by
     truncation as the reference does (this gives its published lengths 523, 4134, ... for 16000), then

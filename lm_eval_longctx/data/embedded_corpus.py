@@ -70,7 +70,8 @@ def embedded_documents(chars_per_doc: int = DEFAULT_CHARS_PER_DOC, n_docs: int |
     if n_docs is not None and len(docs) < int(n_docs):
         raise ValueError(
             f"{SOURCE} of Python {platform.python_version()} holds {len(stream)} characters: only {len(docs)} "
-            f"documents of >= {chars_per_doc} characters, {n_docs} asked; lower chars_per_doc or n_docs")
+            f"documents of >= {chars_per_doc} characters, {n_docs} asked; lower chars_per_doc or n_docs"
+        )
     if not docs:
         raise ValueError(f"{SOURCE} holds {len(stream)} characters, fewer than chars_per_doc = {chars_per_doc}")
     return docs

@@ -106,10 +106,12 @@ def check_folder(folder: Path) -> None:
         if m.get("format") == FORMAT:
             raise ExportFolderError(
                 f"export_tokens: {folder} already holds a token export (created {m.get('created')}); it is not "
-                "overwritten. Pass another export_tokens folder, or remove that one yourself.")
+                "overwritten. Pass another export_tokens folder, or remove that one yourself."
+            )
     raise ExportFolderError(
         f"export_tokens: {folder} is not empty and was not created by a token export; nothing is written into "
-        "it. Pass a new or empty folder as export_tokens.")
+        "it. Pass a new or empty folder as export_tokens."
+    )
 
 
 # --------------------------------------------------------------------------- writing
@@ -127,9 +129,14 @@ class TokenExport:
 
     def _open(self, settings_record: dict) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        manifest = {"format": FORMAT, "task": self.task, "settings": settings_record,
-                    "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                    "launch": _launch_id(), "columns": COLUMNS.get(self.task, {})}
+        manifest = {
+            "format": FORMAT,
+            "task": self.task,
+            "settings": settings_record,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "launch": _launch_id(),
+            "columns": COLUMNS.get(self.task, {}),
+        }
         try:
             fd = os.open(self.folder / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:

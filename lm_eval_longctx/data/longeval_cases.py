@@ -44,7 +44,9 @@ HEADER = (
     "the corresponding <REGISTER_CONTENT> of a certain line index. Now the record start:\n\n"
 )
 LINE_TEMPLATE = "line {name}: REGISTER_CONTENT is <{value}>\n"
-QUESTION_TEMPLATE = "\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in line {name}? I need the number."
+QUESTION_TEMPLATE = (
+    "\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in line {name}? I need the number."
+)
 RESPONSE_TEMPLATE = "The <REGISTER_CONTENT> in line {name} is <{value}>."
 
 # LongChat's configurations (1350 lines is about 32k Llama tokens) and cases per configuration
@@ -79,8 +81,13 @@ class TestCase:
     __test__ = False  # not a pytest test class
 
     def to_record(self) -> dict:
-        return {"random_idx": [self.name, self.position], "expected_number": self.expected_number,
-                "num_lines": self.num_lines, "correct_line": self.correct_line, "prompt": self.prompt}
+        return {
+            "random_idx": [self.name, self.position],
+            "expected_number": self.expected_number,
+            "num_lines": self.num_lines,
+            "correct_line": self.correct_line,
+            "prompt": self.prompt,
+        }
 
     def response(self) -> tuple[str, int, int]:
         """(reference response, start, end): the answer number is ``response[start:end]``."""
@@ -117,8 +124,12 @@ def _rng(seed: int, num_lines: int, case_index: int) -> np.random.RandomState:
     return np.random.RandomState([int(seed), int(num_lines), int(case_index)])
 
 
-def line_names(rng: np.random.RandomState, n: int, adjectives: Sequence[str] = longeval_words.ADJECTIVES,
-               nouns: Sequence[str] = longeval_words.NOUNS) -> list[str]:
+def line_names(
+    rng: np.random.RandomState,
+    n: int,
+    adjectives: Sequence[str] = longeval_words.ADJECTIVES,
+    nouns: Sequence[str] = longeval_words.NOUNS,
+) -> list[str]:
     """``n`` distinct "adjective-noun" names.
 
     Up to the size of both lists, adjectives and nouns are each drawn without replacement and paired
@@ -158,22 +169,33 @@ def build_prompt(names: Sequence[str], values: Sequence[int], asked: int, traili
     return HEADER + lines + QUESTION_TEMPLATE.format(name=names[asked]) + (" " if trailing_space else "")
 
 
-def generate_case(num_lines: int, case_index: int, seed: int = 0,
-                  trailing_space: bool | str | None = "reference") -> TestCase:
+def generate_case(
+    num_lines: int, case_index: int, seed: int = 0, trailing_space: bool | str | None = "reference"
+) -> TestCase:
     """Case ``case_index`` of the ``num_lines`` configuration (a function of (seed, num_lines, case_index) only)."""
     rng = _rng(seed, num_lines, case_index)
     names = line_names(rng, num_lines)
     values = rng.randint(MIN_VALUE, MAX_VALUE + 1, size=num_lines).tolist()
     asked = int(rng.randint(0, num_lines))
     prompt = build_prompt(names, values, asked, uses_trailing_space(num_lines, trailing_space))
-    return TestCase(num_lines=int(num_lines), case_index=int(case_index), prompt=prompt, name=names[asked],
-                    position=asked, expected_number=int(values[asked]),
-                    correct_line=LINE_TEMPLATE.format(name=names[asked], value=int(values[asked])),
-                    source="generated")
+    return TestCase(
+        num_lines=int(num_lines),
+        case_index=int(case_index),
+        prompt=prompt,
+        name=names[asked],
+        position=asked,
+        expected_number=int(values[asked]),
+        correct_line=LINE_TEMPLATE.format(name=names[asked], value=int(values[asked])),
+        source="generated",
+    )
 
 
-def generate_cases(num_lines: Iterable[int] = DEFAULT_NUM_LINES, num_cases: int = DEFAULT_NUM_CASES, seed: int = 0,
-                   trailing_space: bool | str | None = "reference") -> list[TestCase]:
+def generate_cases(
+    num_lines: Iterable[int] = DEFAULT_NUM_LINES,
+    num_cases: int = DEFAULT_NUM_CASES,
+    seed: int = 0,
+    trailing_space: bool | str | None = "reference",
+) -> list[TestCase]:
     """Every configuration's cases, configuration-major (see ``interleave`` for the harness order)."""
     return [generate_case(n, i, seed, trailing_space) for n in num_lines for i in range(num_cases)]
 
@@ -215,7 +237,9 @@ def parse_prompt(prompt: str) -> ParsedPrompt:
     for k, line in enumerate(body[:-1].split("\n")):
         m = LINE_RE.fullmatch(line)
         if m is None:
-            raise TestCaseFormatError(f"record line {k} does not match 'line NAME: REGISTER_CONTENT is <N>': {line[:80]!r}")
+            raise TestCaseFormatError(
+                f"record line {k} does not match 'line NAME: REGISTER_CONTENT is <N>': {line[:80]!r}"
+            )
         names.append(m.group("name"))
         values.append(int(m.group("value")))
     return ParsedPrompt(header, names, values, q.group("name"), q.group("trailing"))
@@ -234,8 +258,10 @@ def case_from_record(record: dict, case_index: int, source: str) -> TestCase:
         num_lines = int(record["num_lines"])
         prompt = record["prompt"]
     except (KeyError, TypeError, ValueError) as err:
-        raise TestCaseFormatError(f"{where}: missing or malformed field ({err!r}); expected LongChat's "
-                                  "random_idx, expected_number, num_lines, correct_line, prompt") from err
+        raise TestCaseFormatError(
+            f"{where}: missing or malformed field ({err!r}); expected LongChat's "
+            "random_idx, expected_number, num_lines, correct_line, prompt"
+        ) from err
     try:
         parsed = parse_prompt(prompt)
     except TestCaseFormatError as err:
@@ -262,8 +288,16 @@ def case_from_record(record: dict, case_index: int, source: str) -> TestCase:
         raise TestCaseFormatError(f"{where}: " + "; ".join(problems))
     if parsed.header != HEADER:
         log.warning("%s: the prompt's header differs from LongChat's; scored as it is", where)
-    return TestCase(num_lines=num_lines, case_index=case_index, prompt=prompt, name=name, position=position,
-                    expected_number=expected, correct_line=correct_line, source=source)
+    return TestCase(
+        num_lines=num_lines,
+        case_index=case_index,
+        prompt=prompt,
+        name=name,
+        position=position,
+        expected_number=expected,
+        correct_line=correct_line,
+        source=source,
+    )
 
 
 def _is_url(location: str) -> bool:
@@ -275,13 +309,16 @@ def read_text(location: str) -> str:
     try:
         return _read_text(location)
     except UnicodeDecodeError as err:
-        raise TestCaseFormatError(f"{location}: not UTF-8 text ({err.reason} at byte {err.start}); expected "
-                                  "LongChat's {N}_lines.jsonl, one JSON record per line") from None
+        raise TestCaseFormatError(
+            f"{location}: not UTF-8 text ({err.reason} at byte {err.start}); expected "
+            "LongChat's {N}_lines.jsonl, one JSON record per line"
+        ) from None
     except OSError as err:  # includes urllib's URLError: no network, 404, a missing file
         raise errors.ResourceUnavailableError(
             f"LongEval test cases {location} cannot be read: {errors.first_line(err)}. Ways out: a local copy of "
-            "LongChat's files (--metadata '{\"testcases\": \"DIR\"}'), or generated cases (leave testcases "
-            "unset)") from None
+            'LongChat\'s files (--metadata \'{"testcases": "DIR"}\'), or generated cases (leave testcases '
+            "unset)"
+        ) from None
 
 
 def _read_text(location: str) -> str:
@@ -327,8 +364,9 @@ def testcase_locations(testcases: str | Sequence[str], num_lines: Iterable[int])
     return [f"{base}/{n}_lines.jsonl" for n in num_lines]
 
 
-def load_testcases(testcases: str | Sequence[str], num_lines: Iterable[int] = DEFAULT_NUM_LINES,
-                   max_cases: int | None = None) -> list[TestCase]:
+def load_testcases(
+    testcases: str | Sequence[str], num_lines: Iterable[int] = DEFAULT_NUM_LINES, max_cases: int | None = None
+) -> list[TestCase]:
     """Load LongChat files (see ``testcase_locations``), at most ``max_cases`` per file."""
     out = []
     for location in testcase_locations(testcases, num_lines):

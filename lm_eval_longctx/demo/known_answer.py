@@ -74,19 +74,41 @@ FINE_DIAGNOSTIC_THRESHOLD = 0.5
 METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("longppl", "LongPPL", "longppl_govreport", "longppl", "perplexity", False, "orders"),
     MetricSpec("ppl", "PPL", "longppl_govreport", "ppl", "perplexity", False, "no clear separation"),
-    MetricSpec("fine_memory_length", "fine memory length", "forgetting_curve", "fine_memory_length", "fine", True,
-               "orders"),
-    MetricSpec(f"fine_memory_length@{FINE_DIAGNOSTIC_THRESHOLD}",
-               f"fine memory length at copy accuracy > {FINE_DIAGNOSTIC_THRESHOLD} "
-               "(diagnostic)", "forgetting_curve", "fine_memory_length", "fine", True, "not stated",
-               threshold=FINE_DIAGNOSTIC_THRESHOLD),
-    MetricSpec("coarse_memory_length", "coarse memory length", "forgetting_curve", "coarse_memory_length", "coarse",
-               True, "orders"),
+    MetricSpec(
+        "fine_memory_length", "fine memory length", "forgetting_curve", "fine_memory_length", "fine", True, "orders"
+    ),
+    MetricSpec(
+        f"fine_memory_length@{FINE_DIAGNOSTIC_THRESHOLD}",
+        f"fine memory length at copy accuracy > {FINE_DIAGNOSTIC_THRESHOLD} (diagnostic)",
+        "forgetting_curve",
+        "fine_memory_length",
+        "fine",
+        True,
+        "not stated",
+        threshold=FINE_DIAGNOSTIC_THRESHOLD,
+    ),
+    MetricSpec(
+        "coarse_memory_length",
+        "coarse memory length",
+        "forgetting_curve",
+        "coarse_memory_length",
+        "coarse",
+        True,
+        "orders",
+    ),
     MetricSpec("retrieval_gain", "retrieval gain", "retrieval_gain", "retrieval_gain", "mean", True, "orders"),
-    MetricSpec("gain_map_effective_length", "effective context length (retrieval-gain map)", "retrieval_gain_map",
-               "effective_length", "effective", True, "orders"),
-    MetricSpec("answer_ppl", "LongEval answer-token PPL", "longeval_lines_ppl", "answer_ppl", "perplexity", False,
-               "orders"),
+    MetricSpec(
+        "gain_map_effective_length",
+        "effective context length (retrieval-gain map)",
+        "retrieval_gain_map",
+        "effective_length",
+        "effective",
+        True,
+        "orders",
+    ),
+    MetricSpec(
+        "answer_ppl", "LongEval answer-token PPL", "longeval_lines_ppl", "answer_ppl", "perplexity", False, "orders"
+    ),
     # the demo model looks a line up by its name (``_set_lookup``) as far as its codes reach: accuracy orders by design
     MetricSpec("longeval_acc", "LongEval accuracy", "longeval_lines_acc", "acc", "mean", True, "orders"),
 )
@@ -110,17 +132,30 @@ SPECS_BY_KEY = {s.key: s for s in METRIC_SPECS}
 # * LongEval: prompts of ~0.3k to ~1.3k tokens (ci: 5 and 40 lines; full: up to 80 lines, ~2.5k tokens).
 VALIDATION_METADATA = {
     "ci": {
-        "num_docs": 4, "trunc_len": 128, "sliding_window": 64,
-        "lengths": [32, 128, 512, 1024], "samples_per_length": 4,
-        "doc_tokens": 1024, "n_queries": 6, "anchor_min": 0.1, "anchor_max": 0.9,
-        "num_lines": [5, 40], "num_cases": 4,
+        "num_docs": 4,
+        "trunc_len": 128,
+        "sliding_window": 64,
+        "lengths": [32, 128, 512, 1024],
+        "samples_per_length": 4,
+        "doc_tokens": 1024,
+        "n_queries": 6,
+        "anchor_min": 0.1,
+        "anchor_max": 0.9,
+        "num_lines": [5, 40],
+        "num_cases": 4,
     },
     "full": {  # the demo's copy lengths (16 .. 4096, 8 samples each); 6 of the 7 documents of >= 16k tokens
         # (Python 3.11's topics; one spare for versions that ship less text), for more resampling units
-        "num_docs": 6, "trunc_len": 128, "sliding_window": 64,
-        "doc_tokens": 2048, "n_queries": 8, "anchor_min": 0.1, "anchor_max": 0.9,
+        "num_docs": 6,
+        "trunc_len": 128,
+        "sliding_window": 64,
+        "doc_tokens": 2048,
+        "n_queries": 8,
+        "anchor_min": 0.1,
+        "anchor_max": 0.9,
         "context_lengths": [256, 1024, 4096, 8192],
-        "num_lines": [5, 20, 80], "num_cases": 10,
+        "num_lines": [5, 20, 80],
+        "num_cases": 10,
     },
 }
 
@@ -144,10 +179,10 @@ class RunFiles:
 def samples_files(results_file) -> dict[str, Path]:
     """``{task: path}`` of the ``samples_<task>_<date>.jsonl`` files lm-eval wrote beside ``results_<date>.json``."""
     results_file = Path(results_file)
-    stamp = results_file.stem[len("results_"):]
+    stamp = results_file.stem[len("results_") :]
     out = {}
     for p in sorted(results_file.parent.glob(f"samples_*_{stamp}.jsonl")):
-        task = p.name[len("samples_"): -len(f"_{stamp}.jsonl")]
+        task = p.name[len("samples_") : -len(f"_{stamp}.jsonl")]
         out[task] = p
     return out
 
@@ -204,8 +239,9 @@ def unit_data(spec: MetricSpec, run: RunFiles) -> Units:
         ids = [int(r["doc_id"]) for r in kept]
         hashes = [r.get("doc_hash") for r in kept]
         if spec.kind == "perplexity":
-            values = np.asarray([[float(r[spec.field][0]), float(r[spec.field][1])] for r in kept],
-                                dtype=np.float64).reshape(-1, 2)
+            values = np.asarray(
+                [[float(r[spec.field][0]), float(r[spec.field][1])] for r in kept], dtype=np.float64
+            ).reshape(-1, 2)
         else:
             values = np.asarray([float(r[spec.field]) for r in kept], dtype=np.float64)
         return Units(ids, values, hashes)
@@ -216,10 +252,18 @@ def unit_data(spec: MetricSpec, run: RunFiles) -> Units:
         kept = [r for r in rows if spec.field in r]
         values = np.asarray([[float(x) for x in r[spec.field]] for r in kept], dtype=np.float64)
         lengths = np.asarray(s["lengths_used"], dtype=np.int64)
-        params = {"fraction": float(s["effective_fraction"]), "base_minimum": float(s["effective_threshold"]),
-                  "rule": str(s["effective_rule"])}
-        return Units([int(r["doc_id"]) for r in kept], values.reshape(len(kept), len(lengths)),
-                     [r.get("doc_hash") for r in kept], lengths, params)
+        params = {
+            "fraction": float(s["effective_fraction"]),
+            "base_minimum": float(s["effective_threshold"]),
+            "rule": str(s["effective_rule"]),
+        }
+        return Units(
+            [int(r["doc_id"]) for r in kept],
+            values.reshape(len(kept), len(lengths)),
+            [r.get("doc_hash") for r in kept],
+            lengths,
+            params,
+        )
     raise ValidationError(f"unknown metric kind {spec.kind!r}")
 
 
@@ -228,11 +272,15 @@ def _curve_units(spec: MetricSpec, run: RunFiles, rows: list[dict]) -> Units:
     length), holding its copy and LM accuracy at each length. Resampling k keeps every length's sample count."""
     s = task_settings(run.results, spec.task)
     if spec.kind == "fine":
-        params = {"threshold": float(s.get("fine_threshold", metrics.FINE_THRESHOLD)),
-                  "rule": str(s.get("fine_rule", "largest"))}
+        params = {
+            "threshold": float(s.get("fine_threshold", metrics.FINE_THRESHOLD)),
+            "rule": str(s.get("fine_rule", "largest")),
+        }
     else:
-        params = {"margin": float(s.get("coarse_margin", metrics.COARSE_MARGIN)),
-                  "rule": str(s.get("coarse_rule", "contiguous"))}
+        params = {
+            "margin": float(s.get("coarse_margin", metrics.COARSE_MARGIN)),
+            "rule": str(s.get("coarse_rule", "contiguous")),
+        }
     if spec.threshold is not None:
         params["threshold" if spec.kind == "fine" else "margin"] = float(spec.threshold)
     by_sample: dict[int, dict[int, tuple]] = {}
@@ -245,12 +293,19 @@ def _curve_units(spec: MetricSpec, run: RunFiles, rows: list[dict]) -> Units:
     lengths = sorted({x for v in by_sample.values() for x in v})
     complete = sorted(k for k, v in by_sample.items() if len(v) == len(lengths))
     if len(complete) < len(by_sample):
-        log.warning("validation: %d forgetting-curve sample indices lack some lengths (--limit?) and are left out",
-                    len(by_sample) - len(complete))
+        log.warning(
+            "validation: %d forgetting-curve sample indices lack some lengths (--limit?) and are left out",
+            len(by_sample) - len(complete),
+        )
     values = np.asarray([[by_sample[k][x] for x in lengths] for k in complete], dtype=np.float64)
     values = values.reshape(len(complete), len(lengths), 2)
-    return Units(complete, values, [tuple(hashes[k][x] for x in lengths) for k in complete],
-                 np.asarray(lengths, dtype=np.int64), params)
+    return Units(
+        complete,
+        values,
+        [tuple(hashes[k][x] for x in lengths) for k in complete],
+        np.asarray(lengths, dtype=np.int64),
+        params,
+    )
 
 
 def paired_units(spec: MetricSpec, runs: dict[str, RunFiles]) -> dict[str, Units]:
@@ -266,8 +321,10 @@ def paired_units(spec: MetricSpec, runs: dict[str, RunFiles]) -> dict[str, Units
     for name, u in out.items():
         if u.hashes != ref.hashes:
             bad = next(i for i, (a, b) in enumerate(zip(u.hashes, ref.hashes)) if a != b)
-            raise ValidationError(f"{spec.key}: unit {ids[bad]} holds different documents for {name} and {ref_name} "
-                                  "(the models must share tokenizer, data and seeds)")
+            raise ValidationError(
+                f"{spec.key}: unit {ids[bad]} holds different documents for {name} and {ref_name} "
+                "(the models must share tokenizer, data and seeds)"
+            )
         if spec.kind in ("fine", "coarse", "effective") and not np.array_equal(u.lengths, ref.lengths):
             raise ValidationError(f"{spec.key}: lengths differ between {name} and {ref_name}")
     return out
@@ -314,10 +371,15 @@ def metric_value(spec: MetricSpec, units: Units, idx: np.ndarray | None = None):
     return float(out) if scalar else out
 
 
-def paired_bootstrap_difference(stat_a: Callable[[np.ndarray], np.ndarray], stat_b: Callable[[np.ndarray], np.ndarray],
-                                n_units: int, n_resamples: int = DEFAULT_N_RESAMPLES,
-                                confidence_level: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED,
-                                method: str = "percentile") -> dict:
+def paired_bootstrap_difference(
+    stat_a: Callable[[np.ndarray], np.ndarray],
+    stat_b: Callable[[np.ndarray], np.ndarray],
+    n_units: int,
+    n_resamples: int = DEFAULT_N_RESAMPLES,
+    confidence_level: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+    method: str = "percentile",
+) -> dict:
     """CI of ``stat_a - stat_b`` by ``scipy.stats.bootstrap``, resampling unit indices: each resample draws
     ``n_units`` indices with replacement and both statistics read the SAME units (a paired bootstrap).
 
@@ -336,12 +398,27 @@ def paired_bootstrap_difference(stat_a: Callable[[np.ndarray], np.ndarray], stat
         i = np.moveaxis(np.asarray(i), axis, -1)
         return stat_a(i) - stat_b(i)
 
-    res = stats.bootstrap((idx,), statistic, n_resamples=n_resamples, vectorized=True,
-                          confidence_level=confidence_level, method=method, rng=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        (idx,),
+        statistic,
+        n_resamples=n_resamples,
+        vectorized=True,
+        confidence_level=confidence_level,
+        method=method,
+        rng=np.random.default_rng(seed),
+    )
     dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
-    return {"difference": diff, "low": float(res.confidence_interval.low), "high": float(res.confidence_interval.high),
-            "level": confidence_level, "n_units": int(n_units), "n_resamples": int(n_resamples),
-            "method": method, "seed": seed, "bootstrap_se": float(np.nanstd(dist, ddof=1)) if len(dist) > 1 else 0.0}
+    return {
+        "difference": diff,
+        "low": float(res.confidence_interval.low),
+        "high": float(res.confidence_interval.high),
+        "level": confidence_level,
+        "n_units": int(n_units),
+        "n_resamples": int(n_resamples),
+        "method": method,
+        "seed": seed,
+        "bootstrap_se": float(np.nanstd(dist, ddof=1)) if len(dist) > 1 else 0.0,
+    }
 
 
 # ----------------------------------------------------------------------------------------------- the verdict
@@ -392,13 +469,24 @@ def ordering_verdict(values: Sequence[float], cis: Sequence[dict], higher_is_bet
         verdict = "no"
     else:
         verdict = "no (tie)"
-    return {"ordered": ordered, "separated": separated, "reversed": any(reversed_each), "verdict": verdict,
-            "pair_ordered": right, "pair_separated": separated_each}
+    return {
+        "ordered": ordered,
+        "separated": separated,
+        "reversed": any(reversed_each),
+        "verdict": verdict,
+        "pair_ordered": right,
+        "pair_separated": separated_each,
+    }
 
 
-def validate(runs: dict[str, RunFiles], order: Sequence[str], specs: Sequence[MetricSpec] = METRIC_SPECS,
-             n_resamples: int = DEFAULT_N_RESAMPLES, confidence_level: float = DEFAULT_CONFIDENCE,
-             seed: int = DEFAULT_SEED) -> list[dict]:
+def validate(
+    runs: dict[str, RunFiles],
+    order: Sequence[str],
+    specs: Sequence[MetricSpec] = METRIC_SPECS,
+    n_resamples: int = DEFAULT_N_RESAMPLES,
+    confidence_level: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> list[dict]:
     """Per metric: each model's value (recomputed from the samples, beside the harness's own), the paired bootstrap
     CI of each difference between neighbours in ``order`` (best first), and the ordering verdict."""
     order = list(order)
@@ -420,13 +508,30 @@ def validate(runs: dict[str, RunFiles], order: Sequence[str], specs: Sequence[Me
         for j in range(len(order) - 1):
             a, b = order[j], order[j + 1]
             ci = paired_bootstrap_difference(
-                lambda i, u=units[a]: metric_value(spec, u, i), lambda i, u=units[b]: metric_value(spec, u, i),
-                n, n_resamples, confidence_level, seed)
+                lambda i, u=units[a]: metric_value(spec, u, i),
+                lambda i, u=units[b]: metric_value(spec, u, i),
+                n,
+                n_resamples,
+                confidence_level,
+                seed,
+            )
             pairs.append({"a": a, "b": b, **ci})
         verdict = ordering_verdict([values[m] for m in order], pairs, spec.higher_is_better)
-        rows.append({"metric": spec.key, "label": spec.label, "task": spec.task, "field": spec.field,
-                     "higher_is_better": spec.higher_is_better, "expected": spec.expected, "n_units": n,
-                     "values": values, "harness_values": harness_values, "differences": pairs, **verdict})
+        rows.append(
+            {
+                "metric": spec.key,
+                "label": spec.label,
+                "task": spec.task,
+                "field": spec.field,
+                "higher_is_better": spec.higher_is_better,
+                "expected": spec.expected,
+                "n_units": n,
+                "values": values,
+                "harness_values": harness_values,
+                "differences": pairs,
+                **verdict,
+            }
+        )
     return rows
 
 
@@ -470,9 +575,12 @@ def format_table(rows: list[dict], order: Sequence[str], labels: dict | None = N
     labels = labels or {}
     order = list(order)
     level = next((p["level"] for r in rows for p in r.get("differences", [])), DEFAULT_CONFIDENCE)
-    head = (["metric", "better"] + [labels.get(m, m) for m in order]
-            + [f"{a} − {b} [{level:.0%} CI]" for a, b in zip(order, order[1:])]
-            + ["orders as constructed", "expected by design"])
+    head = (
+        ["metric", "better"]
+        + [labels.get(m, m) for m in order]
+        + [f"{a} − {b} [{level:.0%} CI]" for a, b in zip(order, order[1:])]
+        + ["orders as constructed", "expected by design"]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if r.get("skipped"):
@@ -538,8 +646,9 @@ def _tokenizer_dir(out: Path, tokenizer_dir, log_fn) -> Path:
     return stand_in
 
 
-def build_models(out_dir, variants: Sequence[str], steps=None, tokenizer_dir=None, rebuild: bool = False,
-                 log_fn=print) -> dict[str, Path]:
+def build_models(
+    out_dir, variants: Sequence[str], steps=None, tokenizer_dir=None, rebuild: bool = False, log_fn=print
+) -> dict[str, Path]:
     """``{variant: checkpoint folder}`` under ``out_dir/models``; a folder already holding the same recipe and
     tokenizer is reused (a full-recipe variant takes minutes to train)."""
     from . import model as demo_model
@@ -581,8 +690,11 @@ def plot_curves(runs: dict[str, RunFiles], order: Sequence[str], out_path, label
     from ..report.pictures import forgetting_curve as plotting
 
     labels = labels or {}
-    curves = [plotting.curve_from_results(runs[m].results, "forgetting_curve", labels.get(m, m)) for m in order
-              if "forgetting_curve" in (runs[m].results.get("results") or {})]
+    curves = [
+        plotting.curve_from_results(runs[m].results, "forgetting_curve", labels.get(m, m))
+        for m in order
+        if "forgetting_curve" in (runs[m].results.get("results") or {})
+    ]
     if not curves:
         return None
     try:
@@ -592,10 +704,21 @@ def plot_curves(runs: dict[str, RunFiles], order: Sequence[str], out_path, label
         return None
 
 
-def run_validation(out_dir, budget: str = "full", steps=None, variants: Sequence[str] | None = None,
-                   tokenizer_dir=None, extra_metadata: dict | None = None, n_resamples: int = DEFAULT_N_RESAMPLES,
-                   confidence_level: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED, rebuild: bool = False,
-                   plot: bool = True, echo: bool = True, log_fn=print) -> dict:
+def run_validation(
+    out_dir,
+    budget: str = "full",
+    steps=None,
+    variants: Sequence[str] | None = None,
+    tokenizer_dir=None,
+    extra_metadata: dict | None = None,
+    n_resamples: int = DEFAULT_N_RESAMPLES,
+    confidence_level: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+    rebuild: bool = False,
+    plot: bool = True,
+    echo: bool = True,
+    log_fn=print,
+) -> dict:
     """Build the known-answer variants, run the demo's tasks on each through the harness, and check the ordering.
 
     * ``budget``: the demo budget (``demo.DEMO_BUDGETS``: ``ci`` or ``full``) plus ``VALIDATION_METADATA[budget]``
@@ -628,16 +751,21 @@ def run_validation(out_dir, budget: str = "full", steps=None, variants: Sequence
 
     dirs = build_models(out, order, steps, tokenizer_dir, rebuild, log_fn)
     t_built = time.perf_counter()
-    metadata = {**VALIDATION_METADATA[budget], "evaluator": str(dirs[order[0]]),
-                "span_cache_dir": str(out / "span_cache"), **(extra_metadata or {})}
+    metadata = {
+        **VALIDATION_METADATA[budget],
+        "evaluator": str(dirs[order[0]]),
+        "span_cache_dir": str(out / "span_cache"),
+        **(extra_metadata or {}),
+    }
     runs, summaries, seconds = {}, {}, {}
     for name in order:
         t1 = time.perf_counter()
         run_metadata = dict(metadata)
         if metadata.get("export_tokens"):  # one per-token export per variant, side by side: DIR/<variant>
             run_metadata["export_tokens"] = str(Path(metadata["export_tokens"]) / name)
-        summary = demo.run_demo(out / "runs" / name, model_dir=dirs[name], budget=budget,
-                                extra_metadata=run_metadata, echo=echo)
+        summary = demo.run_demo(
+            out / "runs" / name, model_dir=dirs[name], budget=budget, extra_metadata=run_metadata, echo=echo
+        )
         seconds[name] = round(time.perf_counter() - t1, 2)
         summaries[name] = summary
         runs[name] = read_run(summary["files"]["results_json"])
@@ -649,17 +777,31 @@ def run_validation(out_dir, budget: str = "full", steps=None, variants: Sequence
     labels = variant_labels(order)
     table = format_table(rows, order, labels)
     figure = plot_curves(runs, order, out / FIGURE, labels) if plot else None
-    wall = {"build_models": round(t_built - t0, 2), "harness_per_model": seconds,
-            "total": round(time.perf_counter() - t0, 2)}
+    wall = {
+        "build_models": round(t_built - t0, 2),
+        "harness_per_model": seconds,
+        "total": round(time.perf_counter() - t0, 2),
+    }
     report = {
-        "budget": budget, "steps": steps, "order": order, "labels": labels,
-        "models": {m: str(d) for m, d in dirs.items()}, "evaluator": str(dirs[order[0]]),
+        "budget": budget,
+        "steps": steps,
+        "order": order,
+        "labels": labels,
+        "models": {m: str(d) for m, d in dirs.items()},
+        "evaluator": str(dirs[order[0]]),
         "metadata": summaries[order[0]].get("metadata", metadata),
-        "bootstrap": {"method": "percentile, paired (same resampled units for every model), scipy.stats.bootstrap",
-                      "n_resamples": n_resamples, "confidence_level": confidence_level, "seed": seed},
-        "metrics": rows, "harness_mismatches": mismatches, "table_markdown": table,
+        "bootstrap": {
+            "method": "percentile, paired (same resampled units for every model), scipy.stats.bootstrap",
+            "n_resamples": n_resamples,
+            "confidence_level": confidence_level,
+            "seed": seed,
+        },
+        "metrics": rows,
+        "harness_mismatches": mismatches,
+        "table_markdown": table,
         "results_files": {m: runs[m].results_file for m in order},
-        "figure": str(figure) if figure else None, "wall_seconds": wall,
+        "figure": str(figure) if figure else None,
+        "wall_seconds": wall,
     }
     (out / VALIDATION_JSON).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     (out / VALIDATION_MD).write_text(format_report(report), encoding="utf-8")
@@ -672,21 +814,30 @@ def format_report(report: dict) -> str:
     """The table with a header that says what was run."""
     b = report["bootstrap"]
     steps = report["steps"]
-    lines = [f"## Known-answer validation ({report['budget']} budget, "
-             f"{'full training recipe' if steps is None else f'{steps} training steps'})", "",
-             f"Constructed order (best first): {' > '.join(report['labels'][m] for m in report['order'])}. "
-             f"LongPPL key tokens judged by `{Path(report['evaluator']).name}` for every model. Differences are "
-             f"paired over the same documents / samples; {b['confidence_level']:.0%} percentile bootstrap CIs "
-             f"({b['n_resamples']} resamples, seed {b['seed']}).", "",
-             report["table_markdown"].rstrip(), ""]
+    lines = [
+        f"## Known-answer validation ({report['budget']} budget, "
+        f"{'full training recipe' if steps is None else f'{steps} training steps'})",
+        "",
+        f"Constructed order (best first): {' > '.join(report['labels'][m] for m in report['order'])}. "
+        f"LongPPL key tokens judged by `{Path(report['evaluator']).name}` for every model. Differences are "
+        f"paired over the same documents / samples; {b['confidence_level']:.0%} percentile bootstrap CIs "
+        f"({b['n_resamples']} resamples, seed {b['seed']}).",
+        "",
+        report["table_markdown"].rstrip(),
+        "",
+    ]
     n_units = ", ".join(f"{r['metric']} {r['n_units']}" for r in report["metrics"] if "n_units" in r)
     lines.append(f"Units resampled: {n_units}.")
     if report.get("harness_mismatches"):
-        lines.append("Recomputed values that differ from the harness's aggregates: "
-                     + "; ".join(report["harness_mismatches"]))
+        lines.append(
+            "Recomputed values that differ from the harness's aggregates: " + "; ".join(report["harness_mismatches"])
+        )
     w = report["wall_seconds"]
-    lines.append(f"Wall time: {w['total']:.1f} s (models {w['build_models']:.1f} s; harness per model: "
-                 + ", ".join(f"{m} {s:.1f} s" for m, s in w["harness_per_model"].items()) + ").")
+    lines.append(
+        f"Wall time: {w['total']:.1f} s (models {w['build_models']:.1f} s; harness per model: "
+        + ", ".join(f"{m} {s:.1f} s" for m, s in w["harness_per_model"].items())
+        + ")."
+    )
     if report.get("figure"):
         lines.append(f"Forgetting curves: {report['figure']}")
     return "\n".join(lines) + "\n"
@@ -695,8 +846,11 @@ def format_report(report: dict) -> str:
 def unmet_expectations(report: dict) -> list[str]:
     """Metrics that should by design order the models (``expected == "orders"``) that did not, with CIs that
     exclude 0 (verdict other than ``yes``)."""
-    return [f"{r['metric']}: {r['verdict']}" for r in report["metrics"]
-            if r.get("expected") == "orders" and r.get("verdict") != "yes"]
+    return [
+        f"{r['metric']}: {r['verdict']}"
+        for r in report["metrics"]
+        if r.get("expected") == "orders" and r.get("verdict") != "yes"
+    ]
 
 
 def plot_command(report: dict, out_png: str = "forgetting_curves.png") -> str:
@@ -717,37 +871,64 @@ def add_arguments(p) -> None:
     """The options of ``scripts/validate_metrics.py`` (and of a ``demo --validate`` mode)."""
     from . import model as demo_model
 
-    p.add_argument("out", nargs="?", default="lm_eval_longctx_validation",
-                   help="output folder: models/, runs/<variant>/, validation.json, validation.md, "
-                        "forgetting_curves.png")
-    p.add_argument("--budget", choices=sorted(VALIDATION_METADATA), default="full",
-                   help="the demo budget the tasks run at, with the validation's settings (default: full)")
-    p.add_argument("--steps", type=int, default=None,
-                   help="training steps of each variant (default: the full recipe, minutes each on CPU; "
-                        "0: the untrained construction)")
-    p.add_argument("--variants", default=",".join(demo_model.VARIANT_ORDER),
-                   help="comma-separated subset of the variants (default: all, best first)")
-    p.add_argument("--tokenizer", default=None,
-                   help="tokenizer folder shared by the variants (default: the packaged demo model's)")
+    p.add_argument(
+        "out",
+        nargs="?",
+        default="lm_eval_longctx_validation",
+        help="output folder: models/, runs/<variant>/, validation.json, validation.md, forgetting_curves.png",
+    )
+    p.add_argument(
+        "--budget",
+        choices=sorted(VALIDATION_METADATA),
+        default="full",
+        help="the demo budget the tasks run at, with the validation's settings (default: full)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps of each variant (default: the full recipe, minutes each on CPU; "
+        "0: the untrained construction)",
+    )
+    p.add_argument(
+        "--variants",
+        default=",".join(demo_model.VARIANT_ORDER),
+        help="comma-separated subset of the variants (default: all, best first)",
+    )
+    p.add_argument(
+        "--tokenizer", default=None, help="tokenizer folder shared by the variants (default: the packaged demo model's)"
+    )
     p.add_argument("--metadata", default=None, help="JSON of extra --metadata keys for every task (override)")
     p.add_argument("--n-resamples", type=int, default=DEFAULT_N_RESAMPLES)
     p.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE)
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--rebuild", action="store_true", help="rebuild the variants even if out/models holds them")
     p.add_argument("--no-plot", action="store_true", help="no forgetting-curve figure")
-    p.add_argument("--check", action="store_true",
-                   help="exit 1 when a metric that should by design order the models does not (CIs excluding 0)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when a metric that should by design order the models does not (CIs excluding 0)",
+    )
     p.add_argument("--quiet", action="store_true", help="do not echo the harness's output")
 
 
 def run_from_args(args) -> int:
     """Run ``run_validation`` from parsed ``add_arguments`` options; print the report; return the exit code."""
     extra = json.loads(args.metadata) if args.metadata else None
-    report = run_validation(args.out, budget=args.budget, steps=args.steps,
-                            variants=[v.strip() for v in args.variants.split(",") if v.strip()],
-                            tokenizer_dir=args.tokenizer, extra_metadata=extra, n_resamples=args.n_resamples,
-                            confidence_level=args.confidence, seed=args.seed, rebuild=args.rebuild,
-                            plot=not args.no_plot, echo=not args.quiet)
+    report = run_validation(
+        args.out,
+        budget=args.budget,
+        steps=args.steps,
+        variants=[v.strip() for v in args.variants.split(",") if v.strip()],
+        tokenizer_dir=args.tokenizer,
+        extra_metadata=extra,
+        n_resamples=args.n_resamples,
+        confidence_level=args.confidence,
+        seed=args.seed,
+        rebuild=args.rebuild,
+        plot=not args.no_plot,
+        echo=not args.quiet,
+    )
     if args.quiet:
         print(format_report(report))
     print(f"redraw the figure: {plot_command(report)}")

@@ -107,8 +107,11 @@ def training_texts(max_chars: int = 6_000_000) -> list[str]:
             tree = ast.parse(source)
         except (UnicodeDecodeError, SyntaxError, ValueError):
             continue
-        docs = [ast.get_docstring(n) for n in ast.walk(tree)
-                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+        docs = [
+            ast.get_docstring(n)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
         prose = "\n\n".join(d for d in docs if d)
         for t in (prose, source):
             if t:
@@ -148,15 +151,13 @@ class Recipe:
     match_gain: float = 16.0  # nats per matching token in the induction head
     sink_level: float = 1.5  # sink score, in matching tokens (between n-1 and n)
     readout: float = 8.0  # nats added to the copied token's logit when every window agrees, during training
-    # the same after training (0: unchanged; the untrained construction, steps = 0, is not sharpened). Measured
-    # on EXACT_COPY_RECIPE: trained at 16 and sharpened to 32, copy accuracy at l = 64 goes from 0.948 to 0.995
-    # with LM accuracy unchanged (0.161 vs 0.156)
+    # the same after training (0: unchanged; the untrained construction, steps = 0, is not sharpened): a sharper
+    # copy after training raises copy accuracy and leaves the trained parts' predictions as they are
     readout_final: float = 0.0
     freeze_readout: bool = False  # keep the readout columns fixed in training (else they train)
     # Raw size of the circuit's codes in the residual stream (every circuit write scales with it; what the circuit
     # reads is RMS-normed, so its scores do not change). Larger keeps the trained parts' share of the norm small,
-    # so the scores stay as constructed after training (at 1, the trained parts held about half the squared norm
-    # of the layer-1 input, the codes 0.60-0.73 of its norm, and the sink fell to 0.43 of its design).
+    # so the scores stay as constructed after training.
     code_scale: float = 1.0
     bos_flag: float = 1.0  # raw BOS flag: large keeps BOS's normed flag at sqrt(hidden_size) after training
     bos_clean: bool = False  # layer 0 sends a BOS's attention to a BOS, so a BOS carries no earlier token's codes
@@ -171,8 +172,8 @@ class Recipe:
     first_sink_sharpness: float = 8.0  # the sink neurons' gate, in nats, at the worst case either side
     # Move every circuit code this many RoPE pairs toward the faster ones (the sink stays on the slowest pair): a
     # shorter reach at the same rope_theta. rope_theta also turns the sink's pair, by rope_theta^(-(d-2)/d) rad per
-    # token from the first position: at 1e4 the sink keeps 0.86 of its score at 4k tokens and is gone past about
-    # 8k, so a short reach set by rope_theta breaks the model on long documents; set by the band, it does not.
+    # token from the first position, so a short reach set by rope_theta loses the sink on long documents; set by
+    # the band, it does not.
     code_band_offset: int = 0
     # A weak n-gram head beside the exact copy (built by ``_set_induction_head``; needs the lookup's slots): layer 1 head w + 2
     # matches the last three tokens (x_t on its match code, x_{t-1} and x_{t-2} on their copy codes) and votes
@@ -185,20 +186,16 @@ class Recipe:
     # codes (match and copy code, against m(x_{j-1}) and P1 at j), and votes ``bigram_readout`` nats for what
     # followed x_t earlier, spread over every earlier place it occurred (attention splits evenly among equal
     # scores). Natural text continues a token as it did before more often than the trained parts of this small
-    # model predict: adding such a vote of 4 nats to the logits of the trained lookup model without it took
-    # held-out next-token accuracy from 0.163 to 0.200 (6 nats: 0.209); trained with it (6 nats, and
-    # ``embedding_lr_scale`` 2.5), 0.224 (the shipped checkpoint).
+    # model predict, so the vote raises its held-out next-token accuracy.
     bigram_readout: float = 0.0  # 0: no bigram head
     bigram_sink: float = 1.75  # its sink score, in matching codes (a full match is 2: between 1 and 2)
     # The trained parts' RMSNorm weights start here (the reserved dims' stay 1): with the codes ``code_scale`` times
     # larger, RMSNorm shrinks a trained feature by about as much, and the trained parts start from a scale they do
-    # not reach in a few hundred steps at 1 (previous lookup recipe: held-out next-token accuracy 0.105 at 1, 0.134
-    # at 8).
+    # not reach in a few hundred steps at 1.
     trained_norm_init: float = 1.0
     # False: the exact copy head and the lookup write no vote while the other parts train (their writes are put
-    # back after), so the trained parts do not learn around their 16-nat votes, right or wrong. With it and
-    # trained_norm_init 8, a true match in the trained model scores as built (7.98 of 8 tokens at the median;
-    # 7.65 with neither), so the sink can sit just below a full match; which of the two did that was not isolated.
+    # back after), so the trained parts do not learn around their 16-nat votes, right or wrong; with it and
+    # trained_norm_init, a true match in the trained model scores as built and the sink can sit just below it.
     votes_in_training: bool = True
     # The line lookup (needs num_layers >= 3; see ``_set_lookup``): layer 1 registers the two tokens after the
     # most recent line marker ("line", " line"), layer 2 matches (register, previous token) against the context
@@ -219,9 +216,8 @@ class Recipe:
     seq_len: int = 512
     lr: float = 3e-3
     # The input embedding's and the output layer's learning rate, in multiples of ``lr``: a row of either moves
-    # only where its token occurs, so in 250 steps the rare tokens' rows barely leave their start at ``lr``. At 2.5
-    # (lookup recipe) held-out next-token accuracy went from 0.163 to 0.194 and NLL from 6.03 to 5.66 (a higher
-    # ``lr`` for everything diverged at 6e-3).
+    # only where its token occurs, so in 250 steps the rare tokens' rows barely leave their start at ``lr`` (a
+    # higher ``lr`` for everything diverges).
     embedding_lr_scale: float = 1.0
     weight_decay: float = 0.05
     warmup_steps: int = 20
@@ -233,48 +229,56 @@ class Recipe:
 
 
 # The first demo model's recipe: two layers, one induction head matching three tokens, readout 8 nats. It copies
-# at about 0.75 within its reach (its trained layers outvote the copy about one time in five, and in ordinary text
-# a three-token phrase often recurs with another continuation) and cannot look a LongEval line up.
+# less than exactly (in ordinary text a three-token phrase often recurs with another continuation) and cannot look
+# a LongEval line up.
 COPY_ONLY_RECIPE = {"rope_theta": 1e5, "match_order": 3, "match_dim": 10, "sink_level": 2.5}
 # Exact copying: eight matched tokens in three voting windows (3, 3, 2), readout frozen at 16 nats in training and
 # sharpened to 32 after it.
-EXACT_COPY_RECIPE = {"rope_theta": 1e5, "num_heads": 8, "head_dim": 64, "match_order": 8, "match_window": 3,
-                     "match_dim": 10, "sink_level": 2.5, "readout": 16.0, "readout_final": 32.0,
-                     "freeze_readout": True}
+EXACT_COPY_RECIPE = {
+    "rope_theta": 1e5,
+    "num_heads": 8,
+    "head_dim": 64,
+    "match_order": 8,
+    "match_window": 3,
+    "match_dim": 10,
+    "sink_level": 2.5,
+    "readout": 16.0,
+    "readout_final": 32.0,
+    "freeze_readout": True,
+}
 # Exact copying plus the line lookup (three layers; see ``_set_lookup``), trained with LongEval records among the
-# text (35% of the rows; at 20% greedy answers often left LongChat's format, not starting with "<" or not stopping
-# after ">": accuracy at 10 / 20 lines 0.6 / 0.5 on two seeds, 1.0 / 0.9 at 35%, whose held-out next-token accuracy
-# was higher too, 0.156 against 0.130-0.140) so that the model answers "<n>" and stops. Its copy head matches all
-# eight tokens at once (3-dim copy codes on 48 points), codes 8x larger keep the trained parts' share of the norm
-# small (at 4x the layer-2 input's codes kept 0.85-0.89 of its norm in a trained model, the lookup's bilinear score fell to about
-# 0.76 of its design, level with its sink, and LongEval accuracy to 0; at 8x it answers), and a sequence's first
-# token is a sink when no BOS is there (``first_sink``; BOS's flag 4096, so that both swamp what else their
-# position holds). The copy and the lookup stay silent in training (``votes_in_training``) and the trained norms
-# start at the codes' scale (``trained_norm_init``): so the copy's score keeps its design in the trained model
-# (true matches score 7.98 of 8 tokens at the median, 7.97 at the 5th percentile; 7.65 and 7.20 when the copy
-# voted in training and the norms started at 1), and its sink can sit at 7.75 tokens, where a phrase that recurs
-# with one token changed rarely clears it (trained long variant, held-out text past 1k tokens: more than 10 nats
-# worse than the no-circuit model at 6.2% of the positions with the sink at 6.5, at 1.1% at 7.75). A weak n-gram
-# head (``ngram_readout`` 8 nats on three tokens, like the first model's copy head) predicts the short phrases
-# text repeats, which the exact copy leaves alone. The lookup's sink sits at 5 parts (a full match is 6): past its
-# reach the lookup then abstains instead of voting 32 nats for the number of whichever line scores best by chance
-# (trained short-by-band variant, 80 lines: answer-token PPL 6.0e5 at 4.5 parts, 68 at 5, where a model without
-# the circuit scores 118; within the reach the long variant still answers 0.8 / 0.9 / 1.0 at 5 / 20 / 80 lines).
-# Its language model: a bigram head (``bigram_readout`` 6 nats for what followed the current token earlier in the
-# context) and the embedding's and output layer's learning rate 2.5x (``embedding_lr_scale``) took held-out
-# next-token accuracy from 0.163 (NLL 6.03) without them to 0.224 (NLL 5.90), above the first model's 0.206.
-LOOKUP_RECIPE = {**EXACT_COPY_RECIPE, "match_window": 0, "copy_code_dim": 3, "sink_level": 7.75,
-                 "num_layers": 3, "intermediate_size": 512, "lookup": True, "longeval_fraction": 0.35,
-                 "code_scale": 8.0, "bos_flag": 4096.0, "bos_clean": True, "copy_code_points": 48, "first_sink": True,
-                 "ngram_readout": 8.0, "trained_norm_init": 8.0, "votes_in_training": False, "lookup_sink": 5.0,
-                 "bigram_readout": 6.0, "embedding_lr_scale": 2.5}
+# text so that the model answers "<n>" and stops. The copy head matches all eight tokens at once (3-dim copy codes
+# on 48 points); codes 8x larger keep the trained parts' share of the norm small; a sequence's first token is a
+# sink when no BOS is there (``first_sink``). The copy and the lookup stay silent in training and the trained
+# norms start at the codes' scale, so the copy's score keeps its design and its sink can sit just below a full
+# match. A weak n-gram head predicts the short phrases text repeats, which the exact copy leaves alone; past its
+# reach the lookup abstains (its sink at 5 of 6 parts) rather than vote for a chance line. A bigram head and a
+# faster embedding learning rate make its language model. What each value did, measured:
+# docs/demo-and-known-answer-validation.md ("The shipped recipe, value by value").
+LOOKUP_RECIPE = {
+    **EXACT_COPY_RECIPE,
+    "match_window": 0,
+    "copy_code_dim": 3,
+    "sink_level": 7.75,
+    "num_layers": 3,
+    "intermediate_size": 512,
+    "lookup": True,
+    "longeval_fraction": 0.35,
+    "code_scale": 8.0,
+    "bos_flag": 4096.0,
+    "bos_clean": True,
+    "copy_code_points": 48,
+    "first_sink": True,
+    "ngram_readout": 8.0,
+    "trained_norm_init": 8.0,
+    "votes_in_training": False,
+    "lookup_sink": 5.0,
+    "bigram_readout": 6.0,
+    "embedding_lr_scale": 2.5,
+}
 # The shipped demo model's recipe (scripts/make_demo_model.py); the validation variants (``variants_for``) change one
 # knob: for this recipe the code band (``CODE_BAND_VARIANTS``), since its sink sits on the slowest RoPE pair, which
-# turns with the distance from the sequence's first position (a short reach by rope_theta 1e4 fades the sink past
-# about 8k tokens; docs/demo-and-known-answer-validation.md). The first demo model (COPY_ONLY_RECIPE) was shipped
-# until the lookup recipe copied above 0.99 within its reach and answered LongEval; its language model was then
-# the better one (held-out next-token accuracy 0.21 against 0.16) until the bigram head and the embedding's learning
-# rate (0.22; its NLL, 5.08 against 5.90, is still the better one).
+# turns with the distance from the sequence's first position.
 DEMO_RECIPE = LOOKUP_RECIPE
 
 
@@ -361,8 +365,7 @@ def nearest_point_cosine(points: torch.Tensor) -> float:
 
 
 # The first-position sink's design margin: a previous-token slot may carry its code at this share of the scale the
-# token's own code has (the trained embedding columns take a little of the norm; measured >= 0.968 on a trained
-# model). Below it the sink may not fire.
+# token's own code has (the trained embedding columns take a little of the norm). Below it the sink may not fire.
 FIRST_SINK_MIN_SCALE = 0.95
 
 
@@ -439,12 +442,20 @@ def build_model(tokenizer, recipe: Recipe):
     r = recipe
     torch.manual_seed(r.seed)
     cfg = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=r.hidden_size, intermediate_size=r.intermediate_size,
-        num_hidden_layers=r.num_layers, num_attention_heads=r.num_heads, num_key_value_heads=r.num_heads,
+        vocab_size=len(tokenizer),
+        hidden_size=r.hidden_size,
+        intermediate_size=r.intermediate_size,
+        num_hidden_layers=r.num_layers,
+        num_attention_heads=r.num_heads,
+        num_key_value_heads=r.num_heads,
         head_dim=r.head_dim or r.hidden_size // r.num_heads,
-        max_position_embeddings=r.max_position_embeddings, attention_bias=True, tie_word_embeddings=False,
-        rope_theta=r.rope_theta, rope_parameters={"rope_type": "default", "rope_theta": r.rope_theta},
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        max_position_embeddings=r.max_position_embeddings,
+        attention_bias=True,
+        tie_word_embeddings=False,
+        rope_theta=r.rope_theta,
+        rope_parameters={"rope_type": "default", "rope_theta": r.rope_theta},
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     model = LlamaForCausalLM(cfg).float()
@@ -462,15 +473,19 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     half = hd // 2
     n = r.match_order
     if r.match_window < 0 or (r.readout_final and r.readout <= 0):
-        raise ValueError(f"match_window must be >= 0 (got {r.match_window}) and readout > 0 when readout_final "
-                         f"is set (got {r.readout})")
+        raise ValueError(
+            f"match_window must be >= 0 (got {r.match_window}) and readout > 0 when readout_final "
+            f"is set (got {r.readout})"
+        )
     windows = match_windows(r)  # (first offset, size) per induction head
     w = len(windows)
     if n > r.num_heads:
         raise ValueError("layer 0 needs one head per matched token")
     if r.lookup and (r.num_layers < 3 or n < 2 or w + 2 > r.num_heads):
-        raise ValueError(f"the line lookup needs num_layers >= 3 (got {r.num_layers}), match_order >= 2 (got {n}) "
-                         f"and two heads beside the {w} induction heads in layer 1 (num_heads {r.num_heads})")
+        raise ValueError(
+            f"the line lookup needs num_layers >= 3 (got {r.num_layers}), match_order >= 2 (got {n}) "
+            f"and two heads beside the {w} induction heads in layer 1 (num_heads {r.num_heads})"
+        )
     size = max(k for _, k in windows)
     cd = r.copy_code_dim or r.match_dim  # dims per matched token in the induction heads
     if r.copy_code_dim < 0:
@@ -478,48 +493,72 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     if not (r.code_scale > 0 and r.bos_flag > 0):  # 0 would erase the codes or the sink; < 0 would invert them
         raise ValueError(f"code_scale and bos_flag must be > 0 (got {r.code_scale}, {r.bos_flag})")
     if r.copy_code_points and (r.copy_code_dim != 3 or r.copy_code_points < 2):
-        raise ValueError(f"copy_code_points draws copy codes from points of the sphere in 3 dims: it needs "
-                         f"copy_code_dim 3 (got {r.copy_code_dim}) and >= 2 points (got {r.copy_code_points})")
+        raise ValueError(
+            f"copy_code_points draws copy codes from points of the sphere in 3 dims: it needs "
+            f"copy_code_dim 3 (got {r.copy_code_dim}) and >= 2 points (got {r.copy_code_points})"
+        )
     if r.first_sink:
         if not r.copy_code_points:
             raise ValueError("first_sink tells the first position by its copy codes: set copy_code_points")
         if first_sink_threshold(n, nearest_point_cosine(sphere_points(r.copy_code_points)))[1] <= 0:
-            raise ValueError(f"first_sink: {r.copy_code_points} copy-code points lie too close together to tell "
-                             f"the first position from the second with match_order {n}; use fewer points")
+            raise ValueError(
+                f"first_sink: {r.copy_code_points} copy-code points lie too close together to tell "
+                f"the first position from the second with match_order {n}; use fewer points"
+            )
         if not (math.isfinite(r.first_sink_sharpness) and r.first_sink_sharpness > 0):
             raise ValueError(f"first_sink_sharpness must be a positive number (got {r.first_sink_sharpness})")
         if r.intermediate_size < r.copy_code_points:
-            raise ValueError(f"first_sink needs one layer-0 MLP neuron per copy-code point: intermediate_size "
-                             f"{r.intermediate_size} < copy_code_points {r.copy_code_points}")
+            raise ValueError(
+                f"first_sink needs one layer-0 MLP neuron per copy-code point: intermediate_size "
+                f"{r.intermediate_size} < copy_code_points {r.copy_code_points}"
+            )
     if r.lookup and (3 * r.match_dim) // 2 + 1 > half:
-        raise ValueError(f"the line lookup matches three match codes on slow RoPE pairs: 3 * match_dim / 2 + 1 must "
-                         f"fit in head_dim / 2 pairs (match_dim {r.match_dim}, head_dim {hd})")
+        raise ValueError(
+            f"the line lookup matches three match codes on slow RoPE pairs: 3 * match_dim / 2 + 1 must "
+            f"fit in head_dim / 2 pairs (match_dim {r.match_dim}, head_dim {hd})"
+        )
     if r.ngram_readout and not (r.lookup and r.copy_code_dim and r.match_order >= 3 and w + 3 <= r.num_heads):
-        raise ValueError(f"the n-gram head reads the lookup's match-code slot and three copy-code slots and takes "
-                         f"layer-1 head w + 2: it needs lookup, copy_code_dim > 0, match_order >= 3 and num_heads >= "
-                         f"{w + 3} (ngram_readout {r.ngram_readout})")
+        raise ValueError(
+            f"the n-gram head reads the lookup's match-code slot and three copy-code slots and takes "
+            f"layer-1 head w + 2: it needs lookup, copy_code_dim > 0, match_order >= 3 and num_heads >= "
+            f"{w + 3} (ngram_readout {r.ngram_readout})"
+        )
     if r.bigram_readout and not (r.ngram_readout and w + 4 <= r.num_heads):
-        raise ValueError(f"the bigram head reads the n-gram head's slots and takes layer-1 head w + 3: it needs "
-                         f"ngram_readout > 0 and num_heads >= {w + 4} (bigram_readout {r.bigram_readout})")
+        raise ValueError(
+            f"the bigram head reads the n-gram head's slots and takes layer-1 head w + 3: it needs "
+            f"ngram_readout > 0 and num_heads >= {w + 4} (bigram_readout {r.bigram_readout})"
+        )
     if not (math.isfinite(r.bigram_readout) and r.bigram_readout >= 0 and 1.0 < r.bigram_sink < 2.0):
-        raise ValueError(f"bigram_readout must be >= 0 nats (got {r.bigram_readout}) and bigram_sink between 1 and "
-                         f"2 matching codes (got {r.bigram_sink})")
+        raise ValueError(
+            f"bigram_readout must be >= 0 nats (got {r.bigram_readout}) and bigram_sink between 1 and "
+            f"2 matching codes (got {r.bigram_sink})"
+        )
     if not (math.isfinite(r.ngram_readout) and r.ngram_readout >= 0 and 2.0 < r.ngram_sink < 3.0):
-        raise ValueError(f"ngram_readout must be >= 0 nats (got {r.ngram_readout}) and ngram_sink between 2 and 3 "
-                         f"matching tokens (got {r.ngram_sink})")
+        raise ValueError(
+            f"ngram_readout must be >= 0 nats (got {r.ngram_readout}) and ngram_sink between 2 and 3 "
+            f"matching tokens (got {r.ngram_sink})"
+        )
     if not (math.isfinite(r.trained_norm_init) and r.trained_norm_init > 0):
         raise ValueError(f"trained_norm_init must be a positive number (got {r.trained_norm_init})")
     if r.lookup and not (4.0 < r.lookup_sink < 6.0 and r.register_gap >= 1 and r.register_reach >= 0):
-        raise ValueError(f"lookup_sink must lie between 4 and 6 parts (got {r.lookup_sink}), register_gap >= 1 (got "
-                         f"{r.register_gap}) and register_reach >= 0 (got {r.register_reach})")
+        raise ValueError(
+            f"lookup_sink must lie between 4 and 6 parts (got {r.lookup_sink}), register_gap >= 1 (got "
+            f"{r.register_gap}) and register_reach >= 0 (got {r.register_reach})"
+        )
     if (size * cd) % 2 or size * cd // 2 + 1 > half - r.prev_pairs:
         raise ValueError("the induction codes and sink do not fit in the slow RoPE pairs")
     bigram_dims = 2 * ((r.match_dim + cd + 1) // 2)  # m(x_t) and c(x_t), on whole RoPE pairs
-    widest = max([size * cd] + ([3 * r.match_dim] if r.lookup else []) + ([r.match_dim + 2 * cd] if r.ngram_readout else [])
-                 + ([bigram_dims] if r.bigram_readout else []))
+    widest = max(
+        [size * cd]
+        + ([3 * r.match_dim] if r.lookup else [])
+        + ([r.match_dim + 2 * cd] if r.ngram_readout else [])
+        + ([bigram_dims] if r.bigram_readout else [])
+    )
     if not (isinstance(r.code_band_offset, int) and 0 <= r.code_band_offset <= half - 1 - widest // 2):
-        raise ValueError(f"code_band_offset must be a whole number of RoPE pairs from 0 to {half - 1 - widest // 2} "
-                         f"(the codes need {widest // 2} pairs below the sink's; got {r.code_band_offset!r})")
+        raise ValueError(
+            f"code_band_offset must be a whole number of RoPE pairs from 0 to {half - 1 - widest // 2} "
+            f"(the codes need {widest // 2} pairs below the sink's; got {r.code_band_offset!r})"
+        )
     gen = torch.Generator().manual_seed(r.seed + 1)
     V = model.config.vocab_size
     params = dict(model.named_parameters())
@@ -591,7 +630,7 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     if r.trained_norm_init != 1.0:
         for name, p in params.items():
             if name.endswith("norm.weight"):
-                p[lay.reserved:] = r.trained_norm_init
+                p[lay.reserved :] = r.trained_norm_init
 
     # Typical scale of a unit code after RMSNorm: the reserved part dominates the residual's norm.
     def normed_scale(n_unit_codes: float) -> float:
@@ -602,7 +641,9 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     s1 = normed_scale(emb_units + n + own)  # layer 1 input: plus P1..Pn (and m(x_{t-1}))
     s2 = normed_scale(emb_units + n + own + w * w)  # final norm: plus R, the sum of w agreeing output codes
     if r.lookup:
-        s_lookup = normed_scale(emb_units + n + own + 2)  # layer 2 input: plus the two registers (R is 0 outside a copy)
+        s_lookup = normed_scale(
+            emb_units + n + own + 2
+        )  # layer 2 input: plus the two registers (R is 0 outside a copy)
         s2 = normed_scale(emb_units + n + own + w * w + 2)
 
     freqs = inverse_frequencies(r.rope_theta, hd)
@@ -659,30 +700,77 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
 
     def sink_bias(level: float) -> float:  # the sink's score, in matching tokens
         return level * r.match_gain * math.sqrt(hd) / (k_flag * math.sqrt(H))
+
     for v in range(w):
         first, k = windows[v]
         q_src = [lay.copy if a == 0 else lay.prev[a - 1] for a in range(first, first + k)]
         k_src = lay.prev[first : first + k]
         # a shorter (last) window sinks as many matching tokens lower as it is shorter
-        _set_induction_head(params, fix, r, lay, slice(v * hd, (v + 1) * hd),
-                            [(qs, ks, cd) for qs, ks in zip(q_src, k_src)], code_dims, g,
-                            sink_bias(r.sink_level - (size - k)), k_flag, S / s1)
+        _set_induction_head(
+            params,
+            fix,
+            r,
+            lay,
+            slice(v * hd, (v + 1) * hd),
+            [(qs, ks, cd) for qs, ks in zip(q_src, k_src)],
+            code_dims,
+            g,
+            sink_bias(r.sink_level - (size - k)),
+            k_flag,
+            S / s1,
+        )
     if r.lookup:
-        _set_lookup(params, fix, r, lay, freqs, hd, H, w, s1, s_lookup, slow_dims(half, 3 * r.match_dim, r.code_band_offset), sink_pair,
-                    k_flag)
+        _set_lookup(
+            params,
+            fix,
+            r,
+            lay,
+            freqs,
+            hd,
+            H,
+            w,
+            s1,
+            s_lookup,
+            slow_dims(half, 3 * r.match_dim, r.code_band_offset),
+            sink_pair,
+            k_flag,
+        )
     if r.ngram_readout:  # the n-gram head: (m(x_t), c(x_{t-1}), c(x_{t-2})) against the three tokens before j
-        matches = [(lay.match, lay.prev_match, r.match_dim), (lay.prev[0], lay.prev[1], cd),
-                   (lay.prev[1], lay.prev[2], cd)]
+        matches = [
+            (lay.match, lay.prev_match, r.match_dim),
+            (lay.prev[0], lay.prev[1], cd),
+            (lay.prev[1], lay.prev[2], cd),
+        ]
         share = r.ngram_readout / (r.readout_final or r.readout)  # of the copy's vote, after sharpening
-        _set_induction_head(params, fix, r, lay, slice((w + 2) * hd, (w + 3) * hd), matches,
-                            slow_dims(half, r.match_dim + 2 * cd, r.code_band_offset), g, sink_bias(r.ngram_sink),
-                            k_flag, S / s1 * share)
+        _set_induction_head(
+            params,
+            fix,
+            r,
+            lay,
+            slice((w + 2) * hd, (w + 3) * hd),
+            matches,
+            slow_dims(half, r.match_dim + 2 * cd, r.code_band_offset),
+            g,
+            sink_bias(r.ngram_sink),
+            k_flag,
+            S / s1 * share,
+        )
     if r.bigram_readout:  # the bigram head: x_t on its match and copy codes against x_{j-1}'s (m(x_{j-1}), P1)
         matches = [(lay.match, lay.prev_match, r.match_dim), (lay.copy, lay.prev[0], cd)]
         share = r.bigram_readout / (r.readout_final or r.readout)
-        _set_induction_head(params, fix, r, lay, slice((w + 3) * hd, (w + 4) * hd), matches,
-                            slow_dims(half, bigram_dims, r.code_band_offset), g, sink_bias(r.bigram_sink),
-                            k_flag, S / s1 * share)
+        _set_induction_head(
+            params,
+            fix,
+            r,
+            lay,
+            slice((w + 3) * hd, (w + 4) * hd),
+            matches,
+            slow_dims(half, bigram_dims, r.code_band_offset),
+            g,
+            sink_bias(r.bigram_sink),
+            k_flag,
+            S / s1 * share,
+        )
 
     # ---- readout: the output layer scores o(y) against R (trainable from here on)
     head = params["lm_head.weight"]
@@ -694,8 +782,19 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         frozen["lm_head.weight"][:, lay.read] = True
 
 
-def _set_induction_head(params, fix, r: Recipe, lay: Layout, rows: slice, matches, dims, g: float, sink_q: float,
-                        k_flag: float, write: float) -> None:
+def _set_induction_head(
+    params,
+    fix,
+    r: Recipe,
+    lay: Layout,
+    rows: slice,
+    matches,
+    dims,
+    g: float,
+    sink_q: float,
+    k_flag: float,
+    write: float,
+) -> None:
     """Layer 1, the head at ``rows``: for each (query slice, key slice, size) in ``matches`` the query reads the
     slice at t and the key the slice at j, ``g`` each, on the next ``size`` of ``dims`` (RoPE dims), so a matching
     token adds ``match_gain`` nats; the sink pair's query bias ``sink_q`` meets the BOS flag (``k_flag``); the value
@@ -766,14 +865,20 @@ def register_recency(freqs: np.ndarray, reach: int, gap: int, max_len: int) -> t
     for _ in range(50):
         rows = sorted(pairs)
         a_ub = np.hstack([np.array([cos[b] - cos[a] for a, b in rows]), np.ones((len(rows), 1))])
-        res = linprog(np.r_[np.zeros(k), -1.0], A_ub=a_ub, b_ub=np.zeros(len(rows)),
-                      A_eq=np.r_[np.ones(k), 0.0][None], b_eq=[1.0], bounds=[(0, None)] * k + [(None, None)],
-                      method="highs")
+        res = linprog(
+            np.r_[np.zeros(k), -1.0],
+            A_ub=a_ub,
+            b_ub=np.zeros(len(rows)),
+            A_eq=np.r_[np.ones(k), 0.0][None],
+            b_eq=[1.0],
+            bounds=[(0, None)] * k + [(None, None)],
+            method="highs",
+        )
         if not res.success:
             raise RuntimeError(f"register recency: the linear program failed ({res.message})")
         weights, mu = res.x[:k], float(res.x[k])
         profile = cos @ weights
-        worst = [(a, a + gap + int(np.argmax(profile[a + gap:]))) for a in near]
+        worst = [(a, a + gap + int(np.argmax(profile[a + gap :]))) for a in near]
         new = {(a, b) for a, b in worst if profile[a] - profile[b] < mu - 1e-9}
         if not new:
             return np.clip(weights, 0.0, None), mu
@@ -781,8 +886,9 @@ def register_recency(freqs: np.ndarray, reach: int, gap: int, max_len: int) -> t
     raise RuntimeError("register recency: the linear program did not converge")
 
 
-def _set_lookup(params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_lookup, code_dims, sink_pair,
-                k_flag) -> None:
+def _set_lookup(
+    params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_lookup, code_dims, sink_pair, k_flag
+) -> None:
     """The line lookup: two register heads in layer 1 (heads w, w+1) and the lookup head in layer 2 (head 0).
 
     Register head k (k = 1, 2) attends to the most recent position j whose token k back is a line marker, so
@@ -884,17 +990,23 @@ def longeval_training_row(tokenizer, rng: np.random.Generator, max_tokens: int) 
         answer = ("<" if case.prompt.endswith(" ") else " <") + f"{case.expected_number}>"
         # prompt and answer tokenized apart, as a harness encodes the prompt and generates after it (joined,
         # a prompt's final space would merge into " <")
-        ids = (tokenizer(case.prompt, add_special_tokens=False)["input_ids"]
-               + tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+        ids = (
+            tokenizer(case.prompt, add_special_tokens=False)["input_ids"]
+            + tokenizer(answer, add_special_tokens=False)["input_ids"]
+            + [tokenizer.eos_token_id]
+        )
         if len(ids) <= max_tokens:
             return np.asarray(ids, dtype=np.int64)
         num_lines -= 1
-    raise ValueError(f"a LongEval training row needs more than {max_tokens} tokens even with one line: "
-                     "raise seq_len or set longeval_fraction to 0")
+    raise ValueError(
+        f"a LongEval training row needs more than {max_tokens} tokens even with one line: "
+        "raise seq_len or set longeval_fraction to 0"
+    )
 
 
-def training_batch(stream: np.ndarray, rng: np.random.Generator, r: Recipe, bos_id: int,
-                   longeval_row=None) -> torch.Tensor:
+def training_batch(
+    stream: np.ndarray, rng: np.random.Generator, r: Recipe, bos_id: int, longeval_row=None
+) -> torch.Tensor:
     """[BOS] + seq_len - 1 tokens; a ``repeat_fraction`` of rows are X1 S X2 S X3 (S repeated), a
     ``longeval_fraction`` (with ``longeval_row(rng, max_tokens)``) a LongEval record and answer, then text."""
     n = r.seq_len - 1
@@ -920,8 +1032,9 @@ def training_batch(stream: np.ndarray, rng: np.random.Generator, r: Recipe, bos_
     return torch.as_tensor(np.stack(rows), dtype=torch.long)
 
 
-def train_model(model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id: int, log_every: int = 25,
-                log=print, tokenizer=None) -> dict:
+def train_model(
+    model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id: int, log_every: int = 25, log=print, tokenizer=None
+) -> dict:
     """AdamW with warm-up and cosine decay; frozen entries restored after every step."""
     r = recipe
     torch.manual_seed(r.seed)
@@ -933,10 +1046,19 @@ def train_model(model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id:
     embedding = {"model.embed_tokens.weight", "lm_head.weight"}
     decay = [p for n, p in params.items() if p.dim() >= 2 and n not in embedding]
     no_decay = [p for n, p in params.items() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": r.weight_decay},
-                             {"params": [params[n] for n in sorted(embedding)], "weight_decay": r.weight_decay,
-                              "lr": r.lr * r.embedding_lr_scale},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=r.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": r.weight_decay},
+            {
+                "params": [params[n] for n in sorted(embedding)],
+                "weight_decay": r.weight_decay,
+                "lr": r.lr * r.embedding_lr_scale,
+            },
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=r.lr,
+        betas=(0.9, 0.95),
+    )
 
     def lr_at(step):
         if step < r.warmup_steps:
@@ -970,8 +1092,11 @@ def train_model(model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id:
         if log and (step % log_every == 0 or step == r.steps - 1):
             log(f"step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     model.eval()
-    return {"train_seconds": round(time.time() - t0, 1), "final_loss": float(np.mean(losses[-10:])),
-            "tokens": r.steps * r.batch_size * r.seq_len}
+    return {
+        "train_seconds": round(time.time() - t0, 1),
+        "final_loss": float(np.mean(losses[-10:])),
+        "tokens": r.steps * r.batch_size * r.seq_len,
+    }
 
 
 # --------------------------------------------------------------------------- one call
@@ -1001,8 +1126,15 @@ def make_model(out_dir, recipe: Recipe | None = None, tokenizer=None, texts=None
     tokenizer.save_pretrained(out)
     _make_portable(out, r.rope_theta)
     n_params = sum(p.numel() for p in model.parameters())
-    record = {"recipe": asdict(r), "n_parameters": n_params, "training_tokens_available": n_stream,
-              "python": sys.version.split()[0], "torch": torch.__version__, "saved_dtype": dtype, **info}
+    record = {
+        "recipe": asdict(r),
+        "n_parameters": n_params,
+        "training_tokens_available": n_stream,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "saved_dtype": dtype,
+        **info,
+    }
     (out / "recipe.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
 

@@ -32,8 +32,9 @@ def train_tokenizer(texts: list[str], vocab_size: int = 2048, kind: str = "bpe")
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
     elif kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="<unk>"))
         tok.normalizer = normalizers.NFC()
@@ -45,12 +46,20 @@ def train_tokenizer(texts: list[str], vocab_size: int = 2048, kind: str = "bpe")
     tok.train_from_iterator(texts, trainer)
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
 
 
-def random_llama(vocab_size: int, seed: int = 0, hidden_size: int = 64, num_hidden_layers: int = 2,
-                 max_position_embeddings: int = 16384, head_scale: float = 1.0, **config):
+def random_llama(
+    vocab_size: int,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_hidden_layers: int = 2,
+    max_position_embeddings: int = 16384,
+    head_scale: float = 1.0,
+    **config,
+):
     """A small LlamaForCausalLM with random weights (float32, eval mode).
 
     ``head_scale`` multiplies the output head: default-initialised random models predict nearly
@@ -60,9 +69,16 @@ def random_llama(vocab_size: int, seed: int = 0, hidden_size: int = 64, num_hidd
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                      num_hidden_layers=num_hidden_layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=max_position_embeddings, **config)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        **config,
+    )
     model = LlamaForCausalLM(cfg).float().eval()
     if head_scale != 1.0:
         with torch.no_grad():
@@ -77,15 +93,21 @@ DEMO_INITIALIZER_RANGE = 0.3
 DEMO_METADATA = {"evaluator": "self", "trunc_len": 2048, "sliding_window": 512, "beta": -20.0}
 
 
-def build_demo(out_dir: str | Path, n_docs: int = 4, chars_per_doc: int = 24_000, vocab_size: int = 2048,
-               seed: int = 0) -> dict:
+def build_demo(
+    out_dir: str | Path, n_docs: int = 4, chars_per_doc: int = 24_000, vocab_size: int = 2048, seed: int = 0
+) -> dict:
     """Write ``model/`` (tiny checkpoint + tokenizer) and ``docs.jsonl`` under ``out_dir``."""
     out = Path(out_dir)
     docs = python_reference_documents(n_docs, chars_per_doc)
     tokenizer = train_tokenizer(docs, vocab_size=vocab_size)
-    model = random_llama(len(tokenizer), seed=seed, initializer_range=DEMO_INITIALIZER_RANGE,
-                         bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = random_llama(
+        len(tokenizer),
+        seed=seed,
+        initializer_range=DEMO_INITIALIZER_RANGE,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     out.mkdir(parents=True, exist_ok=True)
@@ -93,5 +115,9 @@ def build_demo(out_dir: str | Path, n_docs: int = 4, chars_per_doc: int = 24_000
         for t in docs:
             f.write(json.dumps({"text": t}) + "\n")
     n_tokens = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in docs]
-    return {"model": str(out / "model"), "docs": str(out / "docs.jsonl"), "tokens_per_doc": n_tokens,
-            "metadata": {"data_files": str(out / "docs.jsonl"), **DEMO_METADATA}}
+    return {
+        "model": str(out / "model"),
+        "docs": str(out / "docs.jsonl"),
+        "tokens_per_doc": n_tokens,
+        "metadata": {"data_files": str(out / "docs.jsonl"), **DEMO_METADATA},
+    }

@@ -46,8 +46,14 @@ log = logging.getLogger("lm_eval_longctx")
 
 TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "retrieval_gain_map", "longeval_lines")
 # The group longeval_lines reports through its two tasks.
-RESULT_TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "retrieval_gain_map", "longeval_lines_ppl",
-                "longeval_lines_acc")
+RESULT_TASKS = (
+    "longppl_govreport",
+    "forgetting_curve",
+    "retrieval_gain",
+    "retrieval_gain_map",
+    "longeval_lines_ppl",
+    "longeval_lines_acc",
+)
 DEFAULT_OUT = "lm_eval_longctx_demo"
 SUMMARY_FILE = "demo_summary.json"
 CORPUS_FILE = "corpus.jsonl"
@@ -55,27 +61,9 @@ CORPUS_PROVENANCE_FILE = "corpus_provenance.json"
 
 # Per budget: ``chars_per_doc`` of the embedded corpus, the harness ``--batch_size``, the ``--metadata``
 # sent to every task (each task reads only its own keys; the shared ones, data_files, num_docs, seed,
-# mean the same thing everywhere), and the target thresholds.
-#
-# full (sized for the demo models: 2-3 layers, hidden 256, vocab 4096, 32768 positions, on 2 CPU cores
-# within 10 minutes; the sizes were chosen on the first demo model, COPY_ONLY_RECIPE, and the figures below are
-# its own; the packaged LOOKUP_RECIPE model reaches further: docs/demo-and-known-answer-validation.md):
-# * LongPPL: K = 512, d = 256. The paper's K = 4096 is well inside its models' reach; the first demo model
-#   copies over about 1k tokens (rope_theta 1e5), so with K = 2048 almost no token gains from the
-#   context beyond the window (0.1% key tokens, measured) and LongPPL rests on a handful of tokens.
-#   Every document (>= 16k tokens) is scored over all but its first 512 tokens. evaluator "self":
-#   no second model exists offline.
-# * forgetting curve: copy lengths 16 .. 4096 doubling (samples of up to 8195 tokens), 8 samples each.
-# * retrieval gain: the first 2048 tokens of each document (the task's default is 8192). The anchors
-#   then lie 0.8k .. 1.8k tokens before the query, within the demo model's copy reach (rope_theta 1e5:
-#   copy accuracy falls to the LM level beyond about 1k tokens). Measured with the first demo model on
-#   the 4 full-budget documents: gain +1.19 at 2048, -0.07 at 8192 (anchors 3.3k .. 7.3k back).
-# * retrieval-gain map: context lengths 256, 1024, 4096 x depths 0, 50, 90% (one pass of 4096 tokens per
-#   document): inside, at and beyond the demo model's copy reach.
-# * LongEval lines: 10 .. 80 lines (about 0.3k .. 2k tokens per prompt; the demo model's copy reach),
-#   10 cases each; generation keeps the harness defaults of the task (greedy, <= 100 tokens).
-# ci: the same pipeline with every size cut down, for a CI test of about 20 seconds (the packaged model
-# meets the targets there too: fine memory length 256, LongEval accuracy 1.0 on its 6 cases).
+# mean the same thing everywhere), and the target thresholds. full: every task inside and beyond the demo
+# model's copy reach, on 2 CPU cores; ci: the same pipeline with every size cut down, for a CI test. Why these
+# sizes, with what was measured: docs/demo-and-known-answer-validation.md ("Why the demo's sizes").
 DEMO_BUDGETS = {
     "full": {
         "chars_per_doc": embedded_corpus.DEFAULT_CHARS_PER_DOC,
@@ -142,13 +130,19 @@ def resolve_model_dir(model_dir=None) -> Path:
         where = "the packaged demo model" if model_dir is None else "--model"
         raise DemoError(
             f"{where} {path} is not a Hugging Face checkpoint folder (no config.json). "
-            + ("Rebuild it with `python scripts/make_demo_model.py`, or pass --model DIR." if model_dir is None
-               else "Pass the folder that holds config.json, the weights and the tokenizer."))
+            + (
+                "Rebuild it with `python scripts/make_demo_model.py`, or pass --model DIR."
+                if model_dir is None
+                else "Pass the folder that holds config.json, the weights and the tokenizer."
+            )
+        )
     resolved = path.resolve()
     if any(c in str(resolved) for c in ",="):
         # lm-eval splits --model_args on ',' and '=': such a path would be read as other arguments
-        raise DemoError(f"the model path {resolved} contains ',' or '=', which lm-eval's --model_args cannot "
-                        "carry; copy or link the checkpoint to a plain path")
+        raise DemoError(
+            f"the model path {resolved} contains ',' or '=', which lm-eval's --model_args cannot "
+            "carry; copy or link the checkpoint to a plain path"
+        )
     return resolved
 
 
@@ -159,19 +153,45 @@ def budget_metadata(budget: str, corpus_path, extra_metadata: dict | None = None
     """The ``--metadata`` of a budget with the corpus as ``data_files`` (extra keys override)."""
     if budget not in DEMO_BUDGETS:
         raise DemoError(f"unknown budget {budget!r}; known: {sorted(DEMO_BUDGETS)}")
-    return {**DEMO_BUDGETS[budget]["metadata"], "data_files": str(Path(corpus_path).resolve()),
-            **(extra_metadata or {})}
+    return {
+        **DEMO_BUDGETS[budget]["metadata"],
+        "data_files": str(Path(corpus_path).resolve()),
+        **(extra_metadata or {}),
+    }
 
 
-def harness_argv(model_dir, metadata: dict, results_dir, batch_size: int, device: str = "cpu",
-                 limit: float | None = None, tasks=TASKS) -> list[str]:
+def harness_argv(
+    model_dir,
+    metadata: dict,
+    results_dir,
+    batch_size: int,
+    device: str = "cpu",
+    limit: float | None = None,
+    tasks=TASKS,
+) -> list[str]:
     """The ``lm_eval`` arguments (after the program name) of the demo run."""
     from ..harness.discovery import task_configs_dir
 
-    argv = ["run", "--tasks", ",".join(tasks), "--model", "hf",
-            "--model_args", f"pretrained={model_dir},dtype=float32", "--device", device,
-            "--batch_size", str(batch_size), "--metadata", json.dumps(metadata),
-            "--output_path", str(results_dir), "--log_samples", "--include_path", task_configs_dir()]
+    argv = [
+        "run",
+        "--tasks",
+        ",".join(tasks),
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={model_dir},dtype=float32",
+        "--device",
+        device,
+        "--batch_size",
+        str(batch_size),
+        "--metadata",
+        json.dumps(metadata),
+        "--output_path",
+        str(results_dir),
+        "--log_samples",
+        "--include_path",
+        task_configs_dir(),
+    ]
     if limit is not None:
         argv += ["--limit", str(int(limit)) if float(limit) == int(limit) else str(limit)]
     return argv
@@ -245,51 +265,103 @@ def _curve(metrics: dict) -> list[dict]:
 
 
 def _target(name: str, description: str, value, threshold, passed, note: str = "") -> dict:
-    return {"name": name, "description": description, "value": value, "threshold": threshold,
-            "passed": bool(passed), **({"note": note} if note else {})}
+    return {
+        "name": name,
+        "description": description,
+        "value": value,
+        "threshold": threshold,
+        "passed": bool(passed),
+        **({"note": note} if note else {}),
+    }
 
 
-def check_targets(metrics: dict, copy_gap_lengths: int = 3, copy_gap_min: float = 0.30,
-                  fine_memory_min: int = 0, longeval_acc_min: float = 0.0) -> list[dict]:
+def check_targets(
+    metrics: dict,
+    copy_gap_lengths: int = 3,
+    copy_gap_min: float = 0.30,
+    fine_memory_min: int = 0,
+    longeval_acc_min: float = 0.0,
+) -> list[dict]:
     """The demo's targets, from ``{task: {metric: {"value", "stderr"}}}``. A missing or non-finite
     metric fails its target (with a note); nothing is raised."""
     targets = []
 
-    curve = [r for r in _curve(metrics.get("forgetting_curve", {}))
-             if _finite(r["copy_acc"]) and _finite(r["lm_acc"])]
-    desc = f"forgetting_curve: mean copy_acc - lm_acc over the {copy_gap_lengths} shortest copy lengths >= {copy_gap_min}"
+    curve = [r for r in _curve(metrics.get("forgetting_curve", {})) if _finite(r["copy_acc"]) and _finite(r["lm_acc"])]
+    desc = (
+        f"forgetting_curve: mean copy_acc - lm_acc over the {copy_gap_lengths} shortest copy lengths >= {copy_gap_min}"
+    )
     if len(curve) < copy_gap_lengths:
-        targets.append(_target("copy_gap", desc, None, copy_gap_min, False,
-                               f"only {len(curve)} copy lengths with finite accuracies"))
+        targets.append(
+            _target(
+                "copy_gap", desc, None, copy_gap_min, False, f"only {len(curve)} copy lengths with finite accuracies"
+            )
+        )
     else:
         rows = curve[:copy_gap_lengths]
         gaps = [r["copy_acc"] - r["lm_acc"] for r in rows]
         gap = sum(gaps) / len(gaps)
-        targets.append(_target("copy_gap", desc, gap, copy_gap_min, gap >= copy_gap_min,
-                               "per length: " + ", ".join(f"l={r['length']}: {g:+.3f}" for r, g in zip(rows, gaps))))
+        targets.append(
+            _target(
+                "copy_gap",
+                desc,
+                gap,
+                copy_gap_min,
+                gap >= copy_gap_min,
+                "per length: " + ", ".join(f"l={r['length']}: {g:+.3f}" for r, g in zip(rows, gaps)),
+            )
+        )
 
     if fine_memory_min:
         fine = _value(metrics.get("forgetting_curve", {}), "fine_memory_length")
-        targets.append(_target("fine_memory_length",
-                               f"forgetting_curve: fine memory length (copy accuracy > 0.99) >= {fine_memory_min}",
-                               fine, fine_memory_min, fine is not None and fine >= fine_memory_min,
-                               "" if fine is not None else "metric missing or not finite"))
+        targets.append(
+            _target(
+                "fine_memory_length",
+                f"forgetting_curve: fine memory length (copy accuracy > 0.99) >= {fine_memory_min}",
+                fine,
+                fine_memory_min,
+                fine is not None and fine >= fine_memory_min,
+                "" if fine is not None else "metric missing or not finite",
+            )
+        )
 
     if longeval_acc_min:
         acc = _value(metrics.get("longeval_lines_acc", {}), "acc")
-        targets.append(_target("longeval_acc", f"longeval_lines_acc: accuracy >= {longeval_acc_min}", acc,
-                               longeval_acc_min, acc is not None and acc >= longeval_acc_min,
-                               "" if acc is not None else "metric missing or not finite"))
+        targets.append(
+            _target(
+                "longeval_acc",
+                f"longeval_lines_acc: accuracy >= {longeval_acc_min}",
+                acc,
+                longeval_acc_min,
+                acc is not None and acc >= longeval_acc_min,
+                "" if acc is not None else "metric missing or not finite",
+            )
+        )
 
     gain = _value(metrics.get("retrieval_gain", {}), "retrieval_gain")
-    targets.append(_target("retrieval_gain", "retrieval_gain: nll_without - nll_with > 0", gain, 0.0,
-                           gain is not None and gain > 0, "" if gain is not None else "metric missing or not finite"))
+    targets.append(
+        _target(
+            "retrieval_gain",
+            "retrieval_gain: nll_without - nll_with > 0",
+            gain,
+            0.0,
+            gain is not None and gain > 0,
+            "" if gain is not None else "metric missing or not finite",
+        )
+    )
 
     lp = metrics.get("longppl_govreport", {})
     longppl, ppl = _value(lp, "longppl"), _value(lp, "ppl")
     ok = longppl is not None and ppl is not None
-    targets.append(_target("longppl_below_ppl", "longppl_govreport: longppl < ppl",
-                           longppl, ppl, ok and longppl < ppl, "" if ok else "longppl or ppl missing or not finite"))
+    targets.append(
+        _target(
+            "longppl_below_ppl",
+            "longppl_govreport: longppl < ppl",
+            longppl,
+            ppl,
+            ok and longppl < ppl,
+            "" if ok else "longppl or ppl missing or not finite",
+        )
+    )
     return targets
 
 
@@ -310,17 +382,31 @@ def summarize(results: dict, budget: str = "full") -> dict:
     missing = [t for t in RESULT_TASKS if t not in per_task]
     # Memory lengths are threshold statistics: their stderr is "N/A" by design, never a failure.
     # a text note (skipped_lengths) counts only when it names something: "none" is the normal run
-    non_finite = [f"{task}/{name}" for task, ms in per_task.items() for name, m in ms.items()
-                  if not _finite(m["value"]) and m["value"] != "none"]
-    headlines = {task: {name: per_task[task][name]["value"] for name in names if name in per_task[task]}
-                 for task, names in HEADLINES.items() if task in per_task}
+    non_finite = [
+        f"{task}/{name}"
+        for task, ms in per_task.items()
+        for name, m in ms.items()
+        if not _finite(m["value"]) and m["value"] != "none"
+    ]
+    headlines = {
+        task: {name: per_task[task][name]["value"] for name in names if name in per_task[task]}
+        for task, names in HEADLINES.items()
+        if task in per_task
+    }
     if "forgetting_curve" in per_task:
         headlines["forgetting_curve"]["curve"] = _curve(per_task["forgetting_curve"])
     t = DEMO_BUDGETS.get(budget, DEMO_BUDGETS["full"])["targets"]
-    targets = check_targets(per_task, t["copy_gap_lengths"], t["copy_gap_min"], t.get("fine_memory_min", 0),
-                            t.get("longeval_acc_min", 0.0))
-    return {"headlines": headlines, "metrics": per_task, "missing_tasks": missing, "non_finite": non_finite,
-            "targets": targets, "targets_passed": all(x["passed"] for x in targets)}
+    targets = check_targets(
+        per_task, t["copy_gap_lengths"], t["copy_gap_min"], t.get("fine_memory_min", 0), t.get("longeval_acc_min", 0.0)
+    )
+    return {
+        "headlines": headlines,
+        "metrics": per_task,
+        "missing_tasks": missing,
+        "non_finite": non_finite,
+        "targets": targets,
+        "targets_passed": all(x["passed"] for x in targets),
+    }
 
 
 def _fmt(x) -> str:
@@ -335,7 +421,9 @@ def format_summary(summary: dict) -> str:
         parts = [f"{k} = {_fmt(v)}" for k, v in heads.items() if k != "curve"]
         lines.append(f"  {task}: " + ", ".join(parts))
         for row in heads.get("curve", []):
-            lines.append(f"      l = {row['length']:>5}: copy_acc {_fmt(row['copy_acc'])}, lm_acc {_fmt(row['lm_acc'])}")
+            lines.append(
+                f"      l = {row['length']:>5}: copy_acc {_fmt(row['copy_acc'])}, lm_acc {_fmt(row['lm_acc'])}"
+            )
     if summary["missing_tasks"]:
         lines.append(f"  MISSING tasks in the results: {', '.join(summary['missing_tasks'])}")
     if summary["non_finite"]:
@@ -344,9 +432,12 @@ def format_summary(summary: dict) -> str:
     for tg in summary["targets"]:
         mark = "PASS" if tg["passed"] else "FAIL"
         note = f"  [{tg['note']}]" if tg.get("note") else ""
-        lines.append(f"  {mark}  {tg['description']}: value {_fmt(tg['value'])}, threshold {_fmt(tg['threshold'])}{note}")
-    lines.append(f"wall time: {summary['wall_seconds']['total']:.1f} s "
-                 f"(harness {summary['wall_seconds']['harness']:.1f} s)")
+        lines.append(
+            f"  {mark}  {tg['description']}: value {_fmt(tg['value'])}, threshold {_fmt(tg['threshold'])}{note}"
+        )
+    lines.append(
+        f"wall time: {summary['wall_seconds']['total']:.1f} s (harness {summary['wall_seconds']['harness']:.1f} s)"
+    )
     files = summary["files"]
     lines.append(f"results: {files['results_json']}")
     if files.get("forgetting_curve_png"):
@@ -360,9 +451,16 @@ def format_summary(summary: dict) -> str:
 # --------------------------------------------------------------------------- the demo
 
 
-def run_demo(out_dir=DEFAULT_OUT, model_dir=None, budget: str = "full", extra_metadata: dict | None = None,
-             limit: float | None = None, device: str = "cpu", batch_size: int | None = None,
-             echo: bool = True) -> dict:
+def run_demo(
+    out_dir=DEFAULT_OUT,
+    model_dir=None,
+    budget: str = "full",
+    extra_metadata: dict | None = None,
+    limit: float | None = None,
+    device: str = "cpu",
+    batch_size: int | None = None,
+    echo: bool = True,
+) -> dict:
     """Write the corpus under ``out_dir``, run the tasks through lm-eval's CLI, check the targets.
 
     ``model_dir``: a checkpoint folder (default: the packaged demo model). ``extra_metadata`` overrides
@@ -381,8 +479,10 @@ def run_demo(out_dir=DEFAULT_OUT, model_dir=None, budget: str = "full", extra_me
     texts = embedded_corpus.embedded_documents(chars_per_doc=cfg["chars_per_doc"])
     metadata = budget_metadata(budget, out / CORPUS_FILE, extra_metadata)
     if int(metadata.get("num_docs", 1)) > len(texts):
-        raise DemoError(f"the {budget} budget asks for {metadata['num_docs']} documents; the embedded corpus "
-                        f"has {len(texts)} of >= {cfg['chars_per_doc']} characters")
+        raise DemoError(
+            f"the {budget} budget asks for {metadata['num_docs']} documents; the embedded corpus "
+            f"has {len(texts)} of >= {cfg['chars_per_doc']} characters"
+        )
     corpus = embedded_corpus.write_corpus(out / CORPUS_FILE, texts)
     (out / CORPUS_PROVENANCE_FILE).write_text(json.dumps(corpus, indent=2) + "\n", encoding="utf-8")
 
@@ -397,7 +497,9 @@ def run_demo(out_dir=DEFAULT_OUT, model_dir=None, budget: str = "full", extra_me
     summary = {"budget": budget, "model_dir": str(model), **summarize(results, budget)}
     png = results_file.with_name(f"{results_file.stem}_forgetting_curve.png")
     map_png = results_file.with_name(f"{results_file.stem}_retrieval_gain_map.png")
-    samples = sorted(str(p) for p in results_file.parent.glob(f"samples_*_{results_file.stem[len('results_'):]}.jsonl"))
+    samples = sorted(
+        str(p) for p in results_file.parent.glob(f"samples_*_{results_file.stem[len('results_') :]}.jsonl")
+    )
     summary["files"] = {
         "results_json": str(results_file),
         "samples": samples,

@@ -83,8 +83,10 @@ def input_device(model) -> torch.device:
     if device is None:
         device = _module_device(model)
     if device is None:
-        raise ScoringError(f"cannot tell which device {type(model).__name__} runs on (every weight is on 'meta' "
-                           "and no accelerate hook names an execution device)")
+        raise ScoringError(
+            f"cannot tell which device {type(model).__name__} runs on (every weight is on 'meta' "
+            "and no accelerate hook names an execution device)"
+        )
     return device
 
 
@@ -240,15 +242,19 @@ class FullForward:
         with _captured_output(self.decoder) as box:
             out = model(input_ids=ids, use_cache=False, logits_to_keep=CHECKED_ROWS)
         if "output" not in box:
-            raise ScoringError(f"{type(model).__name__} did not run its decoder module "
-                               f"{type(self.decoder).__name__}, so its hidden states cannot be read")
+            raise ScoringError(
+                f"{type(model).__name__} did not run its decoder module "
+                f"{type(self.decoder).__name__}, so its hidden states cannot be read"
+            )
         self.output = box["output"]
         own = out.logits
         del out
         self.vocab, self.logits_device = own.shape[-1], own.device
         if own.shape[1] != min(CHECKED_ROWS, n):
-            raise ScoringError(f"{type(model).__name__} returned logits for {own.shape[1]} positions when asked for "
-                               f"{CHECKED_ROWS} (logits_to_keep)")
+            raise ScoringError(
+                f"{type(model).__name__} returned logits for {own.shape[1]} positions when asked for "
+                f"{CHECKED_ROWS} (logits_to_keep)"
+            )
         check_same_logits(model, self.logits(n - own.shape[1], n), own, "the last row of a full forward")
 
     def logits(self, a: int, b: int) -> torch.Tensor:
@@ -270,8 +276,9 @@ def check_same_logits(model, replayed: torch.Tensor, own: torch.Tensor, where: s
         raise ScoringError(
             f"model type {model_type!r}: the output head replayed on the decoder's hidden states does not give the "
             f"model's own logits ({where}: max difference {diff:.3g}), so the engine cannot score it from one forward "
-            "without building a [sequence x vocabulary] tensor. Way out: --metadata '{\"long_pass\": \"chunked\"}' "
-            "for a model whose KV cache is exact (docs/support.md)")
+            'without building a [sequence x vocabulary] tensor. Way out: --metadata \'{"long_pass": "chunked"}\' '
+            "for a model whose KV cache is exact (docs/support.md)"
+        )
 
 
 def full_scores(model, ids: torch.Tensor, first: int, stop: int, support: ModelSupport):
@@ -328,8 +335,10 @@ class KVCache:
         self.model = model
         argument = cache_argument(model)
         if argument is None:
-            raise ScoringError(f"{type(model).__name__}.forward takes no KV cache (neither `cache` nor "
-                               "`past_key_values`), so it cannot be fed in chunks")
+            raise ScoringError(
+                f"{type(model).__name__}.forward takes no KV cache (neither `cache` nor "
+                "`past_key_values`), so it cannot be fed in chunks"
+            )
         self.argument: str = argument
         self.cache = DynamicCache()
         self.length = 0
@@ -346,7 +355,8 @@ class KVCache:
             raise ScoringError(
                 f"{type(self.model).__name__} did not extend the KV cache it was given ({cache.get_seq_length()} "
                 f"positions after {ids.shape[1]} tokens fed onto {self.length}); it does not read `{self.argument}`, "
-                "so chunks would be scored without their prefix")
+                "so chunks would be scored without their prefix"
+            )
         self.cache, self.length = cache, expected
         return logits
 
@@ -354,8 +364,10 @@ class KVCache:
         if length < self.length:
             self.cache.crop(-(self.length - length))  # a negative count removes that many (transformers 4.x and 5.x)
         if self.cache.get_seq_length() != length:
-            raise ScoringError(f"the KV cache of {type(self.model).__name__} could not be cropped back to {length} "
-                               f"positions ({self.cache.get_seq_length()} remain)")
+            raise ScoringError(
+                f"the KV cache of {type(self.model).__name__} could not be cropped back to {length} "
+                f"positions ({self.cache.get_seq_length()} remain)"
+            )
         self.length = length
 
     def expand(self, batch: int) -> None:
@@ -419,6 +431,8 @@ def probe_full(model) -> str | None:
     except ScoringError as err:
         return str(err)
     except Exception as err:  # noqa: BLE001  (any failure of the model's own code: the strategy is not available)
-        return (f"model type {model_type!r}: one forward with its output head replayed on the hidden states failed "
-                f"({type(err).__name__}: {err})")
+        return (
+            f"model type {model_type!r}: one forward with its output head replayed on the hidden states failed "
+            f"({type(err).__name__}: {err})"
+        )
     return None

@@ -35,14 +35,19 @@ def config_sizes(model) -> dict:
     hidden = _first(config, "hidden_size", "n_embd", "d_model", default=1024)
     heads = _first(config, "num_attention_heads", "n_head", "n_heads", default=max(1, hidden // 64))
     head_dim = _first(config, "head_dim", default=max(1, hidden // heads))
-    intermediate = max(_first(config, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", default=4 * hidden),
-                       _first(config, "moe_intermediate_size") * _first(config, "num_experts_per_tok", default=1))
+    intermediate = max(
+        _first(config, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", default=4 * hidden),
+        _first(config, "moe_intermediate_size") * _first(config, "num_experts_per_tok", default=1),
+    )
     expand = _first(config, "expand", "mamba_expand", default=2)
     return {
-        "hidden": hidden, "heads": heads, "head_dim": head_dim,
+        "hidden": hidden,
+        "heads": heads,
+        "head_dim": head_dim,
         "kv_heads": _first(config, "num_key_value_heads", "num_kv_heads", default=heads),
         "layers": _first(config, "num_hidden_layers", "n_layer", "n_layers", default=32),
-        "intermediate": intermediate, "vocab": _first(config, "vocab_size", default=32000),
+        "intermediate": intermediate,
+        "vocab": _first(config, "vocab_size", default=32000),
         # state-space layers without fused kernels hold [tokens, expand * hidden, state] during their scan
         "ssm_state": _first(config, "state_size", "ssm_state_size", "mamba_d_state"),
         "ssm_inner": expand * hidden,

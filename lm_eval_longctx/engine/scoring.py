@@ -44,10 +44,29 @@ from .forward import (
     own_logits,
 )
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "LONG_PASS_CHOICES", "LOGPROB_BLOCK_BYTES", "ScoringError", "TokenLogprobs",
-           "SequenceScores", "Window", "truncated_windows", "input_device", "check_model", "choose_long_pass",
-           "score_long", "score_long_batch", "score_truncated", "score_sequence_ends", "score_continuations",
-           "score_prefix_ladder", "recording", "ScoringRecord", "with_batch_backoff", "in_batches_with_backoff"]
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "LONG_PASS_CHOICES",
+    "LOGPROB_BLOCK_BYTES",
+    "ScoringError",
+    "TokenLogprobs",
+    "SequenceScores",
+    "Window",
+    "truncated_windows",
+    "input_device",
+    "check_model",
+    "choose_long_pass",
+    "score_long",
+    "score_long_batch",
+    "score_truncated",
+    "score_sequence_ends",
+    "score_continuations",
+    "score_prefix_ladder",
+    "recording",
+    "ScoringRecord",
+    "with_batch_backoff",
+    "in_batches_with_backoff",
+]
 
 DEFAULT_CHUNK_SIZE = 1024
 LONG_PASS_CHOICES = ("auto", "full", "chunked")
@@ -77,8 +96,12 @@ class SequenceScores:
 
     def to_state(self) -> dict:
         """Plain arrays and numbers only (what caches store)."""
-        state = {"token_ids": self.token_ids, "offsets": self.offsets,
-                 "long_logprob": self.long.logprob, "long_greedy": self.long.greedy}
+        state = {
+            "token_ids": self.token_ids,
+            "offsets": self.offsets,
+            "long_logprob": self.long.logprob,
+            "long_greedy": self.long.greedy,
+        }
         if self.short is not None:
             state.update(short_logprob=self.short.logprob, short_greedy=self.short.greedy)
         return state
@@ -88,8 +111,12 @@ class SequenceScores:
         short = None
         if "short_logprob" in state:
             short = TokenLogprobs(np.asarray(state["short_logprob"]), np.asarray(state["short_greedy"]))
-        return cls(np.asarray(state["token_ids"]), None if state["offsets"] is None else np.asarray(state["offsets"]),
-                   TokenLogprobs(np.asarray(state["long_logprob"]), np.asarray(state["long_greedy"])), short)
+        return cls(
+            np.asarray(state["token_ids"]),
+            None if state["offsets"] is None else np.asarray(state["offsets"]),
+            TokenLogprobs(np.asarray(state["long_logprob"]), np.asarray(state["long_greedy"])),
+            short,
+        )
 
     def __repr__(self) -> str:  # compact: this is what --log_samples writes
         def mean_nll(x):
@@ -121,8 +148,6 @@ def truncated_windows(n: int, trunc_len: int, stride: int) -> list[Window]:
         scored = min(stride, n - s - trunc_len)
         windows.append(Window(start=s, score_from=s + trunc_len, stop=s + trunc_len + scored))
     return windows
-
-
 
 
 def _as_ids(ids: Sequence[int] | np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -163,17 +188,22 @@ def check_model(model, long_pass: str = "auto") -> None:
     if long_pass == "chunked" and not caps.support.kv_cache_exact:
         raise ScoringError(_chunked_refusal(model, caps))
     if not caps.full and not caps.support.kv_cache_exact:
-        raise ScoringError(f"{caps.full_problem}; and a KV cache is not exact for it either "
-                           f"({caps.support.no_cache_reason}). The engine cannot score this model exactly (docs/support.md)")
+        raise ScoringError(
+            f"{caps.full_problem}; and a KV cache is not exact for it either "
+            f"({caps.support.no_cache_reason}). The engine cannot score this model exactly (docs/support.md)"
+        )
 
 
 def _chunked_refusal(model, caps) -> str:
-    return (f"long_pass chunked: {caps.support.no_cache_reason}, so KV-cache chunks would not give what one forward "
-            "of the sequence gives. Way out: --metadata '{\"long_pass\": \"full\"}' (or auto)")
+    return (
+        f"long_pass chunked: {caps.support.no_cache_reason}, so KV-cache chunks would not give what one forward "
+        'of the sequence gives. Way out: --metadata \'{"long_pass": "full"}\' (or auto)'
+    )
 
 
-def choose_long_pass(model, long_pass: str, n_tokens: int, batch: int = 1,
-                     chunk_size: int = DEFAULT_CHUNK_SIZE, keep_cache: bool = False) -> str:
+def choose_long_pass(
+    model, long_pass: str, n_tokens: int, batch: int = 1, chunk_size: int = DEFAULT_CHUNK_SIZE, keep_cache: bool = False
+) -> str:
     """``full`` or ``chunked`` for a pass over ``batch`` sequences of ``n_tokens``: as asked when that is exact
     for the model, else an error; ``auto`` takes ``full`` when its memory estimate (with the KV cache it fills,
     when ``keep_cache``) fits the device, else ``chunked`` where a KV cache is exact, else an error saying how
@@ -197,7 +227,8 @@ def choose_long_pass(model, long_pass: str, n_tokens: int, batch: int = 1,
             f"model type {_model_type(model)!r}: one forward of {batch} x {n_tokens} tokens needs about "
             f"{memory.gib(need)} and {memory.gib(free)} is free on {device}; the model cannot be fed in KV-cache "
             f"chunks exactly ({caps.support.no_cache_reason}). Ways out: a device with more memory, shorter "
-            "sequences, a smaller batch, or --metadata '{\"long_pass\": \"full\"}' to try anyway")
+            'sequences, a smaller batch, or --metadata \'{"long_pass": "full"}\' to try anyway'
+        )
     return "chunked"
 
 
@@ -219,8 +250,12 @@ class ScoringRecord:
             passes.setdefault(what, {})[how] = n
         model = self.model
         dtype = next((str(p.dtype).replace("torch.", "") for p in model.parameters() if p.is_floating_point()), None)
-        return {"passes": passes, "dtype": dtype, "device": str(input_device(model)),
-                **capabilities(model).support.summary()}
+        return {
+            "passes": passes,
+            "dtype": dtype,
+            "device": str(input_device(model)),
+            **capabilities(model).support.summary(),
+        }
 
 
 @contextlib.contextmanager
@@ -278,7 +313,9 @@ def score_long_batch(
         return []
     n = int(seqs[0].numel())
     if any(int(s.numel()) != n for s in seqs):
-        raise ScoringError(f"score_long_batch needs sequences of one length, got {sorted({int(s.numel()) for s in seqs})}")
+        raise ScoringError(
+            f"score_long_batch needs sequences of one length, got {sorted({int(s.numel()) for s in seqs})}"
+        )
     score_from = max(1, int(score_from))
     results = [_unscored(n) for _ in seqs]
     if n < 2 or score_from >= n:
@@ -331,8 +368,10 @@ def _scored_counts(sequences: list[torch.Tensor], n_scored, min_context: int) ->
         raise ValueError(f"{len(counts)} scored-token counts for {len(sequences)} sequences")
     for s, k in zip(sequences, counts):
         if not 1 <= k <= int(s.numel()) - min_context:
-            raise ScoringError(f"cannot score the last {k} tokens of a {int(s.numel())}-token sequence "
-                               f"(at least {min_context} token(s) of context must precede them)")
+            raise ScoringError(
+                f"cannot score the last {k} tokens of a {int(s.numel())}-token sequence "
+                f"(at least {min_context} token(s) of context must precede them)"
+            )
     return counts
 
 
@@ -341,8 +380,11 @@ def _fitting_batch(model, n_tokens: int, batch_size: int) -> int:
     device = input_device(model)
     free = memory.free_bytes(device)
     batch = max(1, int(batch_size))
-    while batch > 1 and free is not None and \
-            memory.full_forward_bytes(model, n_tokens, batch, device.type) > memory.FREE_MEMORY_SHARE * free:
+    while (
+        batch > 1
+        and free is not None
+        and memory.full_forward_bytes(model, n_tokens, batch, device.type) > memory.FREE_MEMORY_SHARE * free
+    ):
         batch //= 2
     return batch
 
@@ -399,8 +441,9 @@ def score_sequence_ends(
                 lps, hits = full_scores(model, ids.to(device), first, width - 1, caps.support)
             else:
                 logits, _ = own_logits(model, ids.to(device), width - first, use_cache=False)
-                rows = [logprob_and_greedy(logits[r, : width - 1 - first], ids[r, first + 1 :])
-                        for r in range(len(batch))]
+                rows = [
+                    logprob_and_greedy(logits[r, : width - 1 - first], ids[r, first + 1 :]) for r in range(len(batch))
+                ]
                 lps, hits = torch.stack([x[0] for x in rows]), torch.stack([x[1] for x in rows])
                 del logits
             for r, i in enumerate(batch):
@@ -430,8 +473,12 @@ def score_truncated(
     jobs = [(i, w) for i, s in enumerate(seqs) for w in truncated_windows(int(s.numel()), trunc_len, stride)]
     if not jobs:
         return results
-    scored = score_sequence_ends(model, [seqs[i][w.start : w.stop] for i, w in jobs],
-                                 [w.stop - w.score_from for _, w in jobs], batch_size=batch_size)
+    scored = score_sequence_ends(
+        model,
+        [seqs[i][w.start : w.stop] for i, w in jobs],
+        [w.stop - w.score_from for _, w in jobs],
+        batch_size=batch_size,
+    )
     for (i, w), window in zip(jobs, scored):
         # target t lives at array index t - 1
         results[i].logprob[w.score_from - 1 : w.stop - 1] = window.logprob
@@ -450,8 +497,15 @@ def _continuation_groups(conts: list[torch.Tensor], batch_size: int) -> list[lis
     return [idx[a : a + batch_size] for _, idx in sorted(by_length.items()) for a in range(0, len(idx), batch_size)]
 
 
-def _read_on_cache(model, cache: KVCache, last_token: torch.Tensor, conts: list[torch.Tensor], counts: list[int],
-                   batch_size: int, device) -> list[TokenLogprobs]:
+def _read_on_cache(
+    model,
+    cache: KVCache,
+    last_token: torch.Tensor,
+    conts: list[torch.Tensor],
+    counts: list[int],
+    batch_size: int,
+    device,
+) -> list[TokenLogprobs]:
     """Each continuation c fed as [last prefix token] + c on top of ``cache`` (equal lengths batched on a
     repeated cache), scored on its last k tokens, then the cache cropped back to the prefix."""
     held = cache.length
@@ -514,8 +568,9 @@ def score_continuations(
     return _score_rung(model, prefix, conts, counts, chunk_size, long_pass, batch_size, None)
 
 
-def _score_rung(model, prefix: torch.Tensor, conts, counts, chunk_size, long_pass, batch_size,
-                cache: KVCache | None) -> list[TokenLogprobs]:
+def _score_rung(
+    model, prefix: torch.Tensor, conts, counts, chunk_size, long_pass, batch_size, cache: KVCache | None
+) -> list[TokenLogprobs]:
     """One prefix's continuations: on a cache of prefix[:-1] (given, or built here) where a KV cache is exact,
     else each prefix + c in a forward of its own."""
     check_model(model, long_pass)
@@ -569,8 +624,9 @@ def score_prefix_ladder(
     for p, conts in rungs:
         p = int(p)
         if not last < p <= int(seq.numel()):
-            raise ScoringError(f"ladder prefix lengths must increase strictly within 1..{int(seq.numel())}; "
-                               f"got {p} after {last}")
+            raise ScoringError(
+                f"ladder prefix lengths must increase strictly within 1..{int(seq.numel())}; got {p} after {last}"
+            )
         cs = [_as_ids(c) for c in conts]
         counts = _scored_counts(cs, [int(c.numel()) for c in cs] if n_scored is None else n_scored, 0)
         plan.append((p, cs, counts))
@@ -580,8 +636,10 @@ def score_prefix_ladder(
     check_model(model, long_pass)
     caps = capabilities(model)
     if not caps.support.kv_cache_exact:
-        return [_score_rung(model, seq[:p], cs, counts, chunk_size, long_pass, batch_size, None) if cs else []
-                for p, cs, counts in plan]
+        return [
+            _score_rung(model, seq[:p], cs, counts, chunk_size, long_pass, batch_size, None) if cs else []
+            for p, cs, counts in plan
+        ]
 
     device = input_device(model)
     p_max = plan[-1][0]

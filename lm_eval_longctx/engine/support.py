@@ -38,31 +38,79 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("Llama-style decoders with RoPE (sliding windows, soft-capping and logit scales included)",
-           ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "phi3", "phimoe", "gemma", "gemma2",
-            "gemma3_text", "cohere", "cohere2", "granite", "olmo", "olmo2", "starcoder2", "stablelm", "smollm3",
-            "exaone4", "deepseek_v3"),
-           ATTENTION, "attention caches only; with a static RoPE type a cached forward equals a full one"),
-    Family("Decoders with learned, rotary or ALiBi positions", ("gpt2", "gpt_bigcode", "gptj", "gpt_neox", "falcon",
-                                                                 "bloom", "mpt", "opt"),
-           ATTENTION, "attention caches only; positions do not depend on the length seen"),
-    Family("State-space and recurrent models", ("mamba", "falcon_mamba", "mamba2", "rwkv", "xlstm"), RECURRENT,
-           "a recurrent state: transformers starts a multi-token chunk from a zero state (Mamba) or takes the "
-           "state under another name (RWKV), and a state cannot be cropped back to a prefix"),
-    Family("Hybrids of attention and state-space or convolution layers",
-           ("jamba", "zamba2", "falcon_h1", "bamba", "granitemoehybrid", "nemotron_h", "lfm2", "qwen3_next",
-            "recurrent_gemma"),
-           HYBRID, "their recurrent layers keep a state that cannot be carried exactly across chunks or cropped"),
+    Family(
+        "Llama-style decoders with RoPE (sliding windows, soft-capping and logit scales included)",
+        (
+            "llama",
+            "mistral",
+            "qwen2",
+            "qwen3",
+            "qwen2_moe",
+            "qwen3_moe",
+            "mixtral",
+            "phi3",
+            "phimoe",
+            "gemma",
+            "gemma2",
+            "gemma3_text",
+            "cohere",
+            "cohere2",
+            "granite",
+            "olmo",
+            "olmo2",
+            "starcoder2",
+            "stablelm",
+            "smollm3",
+            "exaone4",
+            "deepseek_v3",
+        ),
+        ATTENTION,
+        "attention caches only; with a static RoPE type a cached forward equals a full one",
+    ),
+    Family(
+        "Decoders with learned, rotary or ALiBi positions",
+        ("gpt2", "gpt_bigcode", "gptj", "gpt_neox", "falcon", "bloom", "mpt", "opt"),
+        ATTENTION,
+        "attention caches only; positions do not depend on the length seen",
+    ),
+    Family(
+        "State-space and recurrent models",
+        ("mamba", "falcon_mamba", "mamba2", "rwkv", "xlstm"),
+        RECURRENT,
+        "a recurrent state: transformers starts a multi-token chunk from a zero state (Mamba) or takes the "
+        "state under another name (RWKV), and a state cannot be cropped back to a prefix",
+    ),
+    Family(
+        "Hybrids of attention and state-space or convolution layers",
+        (
+            "jamba",
+            "zamba2",
+            "falcon_h1",
+            "bamba",
+            "granitemoehybrid",
+            "nemotron_h",
+            "lfm2",
+            "qwen3_next",
+            "recurrent_gemma",
+        ),
+        HYBRID,
+        "their recurrent layers keep a state that cannot be carried exactly across chunks or cropped",
+    ),
 )
 
 _BY_TYPE = {t: f for f in FAMILIES for t in f.model_types}
 
 # Families whose own forward, in transformers releases before the given one, cannot serve a scorer: refused there.
 VERSION_LIMITS: dict[str, tuple[str, str]] = {
-    "recurrent_gemma": ("5.0", "transformers 4.x keeps RecurrentGemma's recurrent state inside the model across "
-                               "forwards, sized by the first batch, so a forward depends on what ran before it"),
-    "xlstm": ("5.0", "transformers 4.x's xLSTM forward fails on sequences whose length is not a multiple of its "
-                     "chunk size"),
+    "recurrent_gemma": (
+        "5.0",
+        "transformers 4.x keeps RecurrentGemma's recurrent state inside the model across "
+        "forwards, sized by the first batch, so a forward depends on what ran before it",
+    ),
+    "xlstm": (
+        "5.0",
+        "transformers 4.x's xLSTM forward fails on sequences whose length is not a multiple of its chunk size",
+    ),
 }
 
 
@@ -83,8 +131,10 @@ def version_refusal(model_type: str, transformers_version: str | None = None) ->
     minimum, why = VERSION_LIMITS[model_type]
     if _version_tuple(transformers_version) >= _version_tuple(minimum):
         return ""
-    return (f"model type {model_type!r} is refused with transformers {transformers_version}: {why}. Way out: "
-            f"transformers >= {minimum}")
+    return (
+        f"model type {model_type!r} is refused with transformers {transformers_version}: {why}. Way out: "
+        f"transformers >= {minimum}"
+    )
 
 
 def family_of(model_type: str) -> Family | None:
@@ -135,8 +185,13 @@ class ModelSupport:
     refused: str = ""  # why no strategy may score it with this transformers (VERSION_LIMITS), or ""
 
     def summary(self) -> dict:
-        return {"model_type": self.model_type, "family": self.family, "state": self.state,
-                "rope_types": list(self.rope_types), "kv_cache_exact": self.kv_cache_exact}
+        return {
+            "model_type": self.model_type,
+            "family": self.family,
+            "state": self.state,
+            "rope_types": list(self.rope_types),
+            "kv_cache_exact": self.kv_cache_exact,
+        }
 
 
 def describe(model) -> ModelSupport:
@@ -148,19 +203,36 @@ def describe(model) -> ModelSupport:
     ropes = tuple(sorted(rope_types(model)))
     length_dependent = sorted(set(ropes) - STATIC_ROPE_TYPES)
     if family is None:
-        exact, why = False, (f"model type {model_type!r} is not among the families whose KV-cache forward is proven "
-                             "equal to a full forward (docs/support.md)")
+        exact, why = (
+            False,
+            (
+                f"model type {model_type!r} is not among the families whose KV-cache forward is proven "
+                "equal to a full forward (docs/support.md)"
+            ),
+        )
     elif not family.kv_cache_exact:
         exact, why = False, f"model type {model_type!r} ({family.label.lower()}): {family.why}"
     elif length_dependent:
-        exact, why = False, (f"model type {model_type!r} uses length-dependent RoPE ({', '.join(length_dependent)}): "
-                             "its frequencies are chosen from the length of each forward, so keys cached by a "
-                             "shorter forward are rotated differently from one forward of the whole sequence")
+        exact, why = (
+            False,
+            (
+                f"model type {model_type!r} uses length-dependent RoPE ({', '.join(length_dependent)}): "
+                "its frequencies are chosen from the length of each forward, so keys cached by a "
+                "shorter forward are rotated differently from one forward of the whole sequence"
+            ),
+        )
     else:
         exact, why = True, ""
-    return ModelSupport(model_type, family.label if family else "not in the support table",
-                        family.state if family else "unknown", ropes, exact, why,
-                        any("dynamic" in r for r in ropes), version_refusal(model_type))
+    return ModelSupport(
+        model_type,
+        family.label if family else "not in the support table",
+        family.state if family else "unknown",
+        ropes,
+        exact,
+        why,
+        any("dynamic" in r for r in ropes),
+        version_refusal(model_type),
+    )
 
 
 # ------------------------------------------------------------------ the docs' support table
@@ -171,8 +243,7 @@ TABLE_START, TABLE_END = "<!-- support-table -->", "<!-- /support-table -->"
 
 
 def support_table_markdown() -> str:
-    rows = ["| family | model types | long pass | continuations and the prefix ladder | why |",
-            "|---|---|---|---|---|"]
+    rows = ["| family | model types | long pass | continuations and the prefix ladder | why |", "|---|---|---|---|---|"]
     for f in FAMILIES:
         types = ", ".join(f"`{t}`" for t in f.model_types)
         if f.kv_cache_exact:
@@ -180,17 +251,23 @@ def support_table_markdown() -> str:
         else:
             long_pass, conts = "`full` only (`chunked` refused)", "one forward per continuation with its prefix"
         rows.append(f"| {f.label} | {types} | {long_pass} | {conts} | {f.why} |")
-    rows.append("| any family above with a length-dependent RoPE type (`dynamic`, `longrope`, or a type not in "
-                f"{', '.join(f'`{t}`' for t in sorted(STATIC_ROPE_TYPES))}) | e.g. Phi-3-mini-128k, Phi-3.5-MoE, "
-                "Llama with `rope_scaling` `dynamic` | `full` only (`chunked` refused) | one forward per continuation "
-                "with its prefix | frequencies chosen from each forward's length |")
-    rows.append("| any other model type | | `full` only | one forward per continuation with its prefix | not proven "
-                "cache-exact, so no cache is used |")
+    rows.append(
+        "| any family above with a length-dependent RoPE type (`dynamic`, `longrope`, or a type not in "
+        f"{', '.join(f'`{t}`' for t in sorted(STATIC_ROPE_TYPES))}) | e.g. Phi-3-mini-128k, Phi-3.5-MoE, "
+        "Llama with `rope_scaling` `dynamic` | `full` only (`chunked` refused) | one forward per continuation "
+        "with its prefix | frequencies chosen from each forward's length |"
+    )
+    rows.append(
+        "| any other model type | | `full` only | one forward per continuation with its prefix | not proven "
+        "cache-exact, so no cache is used |"
+    )
     for model_type, (minimum, why) in VERSION_LIMITS.items():
         rows.append(f"| `{model_type}` with transformers < {minimum} | `{model_type}` | refused | refused | {why} |")
-    rows.append("| a model whose output head, replayed on its decoder's hidden states, does not give its own logits "
-                "(checked on a probe when first seen), and whose KV cache is not proven exact | | refused before any "
-                "work | refused | no exact way to score it without a [sequence x vocabulary] tensor |")
+    rows.append(
+        "| a model whose output head, replayed on its decoder's hidden states, does not give its own logits "
+        "(checked on a probe when first seen), and whose KV cache is not proven exact | | refused before any "
+        "work | refused | no exact way to score it without a [sequence x vocabulary] tensor |"
+    )
     return "\n".join(rows)
 
 

@@ -86,8 +86,9 @@ def task_configs_dir() -> str:
     try:
         root = resources.files("lm_eval_longctx.task_configs")
     except ModuleNotFoundError:
-        checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                "task_configs")
+        checkout = os.path.join(
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "task_configs"
+        )
         if os.path.isdir(checkout):
             return checkout
         raise
@@ -184,7 +185,8 @@ def reads_task_entry_points(manager_module) -> bool:
     """Whether this lm-eval scans ``lm_eval.tasks`` entry points itself (upstream PR #4015), so that our
     folder would be added twice (every task then overrides itself, with a warning each)."""
     return callable(getattr(manager_module, "discover_plugin_task_paths", None)) or (
-        getattr(manager_module, "TASKS_ENTRY_POINT_GROUP", None) == "lm_eval.tasks")
+        getattr(manager_module, "TASKS_ENTRY_POINT_GROUP", None) == "lm_eval.tasks"
+    )
 
 
 def _remove_finders() -> None:

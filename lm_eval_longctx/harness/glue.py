@@ -103,8 +103,13 @@ def model_identity(lm) -> dict | None:
     name = getattr(config, "_name_or_path", None) or getattr(model, "name_or_path", None)
     identity = None
     if name:
-        identity = {"name": str(name), "class": type(model).__name__, "dtype": str(getattr(model, "dtype", None)),
-                    "max_length": getattr(lm, "max_length", None), "peft": str(getattr(lm, "peft", None) or "")}
+        identity = {
+            "name": str(name),
+            "class": type(model).__name__,
+            "dtype": str(getattr(model, "dtype", None)),
+            "max_length": getattr(lm, "max_length", None),
+            "peft": str(getattr(lm, "peft", None) or ""),
+        }
         from pathlib import Path
 
         if Path(str(name)).is_dir():
@@ -137,8 +142,11 @@ def serve_each(score_one):
 
 register_request_kind(
     "sequence",
-    serve_each(lambda ctx, text, spec: text_scoring.score_text(
-        ctx.model, ctx.tokenizer, text, text_scoring.TextRequest.from_spec(spec), ctx.max_length, ctx.batch_size)),
+    serve_each(
+        lambda ctx, text, spec: text_scoring.score_text(
+            ctx.model, ctx.tokenizer, text, text_scoring.TextRequest.from_spec(spec), ctx.max_length, ctx.batch_size
+        )
+    ),
     scoring.SequenceScores.from_state,
     n_tokens=lambda result: len(result.token_ids),
 )
@@ -155,8 +163,11 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
     db = getattr(getattr(self, "cache_hook", None), "dbdict", None)
     identity = model_identity(self) if db is not None else None
     if db is not None and identity is None:
-        log.warning("--use_cache: the evaluated model's source (hub commit or local folder) is not known, so "
-                    "%s results are neither read from nor written to the cache", REQUEST_TYPE)
+        log.warning(
+            "--use_cache: the evaluated model's source (hub commit or local folder) is not known, so "
+            "%s results are neither read from nor written to the cache",
+            REQUEST_TYPE,
+        )
         db = None
     batch = self.batch_size if isinstance(getattr(self, "batch_size", None), int) else 8
     out: list = [None] * len(requests)
@@ -177,10 +188,15 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
                 continue
         pending.setdefault((str(getattr(req, "task_name", "")), kind), []).append(i)
     # a model the engine cannot score exactly is refused here, before any request is scored
-    for long_pass in sorted({str(requests[i].args[1].get("long_pass", "auto")) for idx in pending.values() for i in idx}):
+    for long_pass in sorted(
+        {str(requests[i].args[1].get("long_pass", "auto")) for idx in pending.values() for i in idx}
+    ):
         scoring.check_model(self.model, long_pass)
-    bar = tqdm(total=sum(map(len, pending.values())), disable=disable_tqdm or self.rank != 0,
-               desc=f"Running {REQUEST_TYPE} requests")
+    bar = tqdm(
+        total=sum(map(len, pending.values())),
+        disable=disable_tqdm or self.rank != 0,
+        desc=f"Running {REQUEST_TYPE} requests",
+    )
     ctx = ScoringContext(self.model, self.tokenizer, self.max_length, batch, bar.update)
     for (task_name, kind), idx in pending.items():
         with scoring.recording(self.model) as record:
@@ -262,8 +278,9 @@ class MetricDeclaration:
 def declare(aggregation: str | Callable, higher_is_better: bool | None) -> MetricDeclaration:
     """A metric declaration from a named aggregation (``mean``, ``token_weighted_perplexity``, ``corpus_ratio``) or
     an aggregation function (a module-level function or a partial of one: it must pickle)."""
-    return MetricDeclaration(aggregation_fn(aggregation) if isinstance(aggregation, str) else aggregation,
-                             higher_is_better)
+    return MetricDeclaration(
+        aggregation_fn(aggregation) if isinstance(aggregation, str) else aggregation, higher_is_better
+    )
 
 
 def perplexity_or_note(note: str):
@@ -368,8 +385,11 @@ def _install_model_creation_hooks(HFLM) -> None:
 
     from .discovery import watch_model_creation
 
-    hf_keys = [k for k, p in inspect.signature(HFLM.__init__).parameters.items()
-               if k != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    hf_keys = [
+        k
+        for k, p in inspect.signature(HFLM.__init__).parameters.items()
+        if k != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
     settings.add_external_keys("hf model_args", hf_keys + ["model"])
     watch_model_creation()
 
@@ -388,7 +408,8 @@ def note_evaluated_model(task_name: str) -> None:
         raise UnsupportedModelError(
             f"{task_name} needs per-token scores ({REQUEST_TYPE} requests), which the {cls.__name__} backend does "
             f"not provide. Use --model {' / '.join(SUPPORTED_MODELS)} (Hugging Face transformers models; under "
-            "`accelerate launch` for several GPUs).")
+            "`accelerate launch` for several GPUs)."
+        )
 
 
 def build_requests_without_request_cache(task, super_build, **kwargs):
@@ -396,8 +417,11 @@ def build_requests_without_request_cache(task, super_build, **kwargs):
     with other settings (K, d, evaluator, ...) would replay stale requests. Ours are cheap to
     build, so they are always rebuilt."""
     if kwargs.get("cache_requests"):
-        log.warning("%s: --cache_requests is ignored for this task (cached requests do not record "
-                    "the task settings); requests are rebuilt", getattr(task.config, "task", "task"))
+        log.warning(
+            "%s: --cache_requests is ignored for this task (cached requests do not record "
+            "the task settings); requests are rebuilt",
+            getattr(task.config, "task", "task"),
+        )
     kwargs["cache_requests"] = False
     kwargs["rewrite_requests_cache"] = False
     return super_build(**kwargs)

@@ -24,7 +24,8 @@ log = logging.getLogger("lm_eval_longctx")
 
 def default_cache_dir() -> Path:
     root = os.environ.get("LM_EVAL_LONGCTX_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "lm_eval_longctx")
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "lm_eval_longctx"
+    )
     return Path(root) / "key_spans"
 
 
@@ -55,8 +56,14 @@ class SpanCache:
 
     @staticmethod
     def key(text: str, settings: dict) -> str:
-        payload = json.dumps({"settings": settings, "text_sha256": hashlib.sha256(text.encode()).hexdigest(),
-                              "algorithm": SPAN_ALGORITHM_VERSION}, sort_keys=True)
+        payload = json.dumps(
+            {
+                "settings": settings,
+                "text_sha256": hashlib.sha256(text.encode()).hexdigest(),
+                "algorithm": SPAN_ALGORITHM_VERSION,
+            },
+            sort_keys=True,
+        )
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def path(self, key: str) -> Path:
@@ -73,8 +80,14 @@ class SpanCache:
                 arrays = {k: z[k] for k in ("spans", "offsets", "lsd", *_OPTIONAL_ARRAYS) if k in z.files}
                 stored_key, checksum = str(z["key"]), str(z["checksum"])
             spans, offsets = arrays["spans"], arrays["offsets"]
-            ok = (stored_key == key and spans.ndim == 2 and spans.shape[1] == 2 and offsets.ndim == 2
-                  and "lsd" in arrays and checksum == _entry_checksum(key, arrays))
+            ok = (
+                stored_key == key
+                and spans.ndim == 2
+                and spans.shape[1] == 2
+                and offsets.ndim == 2
+                and "lsd" in arrays
+                and checksum == _entry_checksum(key, arrays)
+            )
         except Exception as err:  # noqa: BLE001  (any unreadable entry is a miss)
             ok, why = False, f"{type(err).__name__}: {err}"
         else:
@@ -90,12 +103,20 @@ class SpanCache:
     def put(self, key: str, judgement: EvaluatorJudgement, settings: dict) -> None:
         if self.directory is None:
             return
-        arrays = {"spans": np.asarray(judgement.spans, dtype=np.int64).reshape(-1, 2),
-                  "offsets": np.asarray(judgement.offsets, dtype=np.int64).reshape(-1, 2),
-                  "lsd": np.asarray(judgement.lsd, dtype=np.float32)}
-        arrays.update({k: np.asarray(getattr(judgement, k)) for k in _OPTIONAL_ARRAYS
-                       if getattr(judgement, k) is not None})
+        arrays = {
+            "spans": np.asarray(judgement.spans, dtype=np.int64).reshape(-1, 2),
+            "offsets": np.asarray(judgement.offsets, dtype=np.int64).reshape(-1, 2),
+            "lsd": np.asarray(judgement.lsd, dtype=np.float32),
+        }
+        arrays.update(
+            {k: np.asarray(getattr(judgement, k)) for k in _OPTIONAL_ARRAYS if getattr(judgement, k) is not None}
+        )
         buf = io.BytesIO()
-        np.savez(buf, **arrays, key=np.array(key), settings=np.array(json.dumps(settings, sort_keys=True)),
-                 checksum=np.array(_entry_checksum(key, arrays)))
+        np.savez(
+            buf,
+            **arrays,
+            key=np.array(key),
+            settings=np.array(json.dumps(settings, sort_keys=True)),
+            checksum=np.array(_entry_checksum(key, arrays)),
+        )
         atomic_write_bytes(self.path(key), buf.getvalue())

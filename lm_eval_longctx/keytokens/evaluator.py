@@ -54,8 +54,10 @@ class EvaluatorJudgement:
         its last character; tokens before the evaluator's first truncated window weigh 1.
         """
         if self.offsets is None or self.lsd is None:
-            raise ValueError("LongPPL-soft needs the evaluator's per-token LSD; key spans read from "
-                             "files do not carry it (use an evaluator model or 'self')")
+            raise ValueError(
+                "LongPPL-soft needs the evaluator's per-token LSD; key spans read from "
+                "files do not carry it (use an evaluator model or 'self')"
+            )
         w_eval = np.where(np.isnan(self.lsd), 1.0, np.minimum(np.exp(np.nan_to_num(self.lsd, nan=0.0)), gamma))
         starts = self.offsets[:, 0]
         last_char = np.maximum(eval_offsets[1:, 1] - 1, eval_offsets[1:, 0])
@@ -71,16 +73,34 @@ def judge_from_scores(scores: scoring.SequenceScores, alpha: float, beta: float)
     mask = per_token.key_token_mask(scores.long.logprob, scores.short.logprob, alpha, beta)
     spans = spans_to_tokens.key_spans_from_tokens(mask, scores.offsets)
     lsd = per_token.long_short_difference(scores.long.logprob, scores.short.logprob).astype(np.float32)
-    return EvaluatorJudgement(spans, np.asarray(scores.offsets), lsd, np.asarray(scores.long.logprob),
-                              np.asarray(scores.short.logprob), np.asarray(scores.token_ids))
+    return EvaluatorJudgement(
+        spans,
+        np.asarray(scores.offsets),
+        lsd,
+        np.asarray(scores.long.logprob),
+        np.asarray(scores.short.logprob),
+        np.asarray(scores.token_ids),
+    )
 
 
-def evaluator_request(trunc_len: int, stride: int, chunk_size: int = scoring.DEFAULT_CHUNK_SIZE,
-                      window_batch_size: int = 4, long_pass: str = "auto") -> text_scoring.TextRequest:
+def evaluator_request(
+    trunc_len: int,
+    stride: int,
+    chunk_size: int = scoring.DEFAULT_CHUNK_SIZE,
+    window_batch_size: int = 4,
+    long_pass: str = "auto",
+) -> text_scoring.TextRequest:
     """How the evaluator scores a text: with its special tokens (as the reference tokenizes it), offsets, the long
     pass and the truncated windows (K = trunc_len, d = stride); its length is checked by the caller's limit."""
-    return text_scoring.TextRequest(add_special_tokens=True, offsets=True, long_pass=long_pass, chunk_size=chunk_size,
-                                    trunc_len=trunc_len, stride=stride, window_batch_size=window_batch_size)
+    return text_scoring.TextRequest(
+        add_special_tokens=True,
+        offsets=True,
+        long_pass=long_pass,
+        chunk_size=chunk_size,
+        trunc_len=trunc_len,
+        stride=stride,
+        window_batch_size=window_batch_size,
+    )
 
 
 # ---------------------------------------------------------------- evaluator identity and loading
@@ -92,14 +112,14 @@ def evaluator_request(trunc_len: int, stride: int, chunk_size: int = scoring.DEF
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 # files of a checkpoint folder whose bytes make the fingerprint (weights, config, tokenizer)
-_FINGERPRINT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model", ".txt", ".tiktoken",
-                         ".py"}
+_FINGERPRINT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model", ".txt", ".tiktoken", ".py"}
 EVALUATOR_WAYS_OUT = (
     "Ways out: log in with an access token that may read it (`hf auth login`; the default evaluator "
     "meta-llama/Llama-3.1-8B is gated: accept its license on the hub first); name a local folder "
-    "(--metadata '{\"evaluator\": \"/path/to/model\"}'); use precomputed spans (--metadata "
-    "'{\"key_spans_dir\": \"DIR\"}', made by scripts/precompute_key_spans.py); let the evaluated model judge "
-    "itself (--metadata '{\"evaluator\": \"self\"}'); or run the offline demo (lm-eval-longctx demo).")
+    '(--metadata \'{"evaluator": "/path/to/model"}\'); use precomputed spans (--metadata '
+    '\'{"key_spans_dir": "DIR"}\', made by scripts/precompute_key_spans.py); let the evaluated model judge '
+    'itself (--metadata \'{"evaluator": "self"}\'); or run the offline demo (lm-eval-longctx demo).'
+)
 
 
 def _unavailable(name: str, why: str, default: bool) -> errors.ResourceUnavailableError:
@@ -124,8 +144,11 @@ def resolve_hub_commit(repo_id: str, revision: str | None) -> str:
     cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
     if isinstance(cached, str):
         return Path(cached).parent.name  # .../snapshots/<commit>/config.json
-    why = (errors.first_line(online_error) if online_error is not None
-           else "offline (HF_HUB_OFFLINE) and not in the local hub cache")
+    why = (
+        errors.first_line(online_error)
+        if online_error is not None
+        else "offline (HF_HUB_OFFLINE) and not in the local hub cache"
+    )
     raise _unavailable(repo_id, why, repo_id == DEFAULT_EVALUATOR)
 
 
@@ -143,8 +166,13 @@ def folder_fingerprint(path: str | Path, memo_dir: str | Path | None = None) -> 
             memo = {}
     h = hashlib.sha256()
     changed = False
-    for file in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in _FINGERPRINT_SUFFIXES
-                       and not any(part.startswith(".") for part in p.relative_to(root).parts)):
+    for file in sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.suffix in _FINGERPRINT_SUFFIXES
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    ):
         st = file.stat()
         stamp = f"{file}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
         digest = memo.get(stamp)
@@ -168,10 +196,13 @@ def evaluator_identity(name: str, revision: str | None = None, memo_dir: str | P
     "commit"}``: what the evaluator is, exactly."""
     path = Path(str(name)).expanduser()
     if path.is_dir():
-        return {"name": str(name), "source": "local", "path": str(path.resolve()),
-                "files_sha256": folder_fingerprint(path, memo_dir)}
-    return {"name": str(name), "source": "hub", "revision": revision,
-            "commit": resolve_hub_commit(str(name), revision)}
+        return {
+            "name": str(name),
+            "source": "local",
+            "path": str(path.resolve()),
+            "files_sha256": folder_fingerprint(path, memo_dir),
+        }
+    return {"name": str(name), "source": "hub", "revision": revision, "commit": resolve_hub_commit(str(name), revision)}
 
 
 def _load_target(identity: dict) -> tuple[str, str | None]:
@@ -188,8 +219,7 @@ def evaluator_max_length(identity: dict) -> int | None:
     try:
         cfg, _ = PretrainedConfig.get_config_dict(target, revision=revision)
     except Exception as err:  # noqa: BLE001  (any failure to fetch is the same message)
-        raise _unavailable(identity["name"], errors.first_line(err),
-                           identity["name"] == DEFAULT_EVALUATOR) from None
+        raise _unavailable(identity["name"], errors.first_line(err), identity["name"] == DEFAULT_EVALUATOR) from None
     cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
     for key in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
         value = cfg.get(key)
@@ -209,8 +239,10 @@ def parse_max_memory(value) -> dict | None:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as e:
-            raise ValueError(f"evaluator_max_memory must be a JSON object such as '{{\"0\": \"70GiB\", "
-                             f"\"1\": \"70GiB\"}}', got {value!r} ({e})") from None
+            raise ValueError(
+                f'evaluator_max_memory must be a JSON object such as \'{{"0": "70GiB", '
+                f'"1": "70GiB"}}\', got {value!r} ({e})'
+            ) from None
     if not isinstance(value, dict) or not value:
         raise ValueError(f"evaluator_max_memory must be a non-empty map of device -> size, got {value!r}")
     from accelerate.utils import convert_file_size_to_int
@@ -219,18 +251,22 @@ def parse_max_memory(value) -> dict | None:
     for key, size in value.items():
         k = str(key).strip().lower()
         if k.startswith("cuda:"):
-            k = k[len("cuda:"):]
+            k = k[len("cuda:") :]
         if k.isdigit():
             device = int(k)
         elif k == "cpu":
             device = "cpu"
         else:
-            raise ValueError(f"evaluator_max_memory: unknown device {key!r} (use GPU indices such as \"0\" "
-                             "and, for CPU offload, \"cpu\")")
+            raise ValueError(
+                f'evaluator_max_memory: unknown device {key!r} (use GPU indices such as "0" '
+                'and, for CPU offload, "cpu")'
+            )
         try:
             nbytes = int(size) if isinstance(size, int) else convert_file_size_to_int(str(size))
         except (ValueError, TypeError):
-            raise ValueError(f"evaluator_max_memory[{key!r}]: {size!r} is not a size (bytes, or e.g. \"70GiB\")") from None
+            raise ValueError(
+                f'evaluator_max_memory[{key!r}]: {size!r} is not a size (bytes, or e.g. "70GiB")'
+            ) from None
         if isinstance(size, bool) or nbytes <= 0:
             raise ValueError(f"evaluator_max_memory[{key!r}]: {size!r} is not a positive size")
         out[device] = nbytes
@@ -251,8 +287,9 @@ def auto_device_budget(max_memory: dict | None) -> dict:
     if max_memory is not None:
         missing = sorted(k for k in max_memory if isinstance(k, int) and k >= torch.cuda.device_count())
         if missing:
-            raise ValueError(f"evaluator_max_memory names GPU(s) {missing}, but {torch.cuda.device_count()} "
-                             "GPU(s) are visible")
+            raise ValueError(
+                f"evaluator_max_memory names GPU(s) {missing}, but {torch.cuda.device_count()} GPU(s) are visible"
+            )
         return max_memory
     available = get_max_memory()
     gpus = {k: v for k, v in available.items() if isinstance(k, int)}
@@ -270,12 +307,14 @@ def check_placement(name: str, model, budget: dict) -> None:
     if "disk" in placed or ("cpu" in placed and "cpu" not in budget):
         raise ValueError(
             f"the evaluator {name} does not fit in {budget} (layers were sent to {sorted(map(str, placed))}); "
-            "use more GPUs, larger evaluator_max_memory entries, or name \"cpu\" in evaluator_max_memory "
-            "to offload layers to CPU memory")
+            'use more GPUs, larger evaluator_max_memory entries, or name "cpu" in evaluator_max_memory '
+            "to offload layers to CPU memory"
+        )
 
 
-def load_evaluator(identity: dict, *, dtype: str, device: str, max_memory: dict | None = None,
-                   trust_remote_code: bool = False):
+def load_evaluator(
+    identity: dict, *, dtype: str, device: str, max_memory: dict | None = None, trust_remote_code: bool = False
+):
     """The evaluator (model, tokenizer) at exactly ``identity``. ``device="auto"`` shards it with
     transformers' device_map="auto" over the visible GPUs (``max_memory`` as accelerate takes it; a
     ``cpu`` entry allows CPU offload); other devices hold the whole model."""
@@ -289,13 +328,13 @@ def load_evaluator(identity: dict, *, dtype: str, device: str, max_memory: dict 
     try:
         tok = AutoTokenizer.from_pretrained(target, **kwargs)
         if device == "auto":
-            model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype), device_map="auto",
-                                                         max_memory=budget, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(
+                target, dtype=getattr(torch, dtype), device_map="auto", max_memory=budget, **kwargs
+            )
         else:
             model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype), **kwargs).to(device)
     except (OSError, ValueError, ImportError) as err:
-        raise _unavailable(identity["name"], errors.first_line(err),
-                           identity["name"] == DEFAULT_EVALUATOR) from None
+        raise _unavailable(identity["name"], errors.first_line(err), identity["name"] == DEFAULT_EVALUATOR) from None
     if budget is not None:
         check_placement(identity["name"], model, budget)
     return model.eval(), tok

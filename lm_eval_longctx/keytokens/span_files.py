@@ -54,8 +54,9 @@ def read_span_file(path: str | Path, text_length: int | None = None) -> list[Spa
     try:
         content = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
-        raise KeySpanFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected "
-                                 "'[start, end]' pairs joined by ';'") from None
+        raise KeySpanFormatError(
+            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected '[start, end]' pairs joined by ';'"
+        ) from None
     spans = parse_span_text(content, source=str(path))
     check_spans(spans, text_length, str(path))
     return spans
@@ -64,12 +65,15 @@ def read_span_file(path: str | Path, text_length: int | None = None) -> list[Spa
 def check_spans(spans: Sequence[Span], text_length: int | None, source: str) -> None:
     for k, (s, e) in enumerate(spans):
         if k and s < spans[k - 1][0]:
-            raise KeySpanFormatError(f"{source}: item {k} [{s}, {e}] starts before item {k - 1} "
-                                     f"{list(spans[k - 1])}; spans must be sorted by start")
+            raise KeySpanFormatError(
+                f"{source}: item {k} [{s}, {e}] starts before item {k - 1} "
+                f"{list(spans[k - 1])}; spans must be sorted by start"
+            )
         if text_length is not None and e > text_length:
             raise KeySpanFormatError(
                 f"{source}: item {k} [{s}, {e}] ends beyond the document's {text_length} characters: these spans "
-                "were computed for another text (another data selection or decode tokenizer?)")
+                "were computed for another text (another data selection or decode tokenizer?)"
+            )
 
 
 def write_span_file(path: str | Path, spans: Sequence[Span]) -> None:
@@ -105,8 +109,10 @@ def read_manifest(directory: Path) -> dict | None:
     try:
         manifest = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
-        raise KeySpanFormatError(f"{path}: not a JSON manifest ({err}); expected the key_spans.json that "
-                                 "scripts/precompute_key_spans.py writes") from None
+        raise KeySpanFormatError(
+            f"{path}: not a JSON manifest ({err}); expected the key_spans.json that "
+            "scripts/precompute_key_spans.py writes"
+        ) from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise KeySpanFormatError(f"{path}: not a key-span manifest of format {MANIFEST_FORMAT!r}")
     return manifest
@@ -118,13 +124,16 @@ def _check_manifest_texts(directory: Path, manifest: dict, texts: Sequence[str],
     if isinstance(doc_hashes, list) and len(doc_hashes) >= len(texts):
         for i, t in enumerate(texts):
             if doc_hashes[i] != hashlib.sha256(t.encode("utf-8")).hexdigest():
-                raise KeySpanFormatError(f"{directory} was computed for other documents: slice_{i}.txt belongs to "
-                                         f"another text than document {i} (doc_sha256 in {MANIFEST}); its "
-                                         "character spans do not index this text")
+                raise KeySpanFormatError(
+                    f"{directory} was computed for other documents: slice_{i}.txt belongs to "
+                    f"another text than document {i} (doc_sha256 in {MANIFEST}); its "
+                    "character spans do not index this text"
+                )
     elif manifest.get("texts_sha256") and texts_sha256 and manifest["texts_sha256"] != texts_sha256:
         raise KeySpanFormatError(
             f"{directory} was computed for other documents (texts_sha256 {manifest['texts_sha256'][:12]}... vs "
-            f"{texts_sha256[:12]}...): its character spans do not index these texts")
+            f"{texts_sha256[:12]}...): its character spans do not index these texts"
+        )
 
 
 def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str | None = None) -> SpanFolder:
@@ -152,16 +161,20 @@ def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str
         _check_manifest_texts(directory, manifest, texts, texts_sha256)
     spans = [read_span_file(directory / f"slice_{i}.txt", len(t)) for i, t in enumerate(texts)]
     if manifest is None:
-        msg = (f"{directory} has no {MANIFEST}: nothing says which evaluator, K, d, alpha and beta made these "
-               "spans or for which texts, and a changed file cannot be detected. They are used as they are "
-               "(recorded as key_spans_verified: false); scripts/precompute_key_spans.py writes verified folders.")
+        msg = (
+            f"{directory} has no {MANIFEST}: nothing says which evaluator, K, d, alpha and beta made these "
+            "spans or for which texts, and a changed file cannot be detected. They are used as they are "
+            "(recorded as key_spans_verified: false); scripts/precompute_key_spans.py writes verified folders."
+        )
         log.warning(msg)
         warnings.warn(msg, stacklevel=2)
         return SpanFolder(spans, None, False)
     sums = manifest.get("slice_sha256")
     if not isinstance(sums, dict):
-        msg = (f"{directory}/{MANIFEST} records no per-file checksums (written by an older version): a changed "
-               "slice file cannot be detected; recorded as key_spans_verified: false. Precompute the folder again.")
+        msg = (
+            f"{directory}/{MANIFEST} records no per-file checksums (written by an older version): a changed "
+            "slice file cannot be detected; recorded as key_spans_verified: false. Precompute the folder again."
+        )
         log.warning(msg)
         warnings.warn(msg, stacklevel=2)
         return SpanFolder(spans, manifest, False)
@@ -170,12 +183,14 @@ def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str
         if sums.get(name) != file_sha256(directory / name):
             raise KeySpanFormatError(
                 f"{directory / name} does not match the checksum in {MANIFEST}: it was changed or copied in from "
-                "another folder after the spans were computed. Precompute the folder again, or restore the file.")
+                "another folder after the spans were computed. Precompute the folder again, or restore the file."
+            )
     return SpanFolder(spans, manifest, True)
 
 
-def write_span_dir(directory: str | Path, spans: Sequence[Sequence[Span]], texts: Sequence[str],
-                   manifest: dict) -> None:
+def write_span_dir(
+    directory: str | Path, spans: Sequence[Sequence[Span]], texts: Sequence[str], manifest: dict
+) -> None:
     """Write a verified span folder: ``slice_{i}.txt`` per document and ``key_spans.json`` with ``manifest``
     (how the spans were made) plus the format, the number of documents, each text's SHA-256 and each
     file's SHA-256, so that ``read_span_dir`` can tell a changed or foreign file. The caller makes the
@@ -189,6 +204,11 @@ def write_span_dir(directory: str | Path, spans: Sequence[Sequence[Span]], texts
         check_spans(list(doc_spans), len(text), f"document {i}")
         write_span_file(directory / f"slice_{i}.txt", doc_spans)
         sums[f"slice_{i}.txt"] = file_sha256(directory / f"slice_{i}.txt")
-    full = {**manifest, "format": MANIFEST_FORMAT, "n_docs": len(texts),
-            "doc_sha256": [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts], "slice_sha256": sums}
+    full = {
+        **manifest,
+        "format": MANIFEST_FORMAT,
+        "n_docs": len(texts),
+        "doc_sha256": [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts],
+        "slice_sha256": sums,
+    }
     (directory / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True), encoding="utf-8")

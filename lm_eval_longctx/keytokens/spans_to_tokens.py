@@ -18,6 +18,7 @@ import numpy as np
 Span = tuple[int, int]
 log = logging.getLogger("lm_eval_longctx")
 
+
 class KeySpanFormatError(ValueError):
     """A key-span file that is not in the documented format."""
 
@@ -94,8 +95,11 @@ def token_offsets(tokenizer, text: str, add_special_tokens: bool) -> tuple[list[
         enc = None
     if enc is not None and enc.get("offset_mapping") is not None:
         return list(enc["input_ids"]), np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-    ids = list(enc["input_ids"]) if enc is not None else list(
-        tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+    ids = (
+        list(enc["input_ids"])
+        if enc is not None
+        else list(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+    )
     return ids, offsets_by_decoding(tokenizer, ids, text)
 
 
@@ -136,15 +140,16 @@ def offsets_by_decoding(tokenizer, ids: Sequence[int], text: str) -> np.ndarray:
         decoded = decode(([ids[anchor]] if anchor is not None else []) + [ids[j] for j in group])
         if not decoded.startswith(head):
             raise OffsetsError(f"decoding token {i} after token {anchor} changes the earlier token's text")
-        piece = decoded[len(head):]
+        piece = decoded[len(head) :]
         complete, partial = piece, False
         while complete.endswith("\ufffd") and not text.startswith(complete, base):
             complete, partial = complete[:-1], True  # a character the next tokens complete
         if not text.startswith(complete, base):
             raise OffsetsError(
                 f"token {i} decodes to {piece[:40]!r} but the text at character {base} reads "
-                f"{text[base:base + 40]!r}: this tokenizer does not reproduce the text (it normalizes or drops "
-                "characters), so its character offsets cannot be rebuilt exactly")
+                f"{text[base : base + 40]!r}: this tokenizer does not reproduce the text (it normalizes or drops "
+                "characters), so its character offsets cannot be rebuilt exactly"
+            )
         end = base + len(complete)
         start = base if len(group) == 1 else prev_end_complete
         offsets[i] = (start, end + (1 if partial else 0))
@@ -154,6 +159,8 @@ def offsets_by_decoding(tokenizer, ids: Sequence[int], text: str) -> np.ndarray:
     if group:
         raise OffsetsError("the last tokens end inside a character: the token ids do not decode to the text")
     if base != len(text):
-        raise OffsetsError(f"the tokens decode to the first {base} of {len(text)} characters only: this "
-                           "tokenizer does not reproduce the text, so its offsets cannot be rebuilt exactly")
+        raise OffsetsError(
+            f"the tokens decode to the first {base} of {len(text)} characters only: this "
+            "tokenizer does not reproduce the text, so its offsets cannot be rebuilt exactly"
+        )
     return offsets

@@ -15,8 +15,10 @@ import numpy as np
 from ..engine import scoring
 from . import spans_to_tokens
 
-MODEL_WAYS_OUT = ("Raise --model_args max_length=N if the model supports it, or pass --metadata "
-                  "'{\"allow_beyond_max_length\": true}' to score it anyway.")
+MODEL_WAYS_OUT = (
+    "Raise --model_args max_length=N if the model supports it, or pass --metadata "
+    "'{\"allow_beyond_max_length\": true}' to score it anyway."
+)
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,13 @@ class TextRequest:
         return cls(**{k: v for k, v in spec.items() if k in names})
 
 
-def check_length(n_tokens: int, max_length: int | None, allow_beyond: bool, evaluator: str | None = None,
-                 ways_out: str = MODEL_WAYS_OUT) -> None:
+def check_length(
+    n_tokens: int,
+    max_length: int | None,
+    allow_beyond: bool,
+    evaluator: str | None = None,
+    ways_out: str = MODEL_WAYS_OUT,
+) -> None:
     """A sequence longer than the model's maximum is an error unless allowed: it would be scored beyond the
     positions the model was built for. ``evaluator`` names the key-token evaluator when it is the one judging."""
     if not max_length or n_tokens <= max_length or allow_beyond:
@@ -63,10 +70,12 @@ def check_length(n_tokens: int, max_length: int | None, allow_beyond: bool, eval
         raise scoring.ScoringError(
             f"the key-token evaluator {evaluator} would judge a {n_tokens}-token text, longer than its maximum length "
             f"{max_length}; its judgement beyond that is not what it was built for. Use an evaluator with a longer "
-            "context, shorter documents (max_tokens), or pass --metadata '{\"allow_beyond_max_length\": true}'.")
+            "context, shorter documents (max_tokens), or pass --metadata '{\"allow_beyond_max_length\": true}'."
+        )
     raise scoring.ScoringError(
         f"a {n_tokens}-token sequence is longer than the model's maximum length {max_length}; it would be scored "
-        f"beyond the positions the model was built for. {ways_out}")
+        f"beyond the positions the model was built for. {ways_out}"
+    )
 
 
 def tokenize(tokenizer, text: str, request: TextRequest) -> tuple[list[int], np.ndarray | None]:
@@ -85,22 +94,37 @@ def first_token_after(offsets: np.ndarray, char: int) -> int:
     return int(inside[0])
 
 
-def score_tokens(model, ids: list[int], offsets: np.ndarray | None, request: TextRequest,
-                 batch_size: int = scoring.DEFAULT_BATCH_SIZE) -> scoring.SequenceScores:
+def score_tokens(
+    model,
+    ids: list[int],
+    offsets: np.ndarray | None,
+    request: TextRequest,
+    batch_size: int = scoring.DEFAULT_BATCH_SIZE,
+) -> scoring.SequenceScores:
     """The long pass and, when asked, the truncated windows over tokenized text (its length already checked)."""
-    long = scoring.score_long(model, ids, chunk_size=request.chunk_size, score_from=request.score_from,
-                             long_pass=request.long_pass)
+    long = scoring.score_long(
+        model, ids, chunk_size=request.chunk_size, score_from=request.score_from, long_pass=request.long_pass
+    )
     short = None
     if request.truncated:
         windows = request.window_batch_size or batch_size
         short = scoring.with_batch_backoff(
             lambda bs: scoring.score_truncated(model, [ids], request.trunc_len, request.stride, batch_size=bs)[0],
-            windows, "the truncated pass (windows)")
+            windows,
+            "the truncated pass (windows)",
+        )
     return scoring.SequenceScores(np.asarray(ids, dtype=np.int64), offsets if request.offsets else None, long, short)
 
 
-def score_text(model, tokenizer, text: str, request: TextRequest, max_length: int | None,
-               batch_size: int = scoring.DEFAULT_BATCH_SIZE, evaluator: str | None = None) -> scoring.SequenceScores:
+def score_text(
+    model,
+    tokenizer,
+    text: str,
+    request: TextRequest,
+    max_length: int | None,
+    batch_size: int = scoring.DEFAULT_BATCH_SIZE,
+    evaluator: str | None = None,
+) -> scoring.SequenceScores:
     """Tokenize ``text``, check its length, score it as ``request`` says."""
     ids, offsets = tokenize(tokenizer, text, request)
     check_length(len(ids), max_length, request.allow_beyond_max_length, evaluator)

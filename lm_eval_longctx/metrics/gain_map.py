@@ -18,7 +18,6 @@ from . import per_token
 log = logging.getLogger("lm_eval_longctx")
 
 
-
 def cell_metric(length: int, depth: int, width: int = 5, depth_width: int = 2) -> str:
     return f"gain@L{int(length):0{width}d}_d{int(depth):0{depth_width}d}"
 
@@ -36,15 +35,22 @@ def cell_gains(with_logprob, without_logprob) -> np.ndarray:
     w = np.asarray(with_logprob, dtype=np.float64)
     wo = np.asarray(without_logprob, dtype=np.float64)
     if w.shape != wo.shape or w.ndim != 4 or w.shape[-1] == 0:
-        raise ValueError(f"expected two [lengths, depths, anchors, answer_tokens] arrays of one shape, "
-                         f"got {w.shape} and {wo.shape}")
+        raise ValueError(
+            f"expected two [lengths, depths, anchors, answer_tokens] arrays of one shape, got {w.shape} and {wo.shape}"
+        )
     if not (np.all(np.isfinite(w)) and np.all(np.isfinite(wo))):
         raise ValueError("answer log-probs must be finite")
     return (w.mean(axis=-1) - wo.mean(axis=-1)).mean(axis=-1)  # -wo - (-w), per anchor, then over anchors
 
 
-def effective_length(lengths, mean_gain, fraction: float | None = None, threshold: float | None = None,
-                     rule: str = "contiguous", base_minimum: float = 0.0) -> int:
+def effective_length(
+    lengths,
+    mean_gain,
+    fraction: float | None = None,
+    threshold: float | None = None,
+    rule: str = "contiguous",
+    base_minimum: float = 0.0,
+) -> int:
     """The effective context length of a mean-gain-per-length curve (lengths ascending; 0: none).
 
     Relative (``fraction``): L passes when gain(L) > fraction * gain(L_min), L_min the shortest
@@ -78,11 +84,11 @@ def _mean_curve(items) -> np.ndarray:
     return arr.mean(axis=0)
 
 
-def effective_length_from_docs(items, lengths=(), fraction: float = 0.5, rule: str = "contiguous",
-                               base_minimum: float = 0.0) -> float:
+def effective_length_from_docs(
+    items, lengths=(), fraction: float = 0.5, rule: str = "contiguous", base_minimum: float = 0.0
+) -> float:
     """Aggregation over per-document gain-per-length tuples: the relative effective length of their mean."""
-    return float(effective_length(lengths, _mean_curve(items), fraction=fraction, rule=rule,
-                                  base_minimum=base_minimum))
+    return float(effective_length(lengths, _mean_curve(items), fraction=fraction, rule=rule, base_minimum=base_minimum))
 
 
 def effective_length_abs_from_docs(items, lengths=(), threshold: float = 0.1, rule: str = "contiguous") -> float:

@@ -114,7 +114,9 @@ def forgetting_curve_by_length(lengths, copy_acc, lm_acc) -> dict[str, np.ndarra
     copy_acc = np.asarray(copy_acc, dtype=np.float64)
     lm_acc = np.asarray(lm_acc, dtype=np.float64)
     if not (lengths.shape == copy_acc.shape == lm_acc.shape) or lengths.ndim != 1:
-        raise ValueError(f"expected three 1-D arrays of one shape, got {lengths.shape}, {copy_acc.shape}, {lm_acc.shape}")
+        raise ValueError(
+            f"expected three 1-D arrays of one shape, got {lengths.shape}, {copy_acc.shape}, {lm_acc.shape}"
+        )
     grid = np.unique(lengths)
     out = {k: np.full(len(grid), np.nan) for k in ("copy_mean", "copy_std", "lm_mean", "lm_std")}
     out["length"] = grid
@@ -209,7 +211,9 @@ def skipped_lengths_text(items) -> str:
             by_reason.setdefault(str(reason), set()).add(int(length))
     if not by_reason:
         return "none"
-    return "; ".join(f"{', '.join(map(str, sorted(lengths)))}: {reason}" for reason, lengths in sorted(by_reason.items()))
+    return "; ".join(
+        f"{', '.join(map(str, sorted(lengths)))}: {reason}" for reason, lengths in sorted(by_reason.items())
+    )
 
 
 def n_failed_lengths_from_samples(items) -> float:

@@ -86,9 +86,16 @@ def bootstrap_spearman_ci(x, y, n_resamples: int = 5000, level: float = 0.95, se
     rho = _row_spearman(x[idx], y[idx])
     ok = rho[np.isfinite(rho)]
     alpha = (1 - level) / 2
-    low, high = (np.quantile(ok, [alpha, 1 - alpha]) if len(ok) else (float("nan"), float("nan")))
-    return {"low": float(low), "high": float(high), "level": level, "n_resamples": n_resamples, "seed": seed,
-            "n_degenerate": int(n_resamples - len(ok)), "method": "percentile bootstrap over models"}
+    low, high = np.quantile(ok, [alpha, 1 - alpha]) if len(ok) else (float("nan"), float("nan"))
+    return {
+        "low": float(low),
+        "high": float(high),
+        "level": level,
+        "n_resamples": n_resamples,
+        "seed": seed,
+        "n_degenerate": int(n_resamples - len(ok)),
+        "method": "percentile bootstrap over models",
+    }
 
 
 EXACT_PERMUTATION_MAX_N = 9  # 9! = 362880 pairings: exact enumeration; above, Monte Carlo (seeded)
@@ -127,8 +134,10 @@ def permutation_test(x, y, statistic: str = "pearson", seed: int = 0) -> dict:
         b = min(5000, MC_PERMUTATIONS - start)
         idx = rng.permuted(np.tile(np.arange(n), (b, 1)), axis=1)
         hits += int(np.sum(np.abs(_row_pearson(x[None], y[idx])) >= threshold))
-    return {"p": (1 + hits) / (1 + MC_PERMUTATIONS),
-            "method": f"Monte Carlo permutation ({MC_PERMUTATIONS} permutations, seed {seed})"}
+    return {
+        "p": (1 + hits) / (1 + MC_PERMUTATIONS),
+        "method": f"Monte Carlo permutation ({MC_PERMUTATIONS} permutations, seed {seed})",
+    }
 
 
 def correlate(scores: dict, benchmark: dict, n_resamples: int = 5000, seed: int = 0, level: float = 0.95) -> dict:
@@ -162,17 +171,31 @@ def correlate(scores: dict, benchmark: dict, n_resamples: int = 5000, seed: int 
     return {
         "n_models": n,
         "models": models,
-        "pearson": {"r": float(pr.statistic), "p": pp["p"], "p_method": pp["method"], "n": n,
-                    "p_asymptotic": float(pr.pvalue)},
-        "spearman": {"rho": float(sr.statistic), "p": sp["p"], "p_method": sp["method"], "n": n,
-                     "p_asymptotic": float(sr.pvalue)},
+        "pearson": {
+            "r": float(pr.statistic),
+            "p": pp["p"],
+            "p_method": pp["method"],
+            "n": n,
+            "p_asymptotic": float(pr.pvalue),
+        },
+        "spearman": {
+            "rho": float(sr.statistic),
+            "p": sp["p"],
+            "p_method": sp["method"],
+            "n": n,
+            "p_asymptotic": float(sr.pvalue),
+        },
         "skipped_spearman": {
-            "rho": sk_rho, "p": skp["p"], "p_method": skp["method"], "n": n_kept, "n_removed": int(out_mask.sum()),
+            "rho": sk_rho,
+            "p": skp["p"],
+            "p_method": skp["method"],
+            "n": n_kept,
+            "n_removed": int(out_mask.sum()),
             "removed": [m for m, o in zip(models, out_mask) if o],
             "method": "Wilcox skipped correlation: bivariate outliers removed by the projection method (centre = "
-                      "marginal medians of the robustly standardised scores; on each projection, flag distances > "
-                      "median + sqrt(chi2_0.975,2) x ideal-fourths IQR), then Spearman on the rest; p is the "
-                      "permutation p of the kept points (not Wilcox's adjusted test, which accounts for the removal)",
+            "marginal medians of the robustly standardised scores; on each projection, flag distances > "
+            "median + sqrt(chi2_0.975,2) x ideal-fourths IQR), then Spearman on the rest; p is the "
+            "permutation p of the kept points (not Wilcox's adjusted test, which accounts for the removal)",
         },
         "spearman_bootstrap_ci": ci,
         "scores": {m: [float(a), float(b)] for m, a, b in zip(models, x, y)},
@@ -211,8 +234,9 @@ def read_score_csv(path, column: str | None = None, model_column: str = "model")
         if not model:
             raise UnusableInput(f"{p}:{line}: empty {model_column!r}")
         if model in seen:
-            raise UnusableInput(f"{p}:{line}: model {model!r} is listed twice (also on line {seen[model]}); "
-                                "which score is meant?")
+            raise UnusableInput(
+                f"{p}:{line}: model {model!r} is listed twice (also on line {seen[model]}); which score is meant?"
+            )
         seen[model] = line
         v = (r[column] or "").strip()
         if v == "":

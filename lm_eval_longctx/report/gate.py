@@ -160,8 +160,9 @@ NOT_NUMERIC_SETTINGS = ("export_tokens", "runtime")
 
 
 def _recorded(flat: dict, prefix: str) -> dict:
-    return {k: v for k, v in flat.items()
-            if (k == prefix or k.startswith(prefix + ".")) and v not in (None, "", {}, [])}
+    return {
+        k: v for k, v in flat.items() if (k == prefix or k.startswith(prefix + ".")) and v not in (None, "", {}, [])
+    }
 
 
 def identified_by_content(key: str, a: dict, b: dict | None = None) -> bool:
@@ -193,8 +194,11 @@ def settings_differences(run: Run, base: Run, tasks, ignore=()) -> dict[str, lis
     diffs = {}
     for task in tasks:
         a, b = flatten(run.settings.get(task) or {}), flatten(base.settings.get(task) or {})
-        keys = [k for k in sorted(set(a) | set(b))
-                if not ignored(k) and a.get(k, KeyError) != b.get(k, KeyError) and not identified_by_content(k, a, b)]
+        keys = [
+            k
+            for k in sorted(set(a) | set(b))
+            if not ignored(k) and a.get(k, KeyError) != b.get(k, KeyError) and not identified_by_content(k, a, b)
+        ]
         if run.versions.get(task) != base.versions.get(task):
             keys.append("<task version>")
         if run.n_samples.get(task) != base.n_samples.get(task):
@@ -241,16 +245,20 @@ class GateReport:
         verdict = f"**FAIL**: {n_reg} metric(s) regressed" if n_reg else "**PASS**: no metric regressed"
         level = pairing.level_for_z(self.z)
         lines = [
-            f"### Regression gate: `{self.run_model}` vs baseline `{self.baseline_model}`", "",
+            f"### Regression gate: `{self.run_model}` vs baseline `{self.baseline_model}`",
+            "",
             f"{verdict}. Regressed: *paired* rows, the whole {level:.1%} CI of the change (bootstrap over the same "
             f"documents of both runs, {self.n_resamples} resamples, seed {self.seed}) is worse than the baseline by "
             f"more than the tolerance; *unpaired* rows, the change is worse by more than the tolerance and by more "
-            f"than z={self.z:g} x sqrt(se_run² + se_base²).", "",
+            f"than z={self.z:g} x sqrt(se_run² + se_base²).",
+            "",
             "| metric | baseline | current | change | tolerance | test | CI of change / z x stderr | status |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in self.rows:
-            arrow = " (higher better)" if r.higher_is_better else " (lower better)" if r.higher_is_better is False else ""
+            arrow = (
+                " (higher better)" if r.higher_is_better else " (lower better)" if r.higher_is_better is False else ""
+            )
             current, baseline, ci = r.current, r.baseline, r.ci
             delta = current - baseline if current is not None and baseline is not None else None
             change = f"{delta:+.4g}" if delta is not None and math.isfinite(delta) else ""
@@ -261,8 +269,10 @@ class GateReport:
                 test, band = "unpaired" + (f" ({r.note})" if r.note else ""), f"±{r.noise:.4g}"
             else:
                 test, band = "—", ""
-            lines.append(f"| `{r.metric}`{arrow} | {format_number(r.baseline, r.baseline_se)} | {format_number(r.current, r.current_se)} "
-                         f"| {change} | {r.tolerance:.4g} | {test} | {band} | {mark} |")
+            lines.append(
+                f"| `{r.metric}`{arrow} | {format_number(r.baseline, r.baseline_se)} | {format_number(r.current, r.current_se)} "
+                f"| {change} | {r.tolerance:.4g} | {test} | {band} | {mark} |"
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -319,10 +329,10 @@ def _paired_test(name, c: Metric, b: Metric, hib: bool, samples, run: Run, confi
     if strata is not None:
         smallest = int(np.unique(strata, return_counts=True)[1].min())
         if smallest < pairing.MIN_STRATUM_DOCS:
-            return None, (f"{smallest} samples at some length: the paired bootstrap needs "
-                          f"{pairing.MIN_STRATUM_DOCS} per length")
-    res = pairing.paired_bootstrap(xr, xb, fn, hib, config.z, config.n_resamples, config.seed, name, agg,
-                                   strata=strata)
+            return None, (
+                f"{smallest} samples at some length: the paired bootstrap needs {pairing.MIN_STRATUM_DOCS} per length"
+            )
+    res = pairing.paired_bootstrap(xr, xb, fn, hib, config.z, config.n_resamples, config.seed, name, agg, strata=strata)
     if not (math.isfinite(res.low) and math.isfinite(res.high)):
         return None, f"metric undefined on {res.n_degenerate} of {res.n_resamples} resamples"
     return res, None
@@ -352,17 +362,21 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
             if m is None:
                 continue
             if m.invalid is not None:
-                raise UnusableInput(f"{name}: the {who}'s value is {m.invalid}, not a number "
-                                    f"({r.sources.get(split_name(name)[0], '')})")
+                raise UnusableInput(
+                    f"{name}: the {who}'s value is {m.invalid}, not a number ({r.sources.get(split_name(name)[0], '')})"
+                )
             if not math.isfinite(m.value) and name not in new:  # a new metric is shown, not compared
-                raise UnusableInput(f"{name}: the {who}'s value is {m.value}, not a finite number "
-                                    f"({r.sources.get(split_name(name)[0], '')})")
+                raise UnusableInput(
+                    f"{name}: the {who}'s value is {m.value}, not a finite number "
+                    f"({r.sources.get(split_name(name)[0], '')})"
+                )
     tasks = sorted({split_name(m)[0] for m in names})
     diffs = settings_differences(run, base, tasks, config.ignore_settings)
     if diffs:
         detail = "; ".join(f"{t}: {', '.join(keys)}" for t, keys in diffs.items())
-        raise UnusableInput(f"settings that change the metrics' meaning differ between run and baseline "
-                            f"(refusing to compare): {detail}")
+        raise UnusableInput(
+            f"settings that change the metrics' meaning differ between run and baseline (refusing to compare): {detail}"
+        )
     samples = {}
     if config.paired:
         for task in tasks:
@@ -372,7 +386,11 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
         b, c = base.metrics[name], run.metrics[name]
         tol_cfg = config.tolerance(name)
         hib = c.higher_is_better if c.higher_is_better is not None else b.higher_is_better
-        if c.higher_is_better is not None and b.higher_is_better is not None and c.higher_is_better != b.higher_is_better:
+        if (
+            c.higher_is_better is not None
+            and b.higher_is_better is not None
+            and c.higher_is_better != b.higher_is_better
+        ):
             raise UnusableInput(f"{name}: higher_is_better differs between run and baseline")
         if "higher_is_better" in tol_cfg:
             hib = tol_cfg["higher_is_better"]
@@ -381,12 +399,18 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
         row = GateRow(name, b.value, b.stderr, c.value, c.stderr, hib, tolerance, noise, "not gated")
         if hib is not None and not tol_cfg.get("skip"):
             worse = (b.value - c.value) if hib else (c.value - b.value)
-            res, why = (None, "paired test turned off") if not config.paired else _paired_test(
-                name, c, b, hib, samples[split_name(name)[0]], run, config)
+            res, why = (
+                (None, "paired test turned off")
+                if not config.paired
+                else _paired_test(name, c, b, hib, samples[split_name(name)[0]], run, config)
+            )
             if res is not None:
                 # the CI of worse, as a CI of the change (run - baseline) for the table
-                row.test, row.note = "paired", f"{res.n_docs} docs, {res.aggregation}" + (
-                    f", {res.n_degenerate} resamples undefined, dropped" if res.n_degenerate else "")
+                row.test, row.note = (
+                    "paired",
+                    f"{res.n_docs} docs, {res.aggregation}"
+                    + (f", {res.n_degenerate} resamples undefined, dropped" if res.n_degenerate else ""),
+                )
                 row.ci = (-res.high, -res.low) if hib else (res.low, res.high)
                 regressed, improved = res.low > tolerance, res.high < -tolerance
             else:
@@ -404,5 +428,3 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
 
 
 # ----------------------------------------------------------------------------------------------- leaderboard
-
-

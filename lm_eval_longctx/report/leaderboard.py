@@ -19,8 +19,11 @@ def settings_signature(data: dict, task: str) -> dict:
     cfg = (data.get("configs") or {}).get(task) or {}
     s = (cfg.get("metadata") or {}).get("longctx_settings") if isinstance(cfg, dict) else None
     flat = flatten(s) if isinstance(s, dict) else {}
-    sig = {k: v for k, v in flat.items() if not identified_by_content(k, flat)
-           and not any(k == i or k.startswith(i + ".") for i in NOT_NUMERIC_SETTINGS)}
+    sig = {
+        k: v
+        for k, v in flat.items()
+        if not identified_by_content(k, flat) and not any(k == i or k.startswith(i + ".") for i in NOT_NUMERIC_SETTINGS)
+    }
     sig["<task version>"] = (data.get("versions") or {}).get(task)
     ns = (data.get("n-samples") or {}).get(task)
     sig["<n-samples effective>"] = ns.get("effective") if isinstance(ns, dict) else None
@@ -54,7 +57,9 @@ class Leaderboard:
             for m in self.metrics:
                 cell = row.cells.get(m)
                 # missing: empty; NaN: "nan" (what the run reported)
-                out += ["", ""] if cell is None else [repr(cell.value), "" if cell.stderr is None else repr(cell.stderr)]
+                out += (
+                    ["", ""] if cell is None else [repr(cell.value), "" if cell.stderr is None else repr(cell.stderr)]
+                )
             w.writerow(out)
         return buf.getvalue()
 
@@ -63,8 +68,10 @@ class Leaderboard:
             hib = next((r.cells[m].higher_is_better for r in self.rows if m in r.cells), None)
             return f"{m} {'↑' if hib else '↓' if hib is False else ''}".strip()
 
-        lines = ["| model | " + " | ".join(head(m) for m in self.metrics) + " |",
-                 "|---" * (len(self.metrics) + 1) + "|"]
+        lines = [
+            "| model | " + " | ".join(head(m) for m in self.metrics) + " |",
+            "|---" * (len(self.metrics) + 1) + "|",
+        ]
         for row in self.rows:
             vals = [format_number(c.value, c.stderr) if (c := row.cells.get(m)) else "missing" for m in self.metrics]
             lines.append(f"| {row.label} | " + " | ".join(vals) + " |")
@@ -81,8 +88,15 @@ def _label(model: str, row_settings: dict, others: list[dict]) -> str:
     parts = []
     for task in sorted(row_settings):
         sig = row_settings[task]
-        keys = sorted({k for o in others if task in o for k in set(sig) | set(o[task])
-                       if sig.get(k, KeyError) != o[task].get(k, KeyError)})
+        keys = sorted(
+            {
+                k
+                for o in others
+                if task in o
+                for k in set(sig) | set(o[task])
+                if sig.get(k, KeyError) != o[task].get(k, KeyError)
+            }
+        )
         for k in keys:
             v = sig.get(k, "absent")
             v = v if isinstance(v, (int, float, bool)) or v is None else str(v)
@@ -116,8 +130,9 @@ def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False) -> Le
         if not tasks:
             continue
         sigs = {t: settings_signature(data, t) for t in tasks}
-        target = next((r for r in rows if r.model == model
-                       and all(r.settings.get(t, sigs[t]) == sigs[t] for t in tasks)), None)
+        target = next(
+            (r for r in rows if r.model == model and all(r.settings.get(t, sigs[t]) == sigs[t] for t in tasks)), None
+        )
         if target is None:
             target = BoardRow(model, model, {}, {}, [])
             rows.append(target)
@@ -131,9 +146,11 @@ def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False) -> Le
     for row in rows:
         others = [r.settings for r in rows if r.model == row.model and r is not row]
         if others and one_row_per_model:
-            raise UnusableInput(f"model {row.model!r} has results under different settings "
-                                f"({_label(row.model, row.settings, others)} in {', '.join(row.sources)}); "
-                                "one row per model would merge them")
+            raise UnusableInput(
+                f"model {row.model!r} has results under different settings "
+                f"({_label(row.model, row.settings, others)} in {', '.join(row.sources)}); "
+                "one row per model would merge them"
+            )
         row.label = _label(row.model, row.settings, others)
     labels = [r.label for r in rows]
     dup = sorted({x for x in labels if labels.count(x) > 1})
@@ -143,4 +160,3 @@ def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False) -> Le
 
 
 # ----------------------------------------------------------------------------------------------- correlation
-

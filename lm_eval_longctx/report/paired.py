@@ -44,8 +44,19 @@ MIN_PAIRED_DOCS = 10
 MIN_STRATUM_DOCS = 5  # per tested length, for the forgetting curve's memory lengths (resampled within lengths)
 _BLOCK = 1000  # resamples drawn at a time (bounds memory for many documents)
 # the fields lm-eval writes in every samples line; the others are the task's per-document metric values
-SAMPLE_FIELDS = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics", "doc_hash",
-                 "prompt_hash", "target_hash"}
+SAMPLE_FIELDS = {
+    "doc_id",
+    "doc",
+    "target",
+    "arguments",
+    "resps",
+    "filtered_resps",
+    "filter",
+    "metrics",
+    "doc_hash",
+    "prompt_hash",
+    "target_hash",
+}
 
 
 class SamplesError(ValueError):
@@ -125,12 +136,14 @@ def check_same_documents(task: str, run: TaskSamples, base: TaskSamples) -> None
         raise SamplesError(
             f"{task}: the run and the baseline scored different documents (doc_ids only in the run: "
             f"{[d for _, d in only_run]}, only in the baseline: {[d for _, d in only_base]}; "
-            f"{run.path.name} vs {base.path.name})")
+            f"{run.path.name} vs {base.path.name})"
+        )
     diff = sorted(k for k in a if run.docs[k][0] != base.docs[k][0])
     if diff:
         raise SamplesError(
             f"{task}: {len(diff)} document(s) differ between the run and the baseline (same doc_id, other doc_hash: "
-            f"doc_ids {[d for _, d in diff[:10]]}); {run.path} vs {base.path}")
+            f"doc_ids {[d for _, d in diff[:10]]}); {run.path} vs {base.path}"
+        )
 
 
 # ------------------------------------------------------------------------------------ aggregations
@@ -164,7 +177,11 @@ def _length_blocks(x):
     (what :func:`paired_bootstrap` draws with ``strata``): the tested lengths and each one's column slice; else
     None."""
     first = x[0, :, 0]
-    if len(first) == 0 or np.any(np.diff(first) < 0) or not np.array_equal(x[:, :, 0], np.broadcast_to(first, x.shape[:2])):
+    if (
+        len(first) == 0
+        or np.any(np.diff(first) < 0)
+        or not np.array_equal(x[:, :, 0], np.broadcast_to(first, x.shape[:2]))
+    ):
         return None
     grid, starts = np.unique(first, return_index=True)
     ends = np.append(starts[1:], len(first))
@@ -244,6 +261,7 @@ def candidate_aggregations(metric: str, width: int, settings: dict) -> dict:
 
 def as_array(values: list):
     """Per-document values as a float array (docs,) or (docs, k); None when they are not all numbers of one shape."""
+
     def ok(v):
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -299,8 +317,18 @@ def _draw(rng, n: int, b: int, strata):
     return idx
 
 
-def paired_bootstrap(run_x, base_x, fn, higher_is_better: bool, z: float, n_resamples: int = DEFAULT_N_RESAMPLES,
-                     seed: int = DEFAULT_SEED, name: str = "", aggregation: str = "", strata=None) -> PairedResult:
+def paired_bootstrap(
+    run_x,
+    base_x,
+    fn,
+    higher_is_better: bool,
+    z: float,
+    n_resamples: int = DEFAULT_N_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    name: str = "",
+    aggregation: str = "",
+    strata=None,
+) -> PairedResult:
     """Percentile CI of the change in the corpus metric, resampling documents with replacement and recomputing
     the metric of both runs on the same resample (the pairing). ``name`` salts the seed so that each metric has
     its own reproducible stream whatever the order of the metrics. ``strata``: one label per document; documents

@@ -86,7 +86,7 @@ class Run:
 
 
 def split_name(name: str) -> tuple[str, str, str]:
-    """"task/metric[,filter]" -> (task, metric, filter)."""
+    """ "task/metric[,filter]" -> (task, metric, filter)."""
     task, rest = name.split("/", 1)
     metric, _, filt = rest.partition(",")
     return task, metric, filt or "none"
@@ -178,14 +178,17 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
             if se_raw is not None and se_raw != "N/A":
                 se = _number(se_raw)
                 if se is None or se < 0:
-                    raise UnusableInput(f"{source}: results.{task}.{se_key} is {json.dumps(se_raw)}, not a stderr "
-                                        f"(a number >= 0 or \"N/A\")")
+                    raise UnusableInput(
+                        f"{source}: results.{task}.{se_key} is {json.dumps(se_raw)}, not a stderr "
+                        f'(a number >= 0 or "N/A")'
+                    )
                 if not math.isfinite(se):
                     se = None  # lm-eval's bootstrap can give NaN on tiny samples: no estimate, as "N/A"
             direction = hib.get(metric)
             if direction is not None and not isinstance(direction, bool):
-                raise UnusableInput(f"{source}: higher_is_better.{task}.{metric} is {json.dumps(direction)}, "
-                                    "not true, false or null")
+                raise UnusableInput(
+                    f"{source}: higher_is_better.{task}.{metric} is {json.dumps(direction)}, not true, false or null"
+                )
             name = f"{task}/{metric}" if filt == "none" else f"{task}/{metric},{filt}"
             out[name] = Metric(float("nan") if value is None else value, se, direction, invalid)
     return out
@@ -214,8 +217,9 @@ def load_run(path) -> Run:
     named = {k: v for k, v in names.items() if k}
     if len(named) > 1:
         detail = "; ".join(f"{m!r} in {', '.join(fs[:3])}{' ...' if len(fs) > 3 else ''}" for m, fs in named.items())
-        raise UnusableInput(f"{path}: results of {len(named)} different models ({detail}); give the gate one "
-                            "model's folder or file")
+        raise UnusableInput(
+            f"{path}: results of {len(named)} different models ({detail}); give the gate one model's folder or file"
+        )
     run.model = next(iter(named), "") or Path(path).name
     return run
 

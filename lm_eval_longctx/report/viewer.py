@@ -78,9 +78,15 @@ def _doc_stats(d: dict) -> dict:
     lp = d["logprob"][1:].astype(np.float64)
     key = d["key"][1:]
     key_nll, all_nll = per_token.nll_sum(lp[key]), per_token.nll_sum(lp)
-    return {"n_tokens": int(len(d["token_id"])), "n_key": int(key.sum()), "key_nll_sum": key_nll,
-            "nll_sum": all_nll, "n_targets": int(len(lp)), "longppl": _ppl(key_nll, int(key.sum())),
-            "ppl": _ppl(all_nll, len(lp))}
+    return {
+        "n_tokens": int(len(d["token_id"])),
+        "n_key": int(key.sum()),
+        "key_nll_sum": key_nll,
+        "nll_sum": all_nll,
+        "n_targets": int(len(lp)),
+        "longppl": _ppl(key_nll, int(key.sum())),
+        "ppl": _ppl(all_nll, len(lp)),
+    }
 
 
 def _title(text: str) -> str:
@@ -93,8 +99,13 @@ def _title(text: str) -> str:
 
 def _encode(d: dict, other: dict | None) -> bytes:
     """[start i32][end i32][nll f32][lsd f32][lcl f32]([nll_b f32])[flags u8], little-endian."""
-    parts = [np.asarray(d["char_start"], "<i4"), np.asarray(d["char_end"], "<i4"), np.asarray(d["nll"], "<f4"),
-             np.asarray(d["lsd"], "<f4"), np.asarray(d["lcl"], "<f4")]
+    parts = [
+        np.asarray(d["char_start"], "<i4"),
+        np.asarray(d["char_end"], "<i4"),
+        np.asarray(d["nll"], "<f4"),
+        np.asarray(d["lsd"], "<f4"),
+        np.asarray(d["lcl"], "<f4"),
+    ]
     flags = d["key"].astype(np.uint8) | (d["greedy"].astype(np.uint8) << 1)
     if other is not None:
         parts.append(np.asarray(other["nll"], "<f4"))
@@ -110,11 +121,15 @@ def _script_json(obj) -> str:
 
 def _check_same_documents(a: dict, b: dict, path_b: Path) -> None:
     if a["doc_id"] != b["doc_id"] or a["text_sha256"] != b["text_sha256"]:
-        raise ViewerError(f"{path_b}: document {b['doc_id']} is not document {a['doc_id']} of the first export "
-                          "(other texts): a diff needs two exports of the same documents")
+        raise ViewerError(
+            f"{path_b}: document {b['doc_id']} is not document {a['doc_id']} of the first export "
+            "(other texts): a diff needs two exports of the same documents"
+        )
     if len(a["token_id"]) != len(b["token_id"]) or not np.array_equal(a["token_id"], b["token_id"]):
-        raise ViewerError(f"{path_b}: document {b['doc_id']} is tokenized differently from the first export; a "
-                          "token-by-token diff needs models with one tokenizer")
+        raise ViewerError(
+            f"{path_b}: document {b['doc_id']} is tokenized differently from the first export; a "
+            "token-by-token diff needs models with one tokenizer"
+        )
 
 
 def _colour_bins(neg: tuple, mid: tuple, pos: tuple, n: int = N_BINS) -> list[str]:
@@ -141,8 +156,10 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
     a = exports[0]
     b = exports[1] if len(exports) == 2 else None
     if b is not None and [p.name for p in a.files] != [p.name for p in b.files]:
-        raise ViewerError(f"{a.folder} and {b.folder} hold different documents "
-                          f"({len(a.files)} vs {len(b.files)} files): a diff needs the same documents")
+        raise ViewerError(
+            f"{a.folder} and {b.folder} hold different documents "
+            f"({len(a.files)} vs {len(b.files)} files): a diff needs the same documents"
+        )
     if compress is None:
         # raw size: about 21 bytes a token (25 with a diff); the texts come on top
         n_bytes = sum(p.stat().st_size for p in a.files) * (2 if b else 1) * 4
@@ -174,8 +191,12 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
                 totals["b"][0].append((sb["key_nll_sum"], sb["n_key"]))
                 totals["b"][1].append((sb["nll_sum"], sb["n_targets"]))
             index.append(entry)
-            payload = {"text": da["text"], "n": sa["n_tokens"], "z": bool(compress),
-                       "data": base64.b64encode(blob).decode("ascii")}
+            payload = {
+                "text": da["text"],
+                "n": sa["n_tokens"],
+                "z": bool(compress),
+                "data": base64.b64encode(blob).decode("ascii"),
+            }
             f.write(f'<script type="application/json" id="doc-{k}">{_script_json(payload)}</script>\n')
             del da, db, blob, payload
 
@@ -183,25 +204,42 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
             if not totals[side][0]:
                 return None
             lp, pp = (per_token.token_weighted_perplexity(x) for x in totals[side])
-            return {"longppl": lp if math.isfinite(lp) else None, "ppl": pp if math.isfinite(pp) else None,
-                    "n_key": sum(int(x[1]) for x in totals[side][0]),
-                    "n_targets": sum(int(x[1]) for x in totals[side][1])}
+            return {
+                "longppl": lp if math.isfinite(lp) else None,
+                "ppl": pp if math.isfinite(pp) else None,
+                "n_key": sum(int(x[1]) for x in totals[side][0]),
+                "n_targets": sum(int(x[1]) for x in totals[side][1]),
+            }
 
         s = a.manifest.get("settings", {})
         meta: dict[str, Any] = {
-            "labels": [str(e.folder.parent) for e in exports], "diff": b is not None,
-            "alpha": s.get("alpha"), "beta": s.get("beta"), "trunc_len": s.get("trunc_len"),
-            "key_source": s.get("key_source"), "evaluator": s.get("evaluator"),
-            "corpus": {"a": corpus("a"), "b": corpus("b")}, "docs": index,
-            "lsd_range": LSD_RANGE, "dnll_range": DNLL_RANGE, "bins": N_BINS,
+            "labels": [str(e.folder.parent) for e in exports],
+            "diff": b is not None,
+            "alpha": s.get("alpha"),
+            "beta": s.get("beta"),
+            "trunc_len": s.get("trunc_len"),
+            "key_source": s.get("key_source"),
+            "evaluator": s.get("evaluator"),
+            "corpus": {"a": corpus("a"), "b": corpus("b")},
+            "docs": index,
+            "lsd_range": LSD_RANGE,
+            "dnll_range": DNLL_RANGE,
+            "bins": N_BINS,
         }
         f.write(f'<script type="application/json" id="meta">{_script_json(meta)}</script>\n')
         f.write(_BODY_SCRIPT)
     tmp.replace(out_path)
-    return {"path": str(out_path), "bytes": out_path.stat().st_size, "raw_array_bytes": raw_bytes,
-            "compressed": bool(compress), "n_docs": len(index), "diff": b is not None,
-            "n_tokens": [e["a"]["n_tokens"] for e in index], "n_key": [e["a"]["n_key"] for e in index],
-            "corpus": meta["corpus"]}
+    return {
+        "path": str(out_path),
+        "bytes": out_path.stat().st_size,
+        "raw_array_bytes": raw_bytes,
+        "compressed": bool(compress),
+        "n_docs": len(index),
+        "diff": b is not None,
+        "n_tokens": [e["a"]["n_tokens"] for e in index],
+        "n_key": [e["a"]["n_key"] for e in index],
+        "corpus": meta["corpus"],
+    }
 
 
 def _css() -> str:
@@ -458,5 +496,8 @@ def longppl_from_export(folder: str | Path) -> dict:
         key = d["key"][1:]
         pairs_key.append((per_token.nll_sum(lp[key]), int(key.sum())))
         pairs_all.append((per_token.nll_sum(lp), len(lp)))
-    return {"longppl": per_token.token_weighted_perplexity(pairs_key),
-            "ppl": per_token.token_weighted_perplexity(pairs_all), "n_docs": len(pairs_all)}
+    return {
+        "longppl": per_token.token_weighted_perplexity(pairs_key),
+        "ppl": per_token.token_weighted_perplexity(pairs_all),
+        "n_docs": len(pairs_all),
+    }

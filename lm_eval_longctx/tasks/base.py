@@ -104,11 +104,17 @@ def govreport_documents(settings: dict):
 
     s = settings
     docs = documents.load_govreport(
-        dataset_path=s["dataset_path"], revision=s["dataset_revision"], decode_tokenizer=s["decode_tokenizer"],
-        min_tokens=s["min_tokens"], max_tokens=s["max_tokens"], num_docs=s["num_docs"], data_files=s["data_files"],
+        dataset_path=s["dataset_path"],
+        revision=s["dataset_revision"],
+        decode_tokenizer=s["decode_tokenizer"],
+        min_tokens=s["min_tokens"],
+        max_tokens=s["max_tokens"],
+        num_docs=s["num_docs"],
+        data_files=s["data_files"],
     )
     if not docs.texts:
         raise ValueError("no documents matched the GovReport selection")
     dataset = datasets.DatasetDict(
-        {"test": datasets.Dataset.from_dict({"doc_id": list(range(len(docs.texts))), "text": docs.texts})})
+        {"test": datasets.Dataset.from_dict({"doc_id": list(range(len(docs.texts))), "text": docs.texts})}
+    )
     return dataset, docs.provenance

@@ -12,9 +12,11 @@ from ..metrics import per_token
 from ..settings import BOOLEAN, MAPPING, TEXT, TEXT_OR_LIST, Declaration, Setting, choice, integer, integer_list, number
 
 CHUNK_SIZE_DOC = "tokens per forward when the long pass runs in KV-cache chunks (long_pass chunked)"
-LONG_PASS_DOC = ("how a long sequence is scored: `auto` (one forward when its memory estimate fits the device, else "
-                 "KV-cache chunks where that is exact for the model), `full` (one forward), `chunked` (KV-cache "
-                 "chunks; refused for models where a cache is not exact): docs/support.md")
+LONG_PASS_DOC = (
+    "how a long sequence is scored: `auto` (one forward when its memory estimate fits the device, else "
+    "KV-cache chunks where that is exact for the model), `full` (one forward), `chunked` (KV-cache "
+    "chunks; refused for models where a cache is not exact): docs/support.md"
+)
 ALLOW_BEYOND_DOC = "score sequences longer than the model's maximum length instead of stopping with an error"
 
 
@@ -23,8 +25,10 @@ def _chunk_size() -> Setting:
 
 
 def _long_pass() -> list[Setting]:
-    return [Setting("long_pass", choice(*scoring.LONG_PASS_CHOICES), "auto", LONG_PASS_DOC, affects_numbers=False),
-            _chunk_size()]
+    return [
+        Setting("long_pass", choice(*scoring.LONG_PASS_CHOICES), "auto", LONG_PASS_DOC, affects_numbers=False),
+        _chunk_size(),
+    ]
 
 
 def _allow_beyond() -> Setting:
@@ -32,9 +36,15 @@ def _allow_beyond() -> Setting:
 
 
 def _export_tokens(tasks: str = "") -> Setting:
-    return Setting("export_tokens", TEXT, None, f"{tasks}folder for the per-token export (one .npz per document, "
-                   "docs/tools/token-export-and-viewer.md); a non-empty folder it did not write is refused", optional=True,
-                   affects_numbers=False)
+    return Setting(
+        "export_tokens",
+        TEXT,
+        None,
+        f"{tasks}folder for the per-token export (one .npz per document, "
+        "docs/tools/token-export-and-viewer.md); a non-empty folder it did not write is refused",
+        optional=True,
+        affects_numbers=False,
+    )
 
 
 def _govreport() -> list[Setting]:
@@ -42,169 +52,415 @@ def _govreport() -> list[Setting]:
     return [
         Setting("dataset_path", TEXT, documents.GOVREPORT_DATASET, "hub dataset of tokenized GovReport rows"),
         Setting("dataset_revision", TEXT, None, "dataset revision (default: its default branch)", optional=True),
-        Setting("decode_tokenizer", TEXT, documents.GOVREPORT_DECODE_TOKENIZER,
-                "tokenizer that decodes the rows' Llama-2 ids into the texts every model reads"),
-        Setting("data_files", TEXT, None, "local json/jsonl/parquet file used instead of the hub dataset "
-                "(rows with `text`, or with `input_ids` and `tokenized_len`)", optional=True),
+        Setting(
+            "decode_tokenizer",
+            TEXT,
+            documents.GOVREPORT_DECODE_TOKENIZER,
+            "tokenizer that decodes the rows' Llama-2 ids into the texts every model reads",
+        ),
+        Setting(
+            "data_files",
+            TEXT,
+            None,
+            "local json/jsonl/parquet file used instead of the hub dataset "
+            "(rows with `text`, or with `input_ids` and `tokenized_len`)",
+            optional=True,
+        ),
         Setting("num_docs", integer(1), documents.GOVREPORT_NUM_DOCS, "number of documents (first in dataset order)"),
         Setting("min_tokens", integer(1), documents.GOVREPORT_MIN_TOKENS, "rows need tokenized_len >= this"),
         Setting("max_tokens", integer(1), documents.GOVREPORT_MAX_TOKENS, "keep each row's first max_tokens ids"),
     ]
 
 
-LONGPPL = Declaration("longppl_govreport", [
-    Setting("trunc_len", integer(1), 4096, "K: tokens of short context of the truncated windows"),
-    Setting("sliding_window", integer(1), 1024, "d: stride of the truncated windows"),
-    Setting("alpha", number(), 2.0, "key token iff LSD > alpha (and LCL > beta)"),
-    Setting("beta", number(), -2.0, "key token iff LCL > beta (and LSD > alpha)"),
-    Setting("evaluator", TEXT, evaluator.DEFAULT_EVALUATOR,
-            "key-token evaluator: HF model id, local folder, or `self` (the evaluated model judges itself)"),
-    Setting("evaluator_revision", TEXT, None, "hub revision of the evaluator (resolved to a commit and recorded)",
-            optional=True),
-    Setting("evaluator_device", TEXT, None, "device of the evaluator: `cpu`, `cuda:N`, or `auto` (transformers "
-            "device_map, sharded over the visible GPUs); default: this rank's GPU, else the CPU", optional=True),
-    Setting("evaluator_max_memory", MAPPING, None, "with evaluator_device auto: memory per device, e.g. "
-            "{\"0\": \"70GiB\", \"cpu\": \"200GiB\"} (a cpu entry allows CPU offload)", optional=True,
-            affects_numbers=False),
-    Setting("evaluator_dtype", choice("float32", "bfloat16", "float16", "float64"), None,
-            "dtype of the evaluator; default bfloat16 on CUDA, float32 on CPU", optional=True),
-    Setting("evaluator_trust_remote_code", BOOLEAN, False, "allow the evaluator's own code from the hub"),
-    Setting("key_spans_dir", TEXT, None, "folder of precomputed key spans (`slice_{i}.txt`); its manifest "
-            "supplies K, d, alpha, beta and the evaluator", optional=True),
-    Setting("span_cache_dir", TEXT, "default", "on-disk cache of evaluator key spans: `default` "
+LONGPPL = Declaration(
+    "longppl_govreport",
+    [
+        Setting("trunc_len", integer(1), 4096, "K: tokens of short context of the truncated windows"),
+        Setting("sliding_window", integer(1), 1024, "d: stride of the truncated windows"),
+        Setting("alpha", number(), 2.0, "key token iff LSD > alpha (and LCL > beta)"),
+        Setting("beta", number(), -2.0, "key token iff LCL > beta (and LSD > alpha)"),
+        Setting(
+            "evaluator",
+            TEXT,
+            evaluator.DEFAULT_EVALUATOR,
+            "key-token evaluator: HF model id, local folder, or `self` (the evaluated model judges itself)",
+        ),
+        Setting(
+            "evaluator_revision",
+            TEXT,
+            None,
+            "hub revision of the evaluator (resolved to a commit and recorded)",
+            optional=True,
+        ),
+        Setting(
+            "evaluator_device",
+            TEXT,
+            None,
+            "device of the evaluator: `cpu`, `cuda:N`, or `auto` (transformers "
+            "device_map, sharded over the visible GPUs); default: this rank's GPU, else the CPU",
+            optional=True,
+        ),
+        Setting(
+            "evaluator_max_memory",
+            MAPPING,
+            None,
+            "with evaluator_device auto: memory per device, e.g. "
+            '{"0": "70GiB", "cpu": "200GiB"} (a cpu entry allows CPU offload)',
+            optional=True,
+            affects_numbers=False,
+        ),
+        Setting(
+            "evaluator_dtype",
+            choice("float32", "bfloat16", "float16", "float64"),
+            None,
+            "dtype of the evaluator; default bfloat16 on CUDA, float32 on CPU",
+            optional=True,
+        ),
+        Setting("evaluator_trust_remote_code", BOOLEAN, False, "allow the evaluator's own code from the hub"),
+        Setting(
+            "key_spans_dir",
+            TEXT,
+            None,
+            "folder of precomputed key spans (`slice_{i}.txt`); its manifest "
+            "supplies K, d, alpha, beta and the evaluator",
+            optional=True,
+        ),
+        Setting(
+            "span_cache_dir",
+            TEXT,
+            "default",
+            "on-disk cache of evaluator key spans: `default` "
             "(~/.cache/lm_eval_longctx/key_spans, or $LM_EVAL_LONGCTX_CACHE/key_spans), `off`, or a folder",
-            affects_numbers=False),
-    Setting("soft_gamma", number(0.0, lo_open=True), None, "adds longppl_soft with weights min(exp(LSD), gamma)",
-            optional=True),
-    *_long_pass(),
-    Setting("short_batch_size", integer(1), None, "truncated windows per forward (default: the harness "
-            "--batch_size, or 8)", optional=True, affects_numbers=False),
-    _allow_beyond(),
-    _export_tokens(),
-    *_govreport(),
-])
+            affects_numbers=False,
+        ),
+        Setting(
+            "soft_gamma",
+            number(0.0, lo_open=True),
+            None,
+            "adds longppl_soft with weights min(exp(LSD), gamma)",
+            optional=True,
+        ),
+        *_long_pass(),
+        Setting(
+            "short_batch_size",
+            integer(1),
+            None,
+            "truncated windows per forward (default: the harness --batch_size, or 8)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        _allow_beyond(),
+        _export_tokens(),
+        *_govreport(),
+    ],
+)
 
-RETRIEVAL_GAIN = Declaration("retrieval_gain", [
-    Setting("doc_tokens", integer(1), 8192, "document = its first doc_tokens tokens (evaluated tokenizer)"),
-    Setting("query_tokens", integer(1), 24, "q: query tokens Q = x[a : a+q]"),
-    Setting("answer_tokens", integer(1), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
-    Setting("n_queries", integer(1), 2, "anchors per document"),
-    Setting("anchor_min", number(0.0, 1.0), 0.1, "anchors lie in [anchor_min U, anchor_max U], U = T - q - r"),
-    Setting("anchor_max", number(0.0, 1.0), 0.6, "see anchor_min"),
-    Setting("anchor_spacing", choice("endpoints", "centered"), "endpoints",
-            "`endpoints`: both ends included; `centered`: centres of n equal parts"),
-    Setting("with_context", choice("document", "before_anchor"), "document",
-            "what precedes Q A in the with-document condition: the whole document, or x[0:a]"),
-    Setting("separator", TEXT, "", "text between the document and Q (tokenized without special tokens)"),
-    Setting("bos", choice("auto", "always", "never", aliases={"true": "always", "1": "always", "yes": "always",
-                                                              "false": "never", "0": "never", "no": "never",
-                                                              "none": "never"}),
-            "auto", "BOS at the start of both conditions: `auto` when the tokenizer itself adds one (Llama, Mistral; "
-            "not GPT-2, Qwen2); `always` (an error if it has none); `never`"),
-    *_long_pass(),
-    Setting("without_batch_size", integer(1), None, "sequences per forward of the batched passes: the "
+RETRIEVAL_GAIN = Declaration(
+    "retrieval_gain",
+    [
+        Setting("doc_tokens", integer(1), 8192, "document = its first doc_tokens tokens (evaluated tokenizer)"),
+        Setting("query_tokens", integer(1), 24, "q: query tokens Q = x[a : a+q]"),
+        Setting("answer_tokens", integer(1), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
+        Setting("n_queries", integer(1), 2, "anchors per document"),
+        Setting("anchor_min", number(0.0, 1.0), 0.1, "anchors lie in [anchor_min U, anchor_max U], U = T - q - r"),
+        Setting("anchor_max", number(0.0, 1.0), 0.6, "see anchor_min"),
+        Setting(
+            "anchor_spacing",
+            choice("endpoints", "centered"),
+            "endpoints",
+            "`endpoints`: both ends included; `centered`: centres of n equal parts",
+        ),
+        Setting(
+            "with_context",
+            choice("document", "before_anchor"),
+            "document",
+            "what precedes Q A in the with-document condition: the whole document, or x[0:a]",
+        ),
+        Setting("separator", TEXT, "", "text between the document and Q (tokenized without special tokens)"),
+        Setting(
+            "bos",
+            choice(
+                "auto",
+                "always",
+                "never",
+                aliases={
+                    "true": "always",
+                    "1": "always",
+                    "yes": "always",
+                    "false": "never",
+                    "0": "never",
+                    "no": "never",
+                    "none": "never",
+                },
+            ),
+            "auto",
+            "BOS at the start of both conditions: `auto` when the tokenizer itself adds one (Llama, Mistral; "
+            "not GPT-2, Qwen2); `always` (an error if it has none); `never`",
+        ),
+        *_long_pass(),
+        Setting(
+            "without_batch_size",
+            integer(1),
+            None,
+            "sequences per forward of the batched passes: the "
             "without-document sequences, and the continuations read on one prefix (default: the harness "
-            "--batch_size, or 8)", optional=True, affects_numbers=False),
-    _allow_beyond(),
-    _export_tokens(),
-    *_govreport(),
-])
+            "--batch_size, or 8)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        _allow_beyond(),
+        _export_tokens(),
+        *_govreport(),
+    ],
+)
 
-RETRIEVAL_GAIN_MAP = Declaration("retrieval_gain_map", [
-    Setting("context_lengths", integer_list(1), None, "context lengths L (document tokens x[0:L]) of the ladder; default: "
+RETRIEVAL_GAIN_MAP = Declaration(
+    "retrieval_gain_map",
+    [
+        Setting(
+            "context_lengths",
+            integer_list(1),
+            None,
+            "context lengths L (document tokens x[0:L]) of the ladder; default: "
             "min_context doubled while the with-document sequence fits the model and every document has L + q + r "
-            "tokens", optional=True),
-    Setting("min_context", integer(1), 1024, "first rung of the default doubling ladder"),
-    Setting("max_context", integer(1), None, "cap on L of the default ladder (default: the model's maximum "
-            "length and the shortest document)", optional=True),
-    Setting("depths", integer_list(0), list(range(0, 100, 10)), "depths p in percent: the anchor of cell (L, p) "
-            "is a = round(p/100 (L - q - r)), halves up"),
-    Setting("query_tokens", integer(1), 24, "q: query tokens Q = x[a : a+q]"),
-    Setting("answer_tokens", integer(1), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
-    Setting("anchors_per_cell", integer(1), 1, "anchors per cell: a, a + s, ..., a + (n-1) s with s = "
-            "anchor_stride; the cell's gain is their mean"),
-    Setting("anchor_stride", integer(1), None, "s: tokens between the anchors of a cell (default q + r: "
-            "consecutive Q A spans)", optional=True),
-    Setting("separator", TEXT, "", "text between x[0:L] and Q (tokenized without special tokens)"),
-    Setting("bos", choice("auto", "always", "never", aliases={"true": "always", "1": "always", "yes": "always",
-                                                              "false": "never", "0": "never", "no": "never",
-                                                              "none": "never"}),
-            "auto", "BOS at the start of both conditions, as in retrieval_gain"),
-    Setting("effective_fraction", number(0.0, 1.0), 0.5, "relative effective length: the largest L up to which "
+            "tokens",
+            optional=True,
+        ),
+        Setting("min_context", integer(1), 1024, "first rung of the default doubling ladder"),
+        Setting(
+            "max_context",
+            integer(1),
+            None,
+            "cap on L of the default ladder (default: the model's maximum length and the shortest document)",
+            optional=True,
+        ),
+        Setting(
+            "depths",
+            integer_list(0),
+            list(range(0, 100, 10)),
+            "depths p in percent: the anchor of cell (L, p) is a = round(p/100 (L - q - r)), halves up",
+        ),
+        Setting("query_tokens", integer(1), 24, "q: query tokens Q = x[a : a+q]"),
+        Setting("answer_tokens", integer(1), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
+        Setting(
+            "anchors_per_cell",
+            integer(1),
+            1,
+            "anchors per cell: a, a + s, ..., a + (n-1) s with s = anchor_stride; the cell's gain is their mean",
+        ),
+        Setting(
+            "anchor_stride",
+            integer(1),
+            None,
+            "s: tokens between the anchors of a cell (default q + r: consecutive Q A spans)",
+            optional=True,
+        ),
+        Setting("separator", TEXT, "", "text between x[0:L] and Q (tokenized without special tokens)"),
+        Setting(
+            "bos",
+            choice(
+                "auto",
+                "always",
+                "never",
+                aliases={
+                    "true": "always",
+                    "1": "always",
+                    "yes": "always",
+                    "false": "never",
+                    "0": "never",
+                    "no": "never",
+                    "none": "never",
+                },
+            ),
+            "auto",
+            "BOS at the start of both conditions, as in retrieval_gain",
+        ),
+        Setting(
+            "effective_fraction",
+            number(0.0, 1.0),
+            0.5,
+            "relative effective length: the largest L up to which "
             "the mean gain stays above this fraction of its value at the shortest L (0 when that value is not "
-            "above effective_threshold)"),
-    Setting("effective_threshold", number(0.0), 0.5, "absolute effective length: the largest L up to which the "
-            "mean gain (nats per answer token) stays above this"),
-    Setting("tokenizer", TEXT, None, "tokenizer that counts the documents' tokens for the default ladder "
+            "above effective_threshold)",
+        ),
+        Setting(
+            "effective_threshold",
+            number(0.0),
+            0.5,
+            "absolute effective length: the largest L up to which the "
+            "mean gain (nats per answer token) stays above this",
+        ),
+        Setting(
+            "tokenizer",
+            TEXT,
+            None,
+            "tokenizer that counts the documents' tokens for the default ladder "
             "(default: model_args `pretrained`); the model's own tokenizer is checked again when scoring",
-            optional=True, affects_numbers=False),
-    Setting("effective_rule", choice(*per_token.MEMORY_LENGTH_RULES), "contiguous", "`contiguous`: every shorter L "
-            "passes too; `largest`: the largest passing L"),
-    *_long_pass(),
-    Setting("without_batch_size", integer(1), None, "sequences per forward of the batched passes: the "
+            optional=True,
+            affects_numbers=False,
+        ),
+        Setting(
+            "effective_rule",
+            choice(*per_token.MEMORY_LENGTH_RULES),
+            "contiguous",
+            "`contiguous`: every shorter L passes too; `largest`: the largest passing L",
+        ),
+        *_long_pass(),
+        Setting(
+            "without_batch_size",
+            integer(1),
+            None,
+            "sequences per forward of the batched passes: the "
             "without-document sequences, and the continuations read on one prefix (default: the harness "
-            "--batch_size, or 8)", optional=True, affects_numbers=False),
-    _allow_beyond(),
-    *_govreport(),
-])
+            "--batch_size, or 8)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        _allow_beyond(),
+        *_govreport(),
+    ],
+)
 
-FORGETTING_CURVE = Declaration("forgetting_curve", [
-    Setting("max_len", integer(1), None, "largest copy length l; default: the largest whose sample fits the "
-            "model, (max_length - 3) // 2", optional=True),
-    Setting("min_len", integer(1), documents.FORGETTING_CURVE_MIN_LEN, "smallest copy length"),
-    Setting("num_lengths", integer(1), 32, "number of copy lengths"),
-    Setting("spacing", choice("linear", "geometric", aliases={"log": "geometric"}), "linear",
+FORGETTING_CURVE = Declaration(
+    "forgetting_curve",
+    [
+        Setting(
+            "max_len",
+            integer(1),
+            None,
+            "largest copy length l; default: the largest whose sample fits the model, (max_length - 3) // 2",
+            optional=True,
+        ),
+        Setting("min_len", integer(1), documents.FORGETTING_CURVE_MIN_LEN, "smallest copy length"),
+        Setting("num_lengths", integer(1), 32, "number of copy lengths"),
+        Setting(
+            "spacing",
+            choice("linear", "geometric", aliases={"log": "geometric"}),
+            "linear",
             "copy lengths `numpy.linspace(min_len, max_len, num_lengths, dtype=int)` or `numpy.geomspace(...)`, "
-            "duplicates dropped"),
-    Setting("lengths", integer_list(1), None, "explicit copy lengths; replace max_len, min_len, num_lengths "
-            "and spacing", optional=True),
-    Setting("samples_per_length", integer(1), 10, "samples per copy length"),
-    Setting("seed", integer(0), 0, "seed of the sample starts (Python random, the reference's draw order)"),
-    Setting("fine_threshold", number(0.0, 1.0), per_token.FINE_THRESHOLD,
-            "fine memory length: copy accuracy > this"),
-    Setting("coarse_margin", number(0.0, 1.0), per_token.COARSE_MARGIN,
-            "coarse memory length: copy accuracy > LM accuracy + this"),
-    Setting("fine_rule", choice(*per_token.MEMORY_LENGTH_RULES), "largest", "how the fine memory length reads the "
-            "curve: the largest passing length, or the end of the first run of passing lengths"),
-    Setting("coarse_rule", choice(*per_token.MEMORY_LENGTH_RULES), "contiguous", "the same for the coarse length"),
-    _allow_beyond(),
-    *_long_pass(),
-    Setting("batch_size", integer(1), None, "samples per forward (default: the harness --batch_size, or 8)",
-            optional=True, affects_numbers=False),
-    Setting("bos_token_id", integer(0), None, "BOS of the samples (default: the tokenizer's BOS, else its EOS)",
-            optional=True),
-    Setting("eos_token_id", integer(0), None, "final EOS of the samples (default: the tokenizer's EOS, else BOS)",
-            optional=True),
-    Setting("tokenizer", TEXT, None, "tokenizer that builds the samples (default: model_args `pretrained`)",
-            optional=True),
-    Setting("claimed_length", integer(1), None, "length marked on the plot (default: the model's maximum)",
-            optional=True, affects_numbers=False),
-    Setting("dataset_path", TEXT, documents.PG19_DATASET, "hub dataset of books (PG-19 test)"),
-    Setting("dataset_revision", TEXT, None, "dataset revision (default: its default branch)", optional=True),
-    Setting("dataset_split", TEXT, documents.PG19_SPLIT, "dataset split"),
-    Setting("data_files", TEXT, None, "local json/jsonl/parquet file with a `text` column instead of the hub "
-            "dataset", optional=True),
-    Setting("corpus_add_special_tokens", BOOLEAN, True,
-            "tokenize each corpus piece with the tokenizer's special tokens (the reference does)"),
-])
+            "duplicates dropped",
+        ),
+        Setting(
+            "lengths",
+            integer_list(1),
+            None,
+            "explicit copy lengths; replace max_len, min_len, num_lengths and spacing",
+            optional=True,
+        ),
+        Setting("samples_per_length", integer(1), 10, "samples per copy length"),
+        Setting("seed", integer(0), 0, "seed of the sample starts (Python random, the reference's draw order)"),
+        Setting(
+            "fine_threshold", number(0.0, 1.0), per_token.FINE_THRESHOLD, "fine memory length: copy accuracy > this"
+        ),
+        Setting(
+            "coarse_margin",
+            number(0.0, 1.0),
+            per_token.COARSE_MARGIN,
+            "coarse memory length: copy accuracy > LM accuracy + this",
+        ),
+        Setting(
+            "fine_rule",
+            choice(*per_token.MEMORY_LENGTH_RULES),
+            "largest",
+            "how the fine memory length reads the "
+            "curve: the largest passing length, or the end of the first run of passing lengths",
+        ),
+        Setting("coarse_rule", choice(*per_token.MEMORY_LENGTH_RULES), "contiguous", "the same for the coarse length"),
+        _allow_beyond(),
+        *_long_pass(),
+        Setting(
+            "batch_size",
+            integer(1),
+            None,
+            "samples per forward (default: the harness --batch_size, or 8)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        Setting(
+            "bos_token_id",
+            integer(0),
+            None,
+            "BOS of the samples (default: the tokenizer's BOS, else its EOS)",
+            optional=True,
+        ),
+        Setting(
+            "eos_token_id",
+            integer(0),
+            None,
+            "final EOS of the samples (default: the tokenizer's EOS, else BOS)",
+            optional=True,
+        ),
+        Setting(
+            "tokenizer",
+            TEXT,
+            None,
+            "tokenizer that builds the samples (default: model_args `pretrained`)",
+            optional=True,
+        ),
+        Setting(
+            "claimed_length",
+            integer(1),
+            None,
+            "length marked on the plot (default: the model's maximum)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        Setting("dataset_path", TEXT, documents.PG19_DATASET, "hub dataset of books (PG-19 test)"),
+        Setting("dataset_revision", TEXT, None, "dataset revision (default: its default branch)", optional=True),
+        Setting("dataset_split", TEXT, documents.PG19_SPLIT, "dataset split"),
+        Setting(
+            "data_files",
+            TEXT,
+            None,
+            "local json/jsonl/parquet file with a `text` column instead of the hub dataset",
+            optional=True,
+        ),
+        Setting(
+            "corpus_add_special_tokens",
+            BOOLEAN,
+            True,
+            "tokenize each corpus piece with the tokenizer's special tokens (the reference does)",
+        ),
+    ],
+)
 
-LONGEVAL_LINES = Declaration("longeval_lines", [
-    Setting("num_lines", integer_list(1), list(longeval_cases.DEFAULT_NUM_LINES), "numbers of lines (configurations)"),
-    Setting("num_cases", integer(1), longeval_cases.DEFAULT_NUM_CASES, "cases per configuration"),
-    Setting("seed", integer(0, 2**32 - 1), 0, "seed of the generated cases"),
-    Setting("trailing_space", choice("reference", "true", "false", aliases={"1": "true", "yes": "true",
-                                                                            "0": "false", "no": "false"}),
-            "reference", "prompt ends with a space: as LongChat's files (200-680 lines), always, or never"),
-    Setting("testcases", TEXT_OR_LIST, None, "LongChat's files: a folder or URL prefix holding {N}_lines.jsonl, "
-            "a .jsonl, or a list of them (default: generate the cases)", optional=True),
-    Setting("over_length", choice("error", "skip"), "error",
-            "a prompt longer than the model allows: stop with an error, or record the case as skipped"),
-    Setting("allow_beyond_max_length", BOOLEAN, False, "answer-token PPL only: " + ALLOW_BEYOND_DOC),
-    *_long_pass(),
-    _export_tokens("answer-token PPL only: "),
-])
+LONGEVAL_LINES = Declaration(
+    "longeval_lines",
+    [
+        Setting(
+            "num_lines", integer_list(1), list(longeval_cases.DEFAULT_NUM_LINES), "numbers of lines (configurations)"
+        ),
+        Setting("num_cases", integer(1), longeval_cases.DEFAULT_NUM_CASES, "cases per configuration"),
+        Setting("seed", integer(0, 2**32 - 1), 0, "seed of the generated cases"),
+        Setting(
+            "trailing_space",
+            choice("reference", "true", "false", aliases={"1": "true", "yes": "true", "0": "false", "no": "false"}),
+            "reference",
+            "prompt ends with a space: as LongChat's files (200-680 lines), always, or never",
+        ),
+        Setting(
+            "testcases",
+            TEXT_OR_LIST,
+            None,
+            "LongChat's files: a folder or URL prefix holding {N}_lines.jsonl, "
+            "a .jsonl, or a list of them (default: generate the cases)",
+            optional=True,
+        ),
+        Setting(
+            "over_length",
+            choice("error", "skip"),
+            "error",
+            "a prompt longer than the model allows: stop with an error, or record the case as skipped",
+        ),
+        Setting("allow_beyond_max_length", BOOLEAN, False, "answer-token PPL only: " + ALLOW_BEYOND_DOC),
+        *_long_pass(),
+        _export_tokens("answer-token PPL only: "),
+    ],
+)
 
-TASK_DECLARATIONS = {d.owner: d for d in (LONGPPL, RETRIEVAL_GAIN, RETRIEVAL_GAIN_MAP, FORGETTING_CURVE, LONGEVAL_LINES)}
+TASK_DECLARATIONS = {
+    d.owner: d for d in (LONGPPL, RETRIEVAL_GAIN, RETRIEVAL_GAIN_MAP, FORGETTING_CURVE, LONGEVAL_LINES)
+}
 
 
 # ------------------------------------------------------------------ the docs' settings tables

@@ -62,10 +62,16 @@ def resolve_settings(metadata: dict | None) -> dict:
 def load_tokenizer(s: dict):
     name = s["tokenizer"] or s["pretrained"]
     if not isinstance(name, str) or not name:
-        raise ValueError("forgetting_curve builds its samples with the model's tokenizer: give "
-                         "--model_args pretrained=... or --metadata '{\"tokenizer\": \"NAME_OR_PATH\"}'")
-    return documents.load_tokenizer(name, "the tokenizer that builds the forgetting-curve samples", revision=s["revision"],
-                               trust_remote_code=s["trust_remote_code"])
+        raise ValueError(
+            "forgetting_curve builds its samples with the model's tokenizer: give "
+            '--model_args pretrained=... or --metadata \'{"tokenizer": "NAME_OR_PATH"}\''
+        )
+    return documents.load_tokenizer(
+        name,
+        "the tokenizer that builds the forgetting-curve samples",
+        revision=s["revision"],
+        trust_remote_code=s["trust_remote_code"],
+    )
 
 
 def special_token_ids(tokenizer, bos_override: int | None = None, eos_override: int | None = None) -> tuple[int, int]:
@@ -79,15 +85,19 @@ def special_token_ids(tokenizer, bos_override: int | None = None, eos_override: 
     if bos is None:
         bos = getattr(tokenizer, "eos_token_id", None)
     if bos is None:
-        raise ValueError("the tokenizer has neither a BOS nor an EOS token: pass --metadata "
-                         "'{\"bos_token_id\": ID, \"eos_token_id\": ID}'")
+        raise ValueError(
+            "the tokenizer has neither a BOS nor an EOS token: pass --metadata "
+            '\'{"bos_token_id": ID, "eos_token_id": ID}\''
+        )
     eos = eos_override if eos_override is not None else getattr(tokenizer, "eos_token_id", None)
     bos, eos = int(bos), int(bos if eos is None else eos)
     vocab = len(tokenizer)
     for name, value in (("bos_token_id", bos), ("eos_token_id", eos)):
         if not 0 <= value < vocab:
-            raise SettingsError(f"forgetting_curve: setting {name!r} = {value} is outside the tokenizer's vocabulary "
-                                f"(ids 0..{vocab - 1})")
+            raise SettingsError(
+                f"forgetting_curve: setting {name!r} = {value} is outside the tokenizer's vocabulary "
+                f"(ids 0..{vocab - 1})"
+            )
     return bos, eos
 
 
@@ -100,8 +110,9 @@ def resolve_model_max_length(s: dict, tokenizer) -> int:
     if isinstance(s["pretrained"], str) and s["pretrained"]:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(s["pretrained"], revision=s["revision"],
-                                            trust_remote_code=s["trust_remote_code"])
+        config = AutoConfig.from_pretrained(
+            s["pretrained"], revision=s["revision"], trust_remote_code=s["trust_remote_code"]
+        )
         config = getattr(config, "text_config", None) or config
         for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
             if getattr(config, attr, None) is not None:
@@ -125,8 +136,13 @@ def resolve_lengths(s: dict, model_max_length: int) -> list[int]:
         max_len = s["max_len"] if s["max_len"] is not None else (model_max_length - 3) // 2
         lengths = documents.copy_lengths(max_len, s["num_lengths"], s["spacing"], s["min_len"])
         if len(lengths) < s["num_lengths"]:
-            log.warning("forgetting_curve: %d distinct copy lengths between %d and %d (asked for %d)",
-                        len(lengths), s["min_len"], max_len, s["num_lengths"])
+            log.warning(
+                "forgetting_curve: %d distinct copy lengths between %d and %d (asked for %d)",
+                len(lengths),
+                s["min_len"],
+                max_len,
+                s["num_lengths"],
+            )
     beyond = [x for x in lengths if sample_tokens(x) > model_max_length]
     if beyond and not s["allow_beyond_max_length"]:
         raise ValueError(
@@ -166,13 +182,23 @@ class CurveSampleScore:
         return not self.error
 
     def to_state(self) -> dict:
-        return {"length": self.length, "mode": self.mode, "n_scored": self.n_scored,
-                "n_correct": self.n_correct, "error": self.error}
+        return {
+            "length": self.length,
+            "mode": self.mode,
+            "n_scored": self.n_scored,
+            "n_correct": self.n_correct,
+            "error": self.error,
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> CurveSampleScore:
-        return cls(int(state["length"]), str(state["mode"]), int(state["n_scored"]), int(state["n_correct"]),
-                   str(state.get("error", "")))
+        return cls(
+            int(state["length"]),
+            str(state["mode"]),
+            int(state["n_scored"]),
+            int(state["n_correct"]),
+            str(state.get("error", "")),
+        )
 
     def __repr__(self) -> str:  # what --log_samples writes
         if self.error:
@@ -192,8 +218,14 @@ def serve(ctx: glue.ScoringContext, items: list) -> list:
 
     groups: dict[tuple, list[int]] = {}
     for i, (_, spec) in enumerate(items):
-        key = (spec["stream"], int(spec["length"]), int(spec["chunk_size"]), spec.get("batch_size"),
-               bool(spec.get("allow_beyond_max_length", False)), str(spec.get("long_pass", "auto")))
+        key = (
+            spec["stream"],
+            int(spec["length"]),
+            int(spec["chunk_size"]),
+            spec.get("batch_size"),
+            bool(spec.get("allow_beyond_max_length", False)),
+            str(spec.get("long_pass", "auto")),
+        )
         groups.setdefault(key, []).append(i)
     # before any length runs: every sample fits the model, and the engine can score the longest one
     for key, idx in groups.items():
@@ -202,29 +234,47 @@ def serve(ctx: glue.ScoringContext, items: list) -> list:
         longest = max(k[1] for k in groups if (k[5], k[2]) == key)
         scoring.choose_long_pass(ctx.model, key[0], sample_tokens(longest), 1, key[1])
     out: list = [None] * len(items)
-    for (stream_key, length, chunk_size, batch_size, _, long_pass), idx in sorted(groups.items(), key=lambda kv: kv[0][1]):
+    for (stream_key, length, chunk_size, batch_size, _, long_pass), idx in sorted(
+        groups.items(), key=lambda kv: kv[0][1]
+    ):
         specs = [items[i][1] for i in idx]
         stream = _STREAMS.get(stream_key)
         if stream is None:
-            raise RuntimeError(f"forgetting_curve: token stream {stream_key} is not loaded (requests outlived their task)")
+            raise RuntimeError(
+                f"forgetting_curve: token stream {stream_key} is not loaded (requests outlived their task)"
+            )
         first, stop = documents.forgetting_curve_scored_targets(length)
-        seqs = [documents.forgetting_curve_sample(stream, length, int(s["start"]), s["mode"], int(s["bos"]), int(s["eos"]))
-                for s in specs]
+        seqs = [
+            documents.forgetting_curve_sample(stream, length, int(s["start"]), s["mode"], int(s["bos"]), int(s["eos"]))
+            for s in specs
+        ]
         try:
             scores = scoring.in_batches_with_backoff(
-                seqs, batch_size or ctx.batch_size, lambda part: scoring.score_long_batch(
-                    ctx.model, part, chunk_size=chunk_size, score_from=first, long_pass=long_pass),
-                "forgetting_curve samples")
+                seqs,
+                batch_size or ctx.batch_size,
+                lambda part: scoring.score_long_batch(
+                    ctx.model, part, chunk_size=chunk_size, score_from=first, long_pass=long_pass
+                ),
+                "forgetting_curve samples",
+            )
             # target t lives at array index t - 1
-            results = [CurveSampleScore(length, s["mode"], stop - first, int(sc.greedy[first - 1 : stop - 1].sum()))
-                       for s, sc in zip(specs, scores, strict=True)]
+            results = [
+                CurveSampleScore(length, s["mode"], stop - first, int(sc.greedy[first - 1 : stop - 1].sum()))
+                for s, sc in zip(specs, scores, strict=True)
+            ]
         except scoring.ScoringError as e:
-            raise scoring.ScoringError(f"forgetting_curve: copy length {length} ({sample_tokens(length)}-token "
-                                      f"samples): {e}") from e
+            raise scoring.ScoringError(
+                f"forgetting_curve: copy length {length} ({sample_tokens(length)}-token samples): {e}"
+            ) from e
         except torch.cuda.OutOfMemoryError as e:
             msg = f"out of memory at one sample per forward ({e})"
-            log.warning("forgetting_curve: copy length %d (%d-token samples) is skipped: %s; it is named in the "
-                        "results' skipped_lengths and the other lengths still run", length, sample_tokens(length), msg)
+            log.warning(
+                "forgetting_curve: copy length %d (%d-token samples) is skipped: %s; it is named in the "
+                "results' skipped_lengths and the other lengths still run",
+                length,
+                sample_tokens(length),
+                msg,
+            )
             results = [CurveSampleScore(length, s["mode"], 0, 0, error=msg) for s in specs]
         if results[0].error and torch.cuda.is_available():
             torch.cuda.empty_cache()  # after the except block: the failed forward's tensors are gone
@@ -256,8 +306,12 @@ class ForgettingCurveTask(LongContextTask):
         self.lengths = resolve_lengths(s, self.model_max_length)
         self.width = metric_width(self.lengths)
 
-        docs = documents.load_book_pieces(dataset_path=s["dataset_path"], revision=s["dataset_revision"],
-                                     split=s["dataset_split"], data_files=s["data_files"])
+        docs = documents.load_book_pieces(
+            dataset_path=s["dataset_path"],
+            revision=s["dataset_revision"],
+            split=s["dataset_split"],
+            data_files=s["data_files"],
+        )
         self.stream = documents.token_stream(tokenizer, docs.texts, add_special_tokens=s["corpus_add_special_tokens"])
         self.stream_sha256 = hashlib.sha256(self.stream.tobytes()).hexdigest()
         # the key names the tokens and the ids that frame them: cached results are reused only for both
@@ -299,26 +353,47 @@ class ForgettingCurveTask(LongContextTask):
     def build_all_requests(self, **kwargs) -> None:
         limit = kwargs.get("limit")
         if limit is not None and int(limit) < len(self.lengths):
-            log.warning("forgetting_curve: --limit %s covers only the first %s of %d copy lengths (docs are "
-                        "sample-major: a limit of k * %d gives k samples at every length)",
-                        limit, limit, len(self.lengths), len(self.lengths))
+            log.warning(
+                "forgetting_curve: --limit %s covers only the first %s of %d copy lengths (docs are "
+                "sample-major: a limit of k * %d gives k samples at every length)",
+                limit,
+                limit,
+                len(self.lengths),
+                len(self.lengths),
+            )
         super().build_all_requests(**kwargs)
 
     def _spec(self, doc, mode: str) -> dict:
         s = self.settings
-        return {"kind": KIND, "stream": self.stream_key, "mode": mode, "length": int(doc["length"]),
-                "start": int(doc["start"]), "bos": self.bos_id, "eos": self.eos_id, "chunk_size": s["chunk_size"],
-                "long_pass": s["long_pass"],
-                "batch_size": s["batch_size"], "allow_beyond_max_length": s["allow_beyond_max_length"]}
+        return {
+            "kind": KIND,
+            "stream": self.stream_key,
+            "mode": mode,
+            "length": int(doc["length"]),
+            "start": int(doc["start"]),
+            "bos": self.bos_id,
+            "eos": self.eos_id,
+            "chunk_size": s["chunk_size"],
+            "long_pass": s["long_pass"],
+            "batch_size": s["batch_size"],
+            "allow_beyond_max_length": s["allow_beyond_max_length"],
+        }
 
     def construct_requests(self, doc, ctx, **kwargs):
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
         # args[0] must be a str (the harness hashes it); a label keeps --log_samples small
         return [
-            Instance(glue.REQUEST_TYPE, doc,
-                     (f"forgetting_curve {mode} l={doc['length']} sample={doc['sample']} start={doc['start']}",
-                      self._spec(doc, mode)), i, **kwargs)
+            Instance(
+                glue.REQUEST_TYPE,
+                doc,
+                (
+                    f"forgetting_curve {mode} l={doc['length']} sample={doc['sample']} start={doc['start']}",
+                    self._spec(doc, mode),
+                ),
+                i,
+                **kwargs,
+            )
             for i, mode in enumerate(("copy", "lm"))
         ]
 
@@ -345,12 +420,19 @@ class ForgettingCurveTask(LongContextTask):
         mean = glue.declare("mean", True)
         out = {self._name(w, x): mean for x in self.lengths for w in ("copy_acc", "lm_acc")}
         # partials of module-level functions: they pickle; they get no stderr (a threshold statistic)
-        out["fine_memory_length"] = glue.declare(functools.partial(
-            per_token.fine_memory_length_from_samples, threshold=s["fine_threshold"], rule=s["fine_rule"]), True)
-        out["coarse_memory_length"] = glue.declare(functools.partial(
-            per_token.coarse_memory_length_from_samples, margin=s["coarse_margin"], rule=s["coarse_rule"]), True)
+        out["fine_memory_length"] = glue.declare(
+            functools.partial(
+                per_token.fine_memory_length_from_samples, threshold=s["fine_threshold"], rule=s["fine_rule"]
+            ),
+            True,
+        )
+        out["coarse_memory_length"] = glue.declare(
+            functools.partial(
+                per_token.coarse_memory_length_from_samples, margin=s["coarse_margin"], rule=s["coarse_rule"]
+            ),
+            True,
+        )
         out["n_failed_lengths"] = glue.declare(per_token.n_failed_lengths_from_samples, False)
         # a text: which lengths were skipped, and why
         out["skipped_lengths"] = glue.declare(per_token.skipped_lengths_text, None)
         return out
-

@@ -100,27 +100,42 @@ class AnswerScores:
     skipped: bool = False  # longer than the model's maximum, over_length = skip: not scored
 
     def to_state(self) -> dict:
-        return {"n_tokens": self.n_tokens, "prompt_tokens": self.prompt_tokens, "offsets": self.offsets,
-                "logprob": self.logprob, "skipped": self.skipped}
+        return {
+            "n_tokens": self.n_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "offsets": self.offsets,
+            "logprob": self.logprob,
+            "skipped": self.skipped,
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> AnswerScores:
-        return cls(int(state["n_tokens"]), int(state["prompt_tokens"]), np.asarray(state["offsets"]),
-                   np.asarray(state["logprob"]), bool(state["skipped"]))
+        return cls(
+            int(state["n_tokens"]),
+            int(state["prompt_tokens"]),
+            np.asarray(state["offsets"]),
+            np.asarray(state["logprob"]),
+            bool(state["skipped"]),
+        )
 
     def __repr__(self) -> str:  # compact: this is what --log_samples writes
         if self.skipped:
             return f"AnswerScores(n={self.n_tokens}, skipped: longer than the model's maximum)"
-        return (f"AnswerScores(n={self.n_tokens}, prompt={self.prompt_tokens}, response={len(self.logprob)}, "
-                f"response_nll={-float(np.sum(self.logprob, dtype=np.float64)):.4f})")
+        return (
+            f"AnswerScores(n={self.n_tokens}, prompt={self.prompt_tokens}, response={len(self.logprob)}, "
+            f"response_nll={-float(np.sum(self.logprob, dtype=np.float64)):.4f})"
+        )
 
 
 def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None) -> AnswerScores:
     """Tokenize prompt + response with offsets, find the response's first token, score from there."""
     request = text_scoring.TextRequest(
-        add_special_tokens=_add_special_tokens(tokenizer, text, spec.get("add_special_tokens")), offsets=True,
-        long_pass=str(spec.get("long_pass", "auto")), chunk_size=int(spec.get("chunk_size", scoring.DEFAULT_CHUNK_SIZE)),
-        allow_beyond_max_length=bool(spec.get("allow_beyond_max_length", False)))
+        add_special_tokens=_add_special_tokens(tokenizer, text, spec.get("add_special_tokens")),
+        offsets=True,
+        long_pass=str(spec.get("long_pass", "auto")),
+        chunk_size=int(spec.get("chunk_size", scoring.DEFAULT_CHUNK_SIZE)),
+        allow_beyond_max_length=bool(spec.get("allow_beyond_max_length", False)),
+    )
     ids, offsets = text_scoring.tokenize(tokenizer, text, request)
     start = int(spec["response_start"])
     try:
@@ -128,17 +143,25 @@ def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None
     except scoring.ScoringError:
         raise scoring.ScoringError("longeval_lines: no token of the tokenized text covers the response") from None
     if first < 1:
-        raise scoring.ScoringError("longeval_lines: the response's first token starts the sequence; nothing precedes it")
+        raise scoring.ScoringError(
+            "longeval_lines: the response's first token starts the sequence; nothing precedes it"
+        )
     n = len(ids)
-    if (spec.get("over_length") == "skip" and max_length and n > max_length
-            and not spec.get("allow_beyond_max_length", False)):
+    if (
+        spec.get("over_length") == "skip"
+        and max_length
+        and n > max_length
+        and not spec.get("allow_beyond_max_length", False)
+    ):
         empty = np.zeros((0, 2), dtype=np.int64)
         return AnswerScores(n, first, empty, np.zeros(0, dtype=np.float32), skipped=True)
     try:
         text_scoring.check_length(n, max_length, request.allow_beyond_max_length)
     except scoring.ScoringError as err:
-        raise scoring.ScoringError(f"longeval_lines_ppl: {err} Or pass --metadata '{{\"over_length\": \"skip\"}}' "
-                                  "to record such cases as skipped, or fewer num_lines.") from err
+        raise scoring.ScoringError(
+            f'longeval_lines_ppl: {err} Or pass --metadata \'{{"over_length": "skip"}}\' '
+            "to record such cases as skipped, or fewer num_lines."
+        ) from err
     scored = text_scoring.score_tokens(model, ids, offsets, dataclasses.replace(request, score_from=first))
     lp = scored.long.logprob[first - 1 :]
     return AnswerScores(n, first, offsets[first:] - start, lp.astype(np.float32))
@@ -179,16 +202,18 @@ def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> P
             f"longeval_lines_acc: a {n}-token prompt plus {max_gen} generated tokens exceeds the model's maximum "
             f"length {max_length}; the harness would silently cut the prompt's beginning. Raise --model_args "
             "max_length=N if the model supports it, use fewer num_lines, or pass --metadata "
-            "'{\"over_length\": \"skip\"}' to record such cases as skipped.")
+            '\'{"over_length": "skip"}\' to record such cases as skipped.'
+        )
     return PromptLength(n, limit)
 
 
 serve_answers = glue.serve_each(
-    lambda ctx, text, spec: score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length))
-serve_prompt_lengths = glue.serve_each(
-    lambda ctx, text, spec: prompt_length(ctx.tokenizer, text, spec, ctx.max_length))
-glue.register_request_kind(ANSWER_KIND, serve_answers, AnswerScores.from_state,
-                              n_tokens=lambda r: None if r.skipped else r.n_tokens)
+    lambda ctx, text, spec: score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length)
+)
+serve_prompt_lengths = glue.serve_each(lambda ctx, text, spec: prompt_length(ctx.tokenizer, text, spec, ctx.max_length))
+glue.register_request_kind(
+    ANSWER_KIND, serve_answers, AnswerScores.from_state, n_tokens=lambda r: None if r.skipped else r.n_tokens
+)
 glue.register_request_kind(LENGTH_KIND, serve_prompt_lengths, PromptLength.from_state)
 
 
@@ -215,7 +240,8 @@ class _LinesTask(LongContextTask):
         self._width = max(4, len(str(self.configurations[-1])))
         self.provenance = longeval_cases.provenance(cases)
         self.dataset = datasets.DatasetDict(
-            {"test": datasets.Dataset.from_list([longeval_cases.to_doc(c, i) for i, c in enumerate(cases)])})
+            {"test": datasets.Dataset.from_list([longeval_cases.to_doc(c, i) for i, c in enumerate(cases)])}
+        )
 
     def doc_to_text(self, doc, doc_to_text=None):
         return doc["prompt"]
@@ -236,10 +262,15 @@ class _LinesTask(LongContextTask):
                 rec.pop(unused)
             rec["source"] = {"testcases": s["testcases"], "max_cases_per_file": s["num_cases"]}
         else:
-            rec["source"] = {"generated": True, "num_cases": s["num_cases"], "seed": s["seed"],
-                             "trailing_space": s["trailing_space"], "generator_version": longeval_cases.GENERATOR_VERSION,
-                             "wordlist_version": longeval_words.WORDLIST_VERSION,
-                             "wordlist_sha256": longeval_cases.wordlist_fingerprint()}
+            rec["source"] = {
+                "generated": True,
+                "num_cases": s["num_cases"],
+                "seed": s["seed"],
+                "trailing_space": s["trailing_space"],
+                "generator_version": longeval_cases.GENERATOR_VERSION,
+                "wordlist_version": longeval_words.WORDLIST_VERSION,
+                "wordlist_sha256": longeval_cases.wordlist_fingerprint(),
+            }
         rec["data"] = self.provenance
         rec.update(self._extra_settings())
         self._store_settings(rec)
@@ -273,11 +304,13 @@ class LongEvalLinesPPLTask(_LinesTask):
     SCORES_PER_TOKEN = True
 
     def _extra_settings(self) -> dict:
-        return {"response_template": longeval_cases.RESPONSE_TEMPLATE,
-                "join": "prompt + ' ' + response (no space when the prompt ends with whitespace or a chat template "
-                        "was applied)",
-                "answer_tokens": "response tokens whose character span overlaps the number's digits",
-                "allow_beyond_max_length": self.settings["allow_beyond_max_length"]}
+        return {
+            "response_template": longeval_cases.RESPONSE_TEMPLATE,
+            "join": "prompt + ' ' + response (no space when the prompt ends with whitespace or a chat template "
+            "was applied)",
+            "answer_tokens": "response tokens whose character span overlaps the number's digits",
+            "allow_beyond_max_length": self.settings["allow_beyond_max_length"],
+        }
 
     def construct_requests(self, doc, ctx, **kwargs):
         templated = bool(kwargs.pop("apply_chat_template", False))
@@ -285,10 +318,15 @@ class LongEvalLinesPPLTask(_LinesTask):
         # One space between "I need the number." and the response, whether or not the prompt brings it
         # (the 200-680 files do), so every configuration reads the same response text.
         sep = "" if templated or ctx[-1:].isspace() else " "
-        spec = {"kind": ANSWER_KIND, "response_start": len(ctx) + len(sep), "add_special_tokens": "auto",
-                "chunk_size": self.settings["chunk_size"], "long_pass": self.settings["long_pass"],
-                "over_length": self.settings["over_length"],
-                "allow_beyond_max_length": self.settings["allow_beyond_max_length"]}
+        spec = {
+            "kind": ANSWER_KIND,
+            "response_start": len(ctx) + len(sep),
+            "add_special_tokens": "auto",
+            "chunk_size": self.settings["chunk_size"],
+            "long_pass": self.settings["long_pass"],
+            "over_length": self.settings["over_length"],
+            "allow_beyond_max_length": self.settings["allow_beyond_max_length"],
+        }
         return [Instance(glue.REQUEST_TYPE, doc, (ctx + sep + doc["response"], spec), 0, **kwargs)]
 
     def process_results(self, doc, results):
@@ -297,10 +335,17 @@ class LongEvalLinesPPLTask(_LinesTask):
         token_export.write_document(self, doc, results)
         if scores.skipped:
             return self._skipped(key, True)
-        answer, other = per_token.answer_nll_split(scores.logprob, scores.offsets, (doc["answer_start"], doc["answer_end"]))
-        return {"answer_ppl": answer, "non_answer_ppl": other, f"answer_ppl_{key}": answer,
-                f"non_answer_ppl_{key}": other, f"prompt_tokens_{key}": scores.prompt_tokens,
-                **self._skipped(key, False)}
+        answer, other = per_token.answer_nll_split(
+            scores.logprob, scores.offsets, (doc["answer_start"], doc["answer_end"])
+        )
+        return {
+            "answer_ppl": answer,
+            "non_answer_ppl": other,
+            f"answer_ppl_{key}": answer,
+            f"non_answer_ppl_{key}": other,
+            f"prompt_tokens_{key}": scores.prompt_tokens,
+            **self._skipped(key, False),
+        }
 
 
 class LongEvalLinesAccTask(_LinesTask):
@@ -321,8 +366,10 @@ class LongEvalLinesAccTask(_LinesTask):
         # prompt stops the run before any generation. (Under data parallelism the harness pads
         # generate_until by the difference in instance counts, two per case: at most a few extra
         # generations, no wrong numbers.)
-        return [Instance(glue.REQUEST_TYPE, doc, (ctx, length_spec), 0, **kwargs),
-                Instance("generate_until", doc, (ctx, gen_kwargs), 1, **kwargs)]
+        return [
+            Instance(glue.REQUEST_TYPE, doc, (ctx, length_spec), 0, **kwargs),
+            Instance("generate_until", doc, (ctx, gen_kwargs), 1, **kwargs),
+        ]
 
     def process_results(self, doc, results):
         length, output = results
@@ -330,5 +377,9 @@ class LongEvalLinesAccTask(_LinesTask):
         if length.skipped:
             return self._skipped(key, True)
         correct = float(longeval_cases.last_integer(output) == int(doc["expected_number"]))
-        return {"acc": correct, f"acc_{key}": correct, f"prompt_tokens_{key}": length.n_tokens,
-                **self._skipped(key, False)}
+        return {
+            "acc": correct,
+            f"acc_{key}": correct,
+            f"prompt_tokens_{key}": length.n_tokens,
+            **self._skipped(key, False),
+        }

@@ -49,17 +49,23 @@ _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 def resolve_settings(metadata: dict | None) -> dict:
     s = SETTINGS.parse(metadata)
     if s["evaluator_device"] is not None and not _DEVICE.fullmatch(s["evaluator_device"]):
-        raise SettingsError(f"longppl_govreport: setting 'evaluator_device' = {s['evaluator_device']!r} is not "
-                            "allowed; it must be auto, cpu, mps, cuda or cuda:N (or null)")
+        raise SettingsError(
+            f"longppl_govreport: setting 'evaluator_device' = {s['evaluator_device']!r} is not "
+            "allowed; it must be auto, cpu, mps, cuda or cuda:N (or null)"
+        )
     if s["evaluator_max_memory"] is not None and s["evaluator_device"] != "auto":
-        raise SettingsError("longppl_govreport: evaluator_max_memory needs evaluator_device: auto (it is the "
-                            "max_memory of transformers' device_map='auto')")
+        raise SettingsError(
+            "longppl_govreport: evaluator_max_memory needs evaluator_device: auto (it is the "
+            "max_memory of transformers' device_map='auto')"
+        )
     if s["key_spans_dir"]:
         s["key_source"] = "spans_dir"
         given = [k for k in ("evaluator_revision", "evaluator_dtype") if k in s.explicit]
         if given:
-            raise SettingsError(f"longppl_govreport: {given[0]} has no effect with key_spans_dir (the spans "
-                                "are already computed); remove it")
+            raise SettingsError(
+                f"longppl_govreport: {given[0]} has no effect with key_spans_dir (the spans "
+                "are already computed); remove it"
+            )
     elif str(s["evaluator"]).lower() == "self":
         s["key_source"] = "self"
     else:
@@ -86,14 +92,16 @@ class LongPPLTask(LongContextTask):
         self.evaluator_identity = None
         self.evaluator_max_length = None
         if s["key_source"] == "spans_dir":
-            self.span_folder = span_files.read_span_dir(s["key_spans_dir"], list(self.dataset["test"]["text"]),
-                                                      self.provenance["texts_sha256"])
+            self.span_folder = span_files.read_span_dir(
+                s["key_spans_dir"], list(self.dataset["test"]["text"]), self.provenance["texts_sha256"]
+            )
             self._settings_from_manifest(self.span_folder.manifest)
         elif s["key_source"] == "evaluator":
             # identity and maximum length before any model runs: the cache key, the record and the
             # length check hold on cache hits and misses alike
             self.evaluator_identity = evaluator.evaluator_identity(
-                s["evaluator"], s["evaluator_revision"], memo_dir=self._span_cache().directory)
+                s["evaluator"], s["evaluator_revision"], memo_dir=self._span_cache().directory
+            )
             self.evaluator_max_length = evaluator.evaluator_max_length(self.evaluator_identity)
 
     def _settings_from_manifest(self, manifest: dict | None) -> None:
@@ -109,7 +117,8 @@ class LongPPLTask(LongContextTask):
                 raise SettingsError(
                     f"longppl_govreport: --metadata {key} = {s[key]!r}, but {self.settings['key_spans_dir']} holds "
                     f"spans computed with {key} = {manifest[key]!r} (its {span_files.MANIFEST}); remove {key} from "
-                    "the metadata or precompute spans with that value")
+                    "the metadata or precompute spans with that value"
+                )
             s[key] = manifest[key]
 
     def _record_settings(self) -> None:
@@ -118,17 +127,28 @@ class LongPPLTask(LongContextTask):
         rec = SETTINGS.record(s)
         rec["key_source"] = s["key_source"]
         if s["key_source"] == "evaluator":
-            rec.update(evaluator_identity=self.evaluator_identity, evaluator_dtype=self._evaluator_dtype_name(),
-                       evaluator_max_length=self.evaluator_max_length)
+            rec.update(
+                evaluator_identity=self.evaluator_identity,
+                evaluator_dtype=self._evaluator_dtype_name(),
+                evaluator_max_length=self.evaluator_max_length,
+            )
         elif s["key_source"] == "spans_dir":
             folder = self.span_folder
-            rec.update(key_spans_dir=str(Path(s["key_spans_dir"]).resolve()), key_spans_manifest=folder.manifest,
-                       key_spans_verified=folder.verified)
+            rec.update(
+                key_spans_dir=str(Path(s["key_spans_dir"]).resolve()),
+                key_spans_manifest=folder.manifest,
+                key_spans_verified=folder.verified,
+            )
             if folder.manifest is None:  # what the spans were computed with is not known
                 for key in MANIFEST_KEYS:
                     rec[key] = None
-            for key in ("evaluator_revision", "evaluator_dtype", "evaluator_device", "evaluator_max_memory",
-                        "evaluator_trust_remote_code"):
+            for key in (
+                "evaluator_revision",
+                "evaluator_dtype",
+                "evaluator_device",
+                "evaluator_max_memory",
+                "evaluator_trust_remote_code",
+            ):
                 rec.pop(key, None)
                 rec["runtime"].pop(key, None)
         else:
@@ -148,9 +168,15 @@ class LongPPLTask(LongContextTask):
         its special tokens, as the reference tokenizes the evaluator's text, and the truncated windows."""
         s = self.settings
         request = text_scoring.TextRequest(
-            add_special_tokens=judge, offsets=True, long_pass=s["long_pass"], chunk_size=s["chunk_size"],
-            allow_beyond_max_length=s["allow_beyond_max_length"], trunc_len=s["trunc_len"] if judge else None,
-            stride=s["sliding_window"] if judge else None, window_batch_size=s["short_batch_size"] if judge else None)
+            add_special_tokens=judge,
+            offsets=True,
+            long_pass=s["long_pass"],
+            chunk_size=s["chunk_size"],
+            allow_beyond_max_length=s["allow_beyond_max_length"],
+            trunc_len=s["trunc_len"] if judge else None,
+            stride=s["sliding_window"] if judge else None,
+            window_batch_size=s["short_batch_size"] if judge else None,
+        )
         return request.to_spec()
 
     def construct_requests(self, doc, ctx, **kwargs):
@@ -170,14 +196,18 @@ class LongPPLTask(LongContextTask):
     def _scoring_records(self) -> dict:
         records = super()._scoring_records()
         if self.settings["key_source"] == "evaluator":
-            records["evaluator_scoring"] = self._evaluator_scoring or "no text judged in this run (spans from the cache)"
+            records["evaluator_scoring"] = (
+                self._evaluator_scoring or "no text judged in this run (spans from the cache)"
+            )
         return records
 
     def _evaluator_settings(self) -> dict:
         """What the key spans depend on: the cache key."""
         s = self.settings
         return {k: s[k] for k in ("trunc_len", "sliding_window", "alpha", "beta")} | {
-            "evaluator": self.evaluator_identity, "evaluator_dtype": self._evaluator_dtype_name()}
+            "evaluator": self.evaluator_identity,
+            "evaluator_dtype": self._evaluator_dtype_name(),
+        }
 
     def _evaluator_device(self) -> str:
         import os
@@ -204,8 +234,12 @@ class LongPPLTask(LongContextTask):
             s = self.settings
             log.info("loading the key-token evaluator %s on %s", s["evaluator"], self._evaluator_device())
             self._evaluator = evaluator.load_evaluator(
-                self.evaluator_identity, dtype=self._evaluator_dtype_name(), device=self._evaluator_device(),
-                max_memory=s["evaluator_max_memory"], trust_remote_code=s["evaluator_trust_remote_code"])
+                self.evaluator_identity,
+                dtype=self._evaluator_dtype_name(),
+                device=self._evaluator_device(),
+                max_memory=s["evaluator_max_memory"],
+                trust_remote_code=s["evaluator_trust_remote_code"],
+            )
         return self._evaluator
 
     def _release_evaluator(self) -> None:
@@ -233,17 +267,20 @@ class LongPPLTask(LongContextTask):
         judgement = span_store.get(key)
         if judgement is None:
             model, tok = self._load_evaluator()
-            request = evaluator.evaluator_request(s["trunc_len"], s["sliding_window"], s["chunk_size"],
-                                                   s["short_batch_size"] or 4, s["long_pass"])
+            request = evaluator.evaluator_request(
+                s["trunc_len"], s["sliding_window"], s["chunk_size"], s["short_batch_size"] or 4, s["long_pass"]
+            )
             with scoring.recording(model) as record:
-                scores = text_scoring.score_text(model, tok, text, request, self._evaluator_length_limit(),
-                                                 evaluator=self.evaluator_identity["name"])
+                scores = text_scoring.score_text(
+                    model, tok, text, request, self._evaluator_length_limit(), evaluator=self.evaluator_identity["name"]
+                )
             self._evaluator_scoring = glue.merge_scoring(self._evaluator_scoring, record.summary())
             judgement = evaluator.judge_from_scores(scores, s["alpha"], s["beta"])
             span_store.put(key, judgement, settings)
         else:  # the same check as on a miss: the evaluator judged this many tokens
-            text_scoring.check_length(len(judgement.offsets), self._evaluator_length_limit(), False,
-                                      evaluator=self.evaluator_identity["name"])
+            text_scoring.check_length(
+                len(judgement.offsets), self._evaluator_length_limit(), False, evaluator=self.evaluator_identity["name"]
+            )
         return judgement
 
     def _evaluator_length_limit(self) -> int | None:
@@ -268,8 +305,10 @@ class LongPPLTask(LongContextTask):
         if n_key == 0:
             why = self._why_no_key_tokens(judgement)
             self._no_key_reasons[why] = self._no_key_reasons.get(why, 0) + 1
-            msg = (f"longppl_govreport: document {doc['doc_id']} has no key tokens ({why}); it is left out of "
-                   "longppl and kept in ppl (as the reference does)")
+            msg = (
+                f"longppl_govreport: document {doc['doc_id']} has no key tokens ({why}); it is left out of "
+                "longppl and kept in ppl (as the reference does)"
+            )
             log.warning(msg)
             warnings.warn(msg, stacklevel=2)
         out = {
@@ -291,23 +330,29 @@ class LongPPLTask(LongContextTask):
         if s["key_source"] == "spans_dir":
             return "its precomputed span file holds no key span"
         if judgement.offsets is not None and len(judgement.offsets) <= s["trunc_len"]:
-            return (f"{len(judgement.offsets)} evaluator tokens, not more than trunc_len = {s['trunc_len']}, so no "
-                    "token has a truncated context")
+            return (
+                f"{len(judgement.offsets)} evaluator tokens, not more than trunc_len = {s['trunc_len']}, so no "
+                "token has a truncated context"
+            )
         lsd = None if judgement.lsd is None else judgement.lsd[np.isfinite(judgement.lsd)]
         if lsd is None or lsd.size == 0:
             return f"no token gains more than alpha = {s['alpha']} nats from the long context with log-prob > beta"
         gain = float(lsd.max())
         if gain < NO_GAIN_NATS:
-            return (f"the long and truncated contexts give the same log-probs (no gain above {NO_GAIN_NATS} nats): "
-                    f"the judging model reads no further back than trunc_len = {s['trunc_len']} tokens (a sliding "
-                    "window shorter than trunc_len, or a model that ignores its context)")
+            return (
+                f"the long and truncated contexts give the same log-probs (no gain above {NO_GAIN_NATS} nats): "
+                f"the judging model reads no further back than trunc_len = {s['trunc_len']} tokens (a sliding "
+                "window shorter than trunc_len, or a model that ignores its context)"
+            )
         if gain <= s["alpha"]:
             return f"no token gains more than alpha = {s['alpha']} nats from the long context (largest gain {gain:.3g})"
         return f"the tokens that gain more than alpha = {s['alpha']} nats all have log-prob <= beta = {s['beta']}"
 
     def _no_key_note(self) -> str:
-        reasons = "; ".join(f"{why} ({n} document{'s' if n > 1 else ''})"
-                            for why, n in sorted(self._no_key_reasons.items(), key=lambda kv: -kv[1]))
+        reasons = "; ".join(
+            f"{why} ({n} document{'s' if n > 1 else ''})"
+            for why, n in sorted(self._no_key_reasons.items(), key=lambda kv: -kv[1])
+        )
         return f"n/a: no key tokens in any document: {reasons or 'none met alpha and beta'}"
 
     def _metric_names(self):

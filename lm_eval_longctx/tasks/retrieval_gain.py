@@ -47,8 +47,18 @@ SETTINGS = declarations.RETRIEVAL_GAIN
 DEFAULTS = SETTINGS.defaults()
 # settings that change the numbers: they travel in every request's spec (so the --use_cache key
 # holds them) and are recorded in the results
-SCORING_KEYS = ("doc_tokens", "query_tokens", "answer_tokens", "n_queries", "anchor_min", "anchor_max",
-                "anchor_spacing", "with_context", "separator", "bos")
+SCORING_KEYS = (
+    "doc_tokens",
+    "query_tokens",
+    "answer_tokens",
+    "n_queries",
+    "anchor_min",
+    "anchor_max",
+    "anchor_spacing",
+    "with_context",
+    "separator",
+    "bos",
+)
 
 
 def resolve_settings(metadata: dict | None) -> dict:
@@ -62,8 +72,15 @@ def resolve_settings(metadata: dict | None) -> dict:
 # Pure functions over token ids: what the model reads, token by token.
 
 
-def choose_anchors(n_doc_tokens: int, query_tokens: int, answer_tokens: int, n_queries: int,
-                   anchor_min: float = 0.1, anchor_max: float = 0.6, spacing: str = "endpoints") -> list[int]:
+def choose_anchors(
+    n_doc_tokens: int,
+    query_tokens: int,
+    answer_tokens: int,
+    n_queries: int,
+    anchor_min: float = 0.1,
+    anchor_max: float = 0.6,
+    spacing: str = "endpoints",
+) -> list[int]:
     """Anchor positions in [ceil(anchor_min * U), floor(anchor_max * U)], U = T - q - r, deterministic.
 
     ``endpoints``: evenly spaced with both ends of the interval included (2 anchors: 0.1U and 0.6U);
@@ -83,7 +100,8 @@ def choose_anchors(n_doc_tokens: int, query_tokens: int, answer_tokens: int, n_q
         raise scoring.ScoringError(
             f"a {n_doc_tokens}-token document has no room for {n_queries} distinct anchors in "
             f"[{anchor_min}U, {anchor_max}U] with query {query_tokens} + answer {answer_tokens} tokens "
-            f"(U = {U}); use longer documents or fewer / shorter queries")
+            f"(U = {U}); use longer documents or fewer / shorter queries"
+        )
     return anchors
 
 
@@ -115,8 +133,15 @@ def build_case(doc_ids: list[int], settings: dict, lead_ids: list[int], separato
     """
     q, r = settings["query_tokens"], settings["answer_tokens"]
     doc = [int(t) for t in doc_ids[: settings["doc_tokens"]]]
-    anchors = choose_anchors(len(doc), q, r, settings["n_queries"], settings["anchor_min"],
-                             settings["anchor_max"], settings["anchor_spacing"])
+    anchors = choose_anchors(
+        len(doc),
+        q,
+        r,
+        settings["n_queries"],
+        settings["anchor_min"],
+        settings["anchor_max"],
+        settings["anchor_spacing"],
+    )
     lead, sep = [int(t) for t in lead_ids], [int(t) for t in separator_ids]
     continuations = [doc[a : a + q + r] for a in anchors]
     without = [lead + c for c in continuations]
@@ -161,26 +186,40 @@ class RetrievalScores:
     without_logprob: np.ndarray  # float32 [n_queries, answer_tokens]
 
     def to_state(self) -> dict:
-        return {"anchors": self.anchors, "n_doc_tokens": self.n_doc_tokens, "n_source_tokens": self.n_source_tokens,
-                "n_with_tokens": self.n_with_tokens, "with_logprob": self.with_logprob,
-                "without_logprob": self.without_logprob}
+        return {
+            "anchors": self.anchors,
+            "n_doc_tokens": self.n_doc_tokens,
+            "n_source_tokens": self.n_source_tokens,
+            "n_with_tokens": self.n_with_tokens,
+            "with_logprob": self.with_logprob,
+            "without_logprob": self.without_logprob,
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> RetrievalScores:
-        return cls(np.asarray(state["anchors"]), int(state["n_doc_tokens"]), int(state["n_source_tokens"]),
-                   int(state["n_with_tokens"]), np.asarray(state["with_logprob"]),
-                   np.asarray(state["without_logprob"]))
+        return cls(
+            np.asarray(state["anchors"]),
+            int(state["n_doc_tokens"]),
+            int(state["n_source_tokens"]),
+            int(state["n_with_tokens"]),
+            np.asarray(state["with_logprob"]),
+            np.asarray(state["without_logprob"]),
+        )
 
     def __repr__(self) -> str:  # compact: this is what --log_samples writes
         gain = per_token.retrieval_gain_per_pair(self.with_logprob, self.without_logprob)[0]
-        return (f"RetrievalScores(doc_tokens={self.n_doc_tokens}/{self.n_source_tokens}, "
-                f"anchors={self.anchors.tolist()}, gain=[{', '.join(f'{g:+.4f}' for g in gain)}])")
+        return (
+            f"RetrievalScores(doc_tokens={self.n_doc_tokens}/{self.n_source_tokens}, "
+            f"anchors={self.anchors.tolist()}, gain=[{', '.join(f'{g:+.4f}' for g in gain)}])"
+        )
 
 
 def _without_with_backoff(model, sequences, n_scored, batch_size):
     return scoring.with_batch_backoff(
         lambda bs: scoring.score_sequence_ends(model, sequences, n_scored, batch_size=bs),
-        batch_size, "the without-document pass (sequences)")
+        batch_size,
+        "the without-document pass (sequences)",
+    )
 
 
 def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
@@ -191,19 +230,22 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
         try:
             glue.check_length(case.max_with_length, ctx.max_length, spec)
         except scoring.ScoringError as err:
-            raise scoring.ScoringError(f"retrieval_gain: {err} Or lower --metadata doc_tokens "
-                                      f"(now {spec['doc_tokens']}).") from err
+            raise scoring.ScoringError(
+                f"retrieval_gain: {err} Or lower --metadata doc_tokens (now {spec['doc_tokens']})."
+            ) from err
         cases.append(case)
     short = sum(c.n_doc_tokens < spec["doc_tokens"] for c, (_, spec) in zip(cases, items))
     if short:
-        log.warning("retrieval_gain: %d of %d documents are shorter than doc_tokens and are read whole",
-                    short, len(cases))
+        log.warning(
+            "retrieval_gain: %d of %d documents are shorter than doc_tokens and are read whole", short, len(cases)
+        )
 
     # without the document: every pair of every document, batched
     batch = min(int(spec.get("without_batch_size") or ctx.batch_size) for _, spec in items) if items else 1
     flat = [(i, j) for i, c in enumerate(cases) for j in range(len(c.without))]
-    without = _without_with_backoff(ctx.model, [cases[i].without[j] for i, j in flat],
-                                    [cases[i].answer_tokens for i, _ in flat], batch)
+    without = _without_with_backoff(
+        ctx.model, [cases[i].without[j] for i, j in flat], [cases[i].answer_tokens for i, _ in flat], batch
+    )
     without_by_case: list[list] = [[None] * len(c.without) for c in cases]
     for (i, j), res in zip(flat, without, strict=True):
         without_by_case[i][j] = res.logprob
@@ -214,15 +256,30 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
         with_lp: list = [None] * len(case.anchors)
         for prefix, idx in case.groups:
             scored = scoring.with_batch_backoff(
-                lambda bs: scoring.score_continuations(ctx.model, prefix, [case.continuations[i] for i in idx],
-                                                      n_scored=case.answer_tokens, chunk_size=int(spec["chunk_size"]),
-                                                      long_pass=str(spec["long_pass"]), batch_size=bs),
-                batch, "the with-document pass (continuations)")
+                lambda bs: scoring.score_continuations(
+                    ctx.model,
+                    prefix,
+                    [case.continuations[i] for i in idx],
+                    n_scored=case.answer_tokens,
+                    chunk_size=int(spec["chunk_size"]),
+                    long_pass=str(spec["long_pass"]),
+                    batch_size=bs,
+                ),
+                batch,
+                "the with-document pass (continuations)",
+            )
             for i, res in zip(idx, scored, strict=True):
                 with_lp[i] = res.logprob
-        out.append(RetrievalScores(np.asarray(case.anchors, dtype=np.int64), case.n_doc_tokens,
-                                   case.n_source_tokens, case.max_with_length,
-                                   np.stack(with_lp).astype(np.float32), np.stack(wo).astype(np.float32)))
+        out.append(
+            RetrievalScores(
+                np.asarray(case.anchors, dtype=np.int64),
+                case.n_doc_tokens,
+                case.n_source_tokens,
+                case.max_with_length,
+                np.stack(with_lp).astype(np.float32),
+                np.stack(wo).astype(np.float32),
+            )
+        )
         ctx.progress(1)
     return out
 
@@ -248,9 +305,13 @@ class RetrievalGainTask(LongContextTask):
     def _spec(self) -> dict:
         s = self.settings
         spec = {k: s[k] for k in SCORING_KEYS}
-        spec.update(kind=KIND, chunk_size=s["chunk_size"], long_pass=s["long_pass"],
-                    without_batch_size=s["without_batch_size"],
-                    allow_beyond_max_length=s["allow_beyond_max_length"])
+        spec.update(
+            kind=KIND,
+            chunk_size=s["chunk_size"],
+            long_pass=s["long_pass"],
+            without_batch_size=s["without_batch_size"],
+            allow_beyond_max_length=s["allow_beyond_max_length"],
+        )
         return spec
 
     def construct_requests(self, doc, ctx, **kwargs):
@@ -264,8 +325,11 @@ class RetrievalGainTask(LongContextTask):
         token_export.write_document(self, doc, results)
         # every document has n_queries anchors, so the mean over documents of these per-document
         # means is the mean over (document, anchor) pairs
-        return {"retrieval_gain": float(gain.mean()), "nll_with": float(nll_with.mean()),
-                "nll_without": float(nll_without.mean())}
+        return {
+            "retrieval_gain": float(gain.mean()),
+            "nll_with": float(nll_with.mean()),
+            "nll_without": float(nll_without.mean()),
+        }
 
     def metric_declarations(self):
         return {m: glue.declare(agg, hib) for m, (agg, hib) in METRICS.items()}

@@ -72,22 +72,31 @@ def check_ladder(lengths, s: dict) -> None:
     need = s["query_tokens"] + s["answer_tokens"] + (s["anchors_per_cell"] - 1) * s["anchor_stride"]
     short = [L for L in lengths if L < need]
     if short:
-        raise SettingsError(f"retrieval_gain_map: context lengths {short} are too short for query {s['query_tokens']} "
-                            f"+ answer {s['answer_tokens']} tokens and {s['anchors_per_cell']} anchors per cell "
-                            f"{s['anchor_stride']} apart ({need} tokens); drop them from `context_lengths`")
+        raise SettingsError(
+            f"retrieval_gain_map: context lengths {short} are too short for query {s['query_tokens']} "
+            f"+ answer {s['answer_tokens']} tokens and {s['anchors_per_cell']} anchors per cell "
+            f"{s['anchor_stride']} apart ({need} tokens); drop them from `context_lengths`"
+        )
 
 
 # ------------------------------------------------------------------ cells and the two conditions
 
 
-def cell_anchors(length: int, depth_percent: int, query_tokens: int, answer_tokens: int,
-                 anchors_per_cell: int = 1, anchor_stride: int | None = None) -> list[int]:
+def cell_anchors(
+    length: int,
+    depth_percent: int,
+    query_tokens: int,
+    answer_tokens: int,
+    anchors_per_cell: int = 1,
+    anchor_stride: int | None = None,
+) -> list[int]:
     """Anchors of cell (L, p): a = round(p/100 * (L - q - r)), halves up (exact integer arithmetic),
     then a + s, ..., a + (n-1) s, each moved back so that its Q A ends inside x[0:L]."""
     U = length - query_tokens - answer_tokens
     if U < 0:
-        raise scoring.ScoringError(f"context length {length} has no room for query {query_tokens} + answer "
-                                  f"{answer_tokens} tokens")
+        raise scoring.ScoringError(
+            f"context length {length} has no room for query {query_tokens} + answer {answer_tokens} tokens"
+        )
     stride = query_tokens + answer_tokens if anchor_stride is None else anchor_stride
     first = int(Fraction(depth_percent, 100) * U + Fraction(1, 2))  # floor(x + 1/2): halves up
     # the last anchors of a deep cell would run past L: the whole group shifts back instead
@@ -115,17 +124,22 @@ class MapCase:
         return len(self.lead) + self.lengths[-1] + len(self.continuations[-1][0])
 
 
-def build_case(doc_ids: list[int], s: dict, lengths: list[int], lead_ids: list[int], separator_ids: list[int]) -> MapCase:
+def build_case(
+    doc_ids: list[int], s: dict, lengths: list[int], lead_ids: list[int], separator_ids: list[int]
+) -> MapCase:
     q, r = s["query_tokens"], s["answer_tokens"]
     doc = [int(t) for t in doc_ids]
     if len(doc) < lengths[-1]:
         raise scoring.ScoringError(
             f"retrieval_gain_map: a document has {len(doc)} tokens, fewer than the longest context length "
-            f"{lengths[-1]}; lower --metadata max_context (or give `context_lengths`), or select longer documents (min_tokens)")
+            f"{lengths[-1]}; lower --metadata max_context (or give `context_lengths`), or select longer documents (min_tokens)"
+        )
     lead, sep = [int(t) for t in lead_ids], [int(t) for t in separator_ids]
     depths = list(s["depths"])
-    anchors = np.array([[cell_anchors(L, d, q, r, s["anchors_per_cell"], s["anchor_stride"]) for d in depths]
-                        for L in lengths], dtype=np.int64)
+    anchors = np.array(
+        [[cell_anchors(L, d, q, r, s["anchors_per_cell"], s["anchor_stride"]) for d in depths] for L in lengths],
+        dtype=np.int64,
+    )
     conts, without = [], []
     for i in range(len(lengths)):
         qa = [doc[a : a + q + r] for a in anchors[i].reshape(-1)]
@@ -160,20 +174,34 @@ class GainMapScores:
         return gain_map.cell_gains(self.with_logprob, self.without_logprob)
 
     def to_state(self) -> dict:
-        return {"lengths": self.lengths, "depths": self.depths, "anchors": self.anchors,
-                "n_source_tokens": self.n_source_tokens, "n_with_tokens": self.n_with_tokens,
-                "with_logprob": self.with_logprob, "without_logprob": self.without_logprob}
+        return {
+            "lengths": self.lengths,
+            "depths": self.depths,
+            "anchors": self.anchors,
+            "n_source_tokens": self.n_source_tokens,
+            "n_with_tokens": self.n_with_tokens,
+            "with_logprob": self.with_logprob,
+            "without_logprob": self.without_logprob,
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> GainMapScores:
-        return cls(np.asarray(state["lengths"]), np.asarray(state["depths"]), np.asarray(state["anchors"]),
-                   int(state["n_source_tokens"]), int(state["n_with_tokens"]), np.asarray(state["with_logprob"]),
-                   np.asarray(state["without_logprob"]))
+        return cls(
+            np.asarray(state["lengths"]),
+            np.asarray(state["depths"]),
+            np.asarray(state["anchors"]),
+            int(state["n_source_tokens"]),
+            int(state["n_with_tokens"]),
+            np.asarray(state["with_logprob"]),
+            np.asarray(state["without_logprob"]),
+        )
 
     def __repr__(self) -> str:  # compact: what --log_samples writes
         per_length = self.gain().mean(axis=1)
-        return (f"GainMapScores(tokens={self.n_source_tokens}, gain per length="
-                f"{{{', '.join(f'{int(L)}: {g:+.4f}' for L, g in zip(self.lengths, per_length))}}})")
+        return (
+            f"GainMapScores(tokens={self.n_source_tokens}, gain per length="
+            f"{{{', '.join(f'{int(L)}: {g:+.4f}' for L, g in zip(self.lengths, per_length))}}})"
+        )
 
 
 def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
@@ -184,8 +212,10 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
         try:
             glue.check_length(case.max_with_length, ctx.max_length, spec)
         except scoring.ScoringError as err:
-            raise scoring.ScoringError(f"retrieval_gain_map: {err} Or lower --metadata max_context / context_lengths "
-                                      f"(now up to {spec['lengths'][-1]}).") from err
+            raise scoring.ScoringError(
+                f"retrieval_gain_map: {err} Or lower --metadata max_context / context_lengths "
+                f"(now up to {spec['lengths'][-1]})."
+            ) from err
         cases.append(case)
 
     # without the context: every distinct [BOS] Q A of every document, batched
@@ -197,26 +227,52 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
                 distinct.setdefault((tuple(w), case.answer_tokens), len(distinct))
     seqs = [list(w) for w, _ in distinct]
     counts = [r for _, r in distinct]
-    scored = scoring.with_batch_backoff(
-        lambda bs: scoring.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs),
-        batch, "the without-context pass (sequences)") if seqs else []
+    scored = (
+        scoring.with_batch_backoff(
+            lambda bs: scoring.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs),
+            batch,
+            "the without-context pass (sequences)",
+        )
+        if seqs
+        else []
+    )
 
     out = []
     for case, (_, spec) in zip(cases, items):
         nL, nD, n = case.anchors.shape
         rungs = [(len(case.lead) + L, case.continuations[i]) for i, L in enumerate(case.lengths)]
         ladder = scoring.with_batch_backoff(
-            lambda bs: scoring.score_prefix_ladder(ctx.model, case.prefix, rungs, n_scored=case.answer_tokens,
-                                                  chunk_size=int(spec["chunk_size"]),
-                                                  long_pass=str(spec["long_pass"]), batch_size=bs),
-            batch, "the with-context pass (ladder)")
+            lambda bs: scoring.score_prefix_ladder(
+                ctx.model,
+                case.prefix,
+                rungs,
+                n_scored=case.answer_tokens,
+                chunk_size=int(spec["chunk_size"]),
+                long_pass=str(spec["long_pass"]),
+                batch_size=bs,
+            ),
+            batch,
+            "the with-context pass (ladder)",
+        )
         w = np.stack([np.stack([res.logprob for res in rung]) for rung in ladder])
-        wo = np.stack([np.stack([scored[distinct[(tuple(x), case.answer_tokens)]].logprob for x in rung])
-                       for rung in case.without])
+        wo = np.stack(
+            [
+                np.stack([scored[distinct[(tuple(x), case.answer_tokens)]].logprob for x in rung])
+                for rung in case.without
+            ]
+        )
         shape = (nL, nD, n, case.answer_tokens)
-        out.append(GainMapScores(np.asarray(case.lengths, dtype=np.int64), np.asarray(case.depths, dtype=np.int64),
-                                 case.anchors, case.n_source_tokens, case.max_with_length,
-                                 w.reshape(shape).astype(np.float32), wo.reshape(shape).astype(np.float32)))
+        out.append(
+            GainMapScores(
+                np.asarray(case.lengths, dtype=np.int64),
+                np.asarray(case.depths, dtype=np.int64),
+                case.anchors,
+                case.n_source_tokens,
+                case.max_with_length,
+                w.reshape(shape).astype(np.float32),
+                wo.reshape(shape).astype(np.float32),
+            )
+        )
         ctx.progress(1)
     return out
 
@@ -240,10 +296,12 @@ def default_ladder(s: dict, n_tokens: list[int], extra_tokens: int, model_max_le
         lengths.append(L)
         L *= 2
     if not lengths:
-        raise SettingsError(f"retrieval_gain_map: no context length of the default ladder (from min_context "
-                            f"{s['min_context']}) fits: the shortest document has {min(n_tokens)} tokens, the model's "
-                            f"maximum length is {model_max_length} ({extra_tokens} tokens go to BOS, separator, Q "
-                            f"and A); lower min_context or give `context_lengths`")
+        raise SettingsError(
+            f"retrieval_gain_map: no context length of the default ladder (from min_context "
+            f"{s['min_context']}) fits: the shortest document has {min(n_tokens)} tokens, the model's "
+            f"maximum length is {model_max_length} ({extra_tokens} tokens go to BOS, separator, Q "
+            f"and A); lower min_context or give `context_lengths`"
+        )
     return lengths
 
 
@@ -261,11 +319,17 @@ class RetrievalGainMapTask(LongContextTask):
 
             name = s["tokenizer"] or s["pretrained"]
             if not isinstance(name, str) or not name:
-                raise SettingsError("retrieval_gain_map: the default ladder counts the documents' tokens with the "
-                                    "model's tokenizer: give --model_args pretrained=... or --metadata "
-                                    "'{\"context_lengths\": [1024, 2048, ...]}'")
-            tok = documents.load_tokenizer(name, "the tokenizer that sets the retrieval_gain_map ladder",
-                                      revision=s["revision"], trust_remote_code=s["trust_remote_code"])
+                raise SettingsError(
+                    "retrieval_gain_map: the default ladder counts the documents' tokens with the "
+                    "model's tokenizer: give --model_args pretrained=... or --metadata "
+                    "'{\"context_lengths\": [1024, 2048, ...]}'"
+                )
+            tok = documents.load_tokenizer(
+                name,
+                "the tokenizer that sets the retrieval_gain_map ladder",
+                revision=s["revision"],
+                trust_remote_code=s["trust_remote_code"],
+            )
             self.model_max_length = resolve_model_max_length(s, tok)
             n_tokens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in self.dataset["test"]["text"]]
             sep = len(tok(s["separator"], add_special_tokens=False)["input_ids"]) if s["separator"] else 0
@@ -278,17 +342,28 @@ class RetrievalGainMapTask(LongContextTask):
     def _record_settings(self) -> None:
         s = self.settings
         rec = SETTINGS.record(s)
-        rec.update(task_kind=KIND, lengths_used=self.lengths, model_max_length=self.model_max_length,
-                   metric_name_width=self.width, data=self.provenance,
-                   anchor_rule="a = round(p/100 (L - q - r)), halves up")
+        rec.update(
+            task_kind=KIND,
+            lengths_used=self.lengths,
+            model_max_length=self.model_max_length,
+            metric_name_width=self.width,
+            data=self.provenance,
+            anchor_rule="a = round(p/100 (L - q - r)), halves up",
+        )
         self._store_settings(rec)
 
     def _spec(self) -> dict:
         s = self.settings
         spec = {k: s[k] for k in SCORING_KEYS}
-        spec.update(kind=KIND, lengths=self.lengths, depths=list(s["depths"]), chunk_size=s["chunk_size"],
-                    long_pass=s["long_pass"],
-                    without_batch_size=s["without_batch_size"], allow_beyond_max_length=s["allow_beyond_max_length"])
+        spec.update(
+            kind=KIND,
+            lengths=self.lengths,
+            depths=list(s["depths"]),
+            chunk_size=s["chunk_size"],
+            long_pass=s["long_pass"],
+            without_batch_size=s["without_batch_size"],
+            allow_beyond_max_length=s["allow_beyond_max_length"],
+        )
         return spec
 
     def construct_requests(self, doc, ctx, **kwargs):
@@ -327,10 +402,23 @@ class RetrievalGainMapTask(LongContextTask):
         out.update({self.length_name(L): mean for L in self.lengths})
         out["gain"] = mean
         # partials of module-level functions: they pickle; a threshold statistic gets no stderr
-        out["effective_length"] = glue.declare(functools.partial(
-            gain_map.effective_length_from_docs, lengths=tuple(self.lengths), fraction=s["effective_fraction"],
-            rule=s["effective_rule"], base_minimum=s["effective_threshold"]), True)
-        out["effective_length_abs"] = glue.declare(functools.partial(
-            gain_map.effective_length_abs_from_docs, lengths=tuple(self.lengths), threshold=s["effective_threshold"],
-            rule=s["effective_rule"]), True)
+        out["effective_length"] = glue.declare(
+            functools.partial(
+                gain_map.effective_length_from_docs,
+                lengths=tuple(self.lengths),
+                fraction=s["effective_fraction"],
+                rule=s["effective_rule"],
+                base_minimum=s["effective_threshold"],
+            ),
+            True,
+        )
+        out["effective_length_abs"] = glue.declare(
+            functools.partial(
+                gain_map.effective_length_abs_from_docs,
+                lengths=tuple(self.lengths),
+                threshold=s["effective_threshold"],
+                rule=s["effective_rule"],
+            ),
+            True,
+        )
         return out

@@ -70,8 +70,9 @@ def _targets_to_tokens(target_values: np.ndarray, fill) -> np.ndarray:
     return np.concatenate([np.full(1, fill, dtype=v.dtype), v])
 
 
-def longppl_arrays(doc: dict, scored, judgement, key_idx: np.ndarray, alpha: float, beta: float,
-                   soft_gamma: float | None = None) -> dict:
+def longppl_arrays(
+    doc: dict, scored, judgement, key_idx: np.ndarray, alpha: float, beta: float, soft_gamma: float | None = None
+) -> dict:
     """The longppl_govreport file of one document (see the module docstring)."""
     from ..metrics import per_token
 
@@ -83,15 +84,20 @@ def longppl_arrays(doc: dict, scored, judgement, key_idx: np.ndarray, alpha: flo
     logprob = _targets_to_tokens(lp, np.float32(np.nan))
     lp64 = lp.astype(np.float64)
     out = {
-        "doc_id": np.asarray(int(doc["doc_id"])), **_text_fields(doc["text"]),
+        "doc_id": np.asarray(int(doc["doc_id"])),
+        **_text_fields(doc["text"]),
         "token_id": np.asarray(scored.token_ids, dtype=np.int64),
-        "char_start": offsets[:, 0], "char_end": offsets[:, 1],
-        "logprob": logprob, "nll": -logprob,
+        "char_start": offsets[:, 0],
+        "char_end": offsets[:, 1],
+        "logprob": logprob,
+        "nll": -logprob,
         "greedy": _targets_to_tokens(np.asarray(scored.long.greedy, dtype=bool), False),
         "key": key,
         # the task's own per-document pairs: (nll_sum, count) of ppl and of longppl
-        "nll_sum": np.asarray(per_token.nll_sum(lp64)), "n_targets": np.asarray(len(lp64)),
-        "key_nll_sum": np.asarray(per_token.nll_sum(lp64[key_idx])), "n_key": np.asarray(len(key_idx)),
+        "nll_sum": np.asarray(per_token.nll_sum(lp64)),
+        "n_targets": np.asarray(len(lp64)),
+        "key_nll_sum": np.asarray(per_token.nll_sum(lp64[key_idx])),
+        "n_key": np.asarray(len(key_idx)),
     }
     nan = np.float32(np.nan)
     lsd = lcl = np.full(n, nan, dtype=np.float32)
@@ -104,9 +110,13 @@ def longppl_arrays(doc: dict, scored, judgement, key_idx: np.ndarray, alpha: flo
         if judgement.long_logprob is not None and judgement.short_logprob is not None:
             ev_long = _targets_to_tokens(np.asarray(judgement.long_logprob, dtype=np.float32), nan)
             ev_short = _targets_to_tokens(np.asarray(judgement.short_logprob, dtype=np.float32), nan)
-            out.update(evaluator_logprob_long=ev_long, evaluator_logprob_short=ev_short,
-                       evaluator_key=_targets_to_tokens(per_token.key_token_mask(judgement.long_logprob, judgement.short_logprob,
-                                                                       alpha, beta), False))
+            out.update(
+                evaluator_logprob_long=ev_long,
+                evaluator_logprob_short=ev_short,
+                evaluator_key=_targets_to_tokens(
+                    per_token.key_token_mask(judgement.long_logprob, judgement.short_logprob, alpha, beta), False
+                ),
+            )
             # LCL only where the token has an LSD (the same evaluator token; NaN before K like LSD)
             lcl = np.where(np.isnan(lsd), nan, ev_long[j]).astype(np.float32)
         else:
@@ -129,12 +139,18 @@ def retrieval_gain_arrays(doc: dict, scores) -> dict:
     from ..metrics import per_token
 
     gain, nll_with, nll_without = per_token.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
-    return {"doc_id": np.asarray(int(doc["doc_id"])), **_text_fields(doc["text"]),
-            "anchors": np.asarray(scores.anchors, dtype=np.int64), "n_doc_tokens": np.asarray(scores.n_doc_tokens),
-            "n_source_tokens": np.asarray(scores.n_source_tokens),
-            "with_logprob": np.asarray(scores.with_logprob, dtype=np.float32),
-            "without_logprob": np.asarray(scores.without_logprob, dtype=np.float32),
-            "gain": gain, "nll_with": nll_with, "nll_without": nll_without}
+    return {
+        "doc_id": np.asarray(int(doc["doc_id"])),
+        **_text_fields(doc["text"]),
+        "anchors": np.asarray(scores.anchors, dtype=np.int64),
+        "n_doc_tokens": np.asarray(scores.n_doc_tokens),
+        "n_source_tokens": np.asarray(scores.n_source_tokens),
+        "with_logprob": np.asarray(scores.with_logprob, dtype=np.float32),
+        "without_logprob": np.asarray(scores.without_logprob, dtype=np.float32),
+        "gain": gain,
+        "nll_with": nll_with,
+        "nll_without": nll_without,
+    }
 
 
 def longeval_arrays(doc: dict, scores) -> dict:
@@ -142,14 +158,26 @@ def longeval_arrays(doc: dict, scores) -> dict:
 
     offsets = np.asarray(scores.offsets, dtype=np.int64).reshape(-1, 2)
     lp = np.asarray(scores.logprob, dtype=np.float32)
-    answer = (per_token.overlapping_token_mask(offsets, (doc["answer_start"], doc["answer_end"]))
-              if len(offsets) else np.zeros(0, dtype=bool))
-    return {"doc_id": np.asarray(int(doc["doc_id"])), "num_lines": np.asarray(int(doc["num_lines"])),
-            "response": np.asarray(doc["response"]), "answer_start": np.asarray(int(doc["answer_start"])),
-            "answer_end": np.asarray(int(doc["answer_end"])), "prompt_tokens": np.asarray(scores.prompt_tokens),
-            "n_tokens": np.asarray(scores.n_tokens), "skipped": np.asarray(bool(scores.skipped)),
-            "char_start": offsets[:, 0], "char_end": offsets[:, 1], "logprob": lp, "nll": -lp,
-            "answer": np.asarray(answer, dtype=bool)}
+    answer = (
+        per_token.overlapping_token_mask(offsets, (doc["answer_start"], doc["answer_end"]))
+        if len(offsets)
+        else np.zeros(0, dtype=bool)
+    )
+    return {
+        "doc_id": np.asarray(int(doc["doc_id"])),
+        "num_lines": np.asarray(int(doc["num_lines"])),
+        "response": np.asarray(doc["response"]),
+        "answer_start": np.asarray(int(doc["answer_start"])),
+        "answer_end": np.asarray(int(doc["answer_end"])),
+        "prompt_tokens": np.asarray(scores.prompt_tokens),
+        "n_tokens": np.asarray(scores.n_tokens),
+        "skipped": np.asarray(bool(scores.skipped)),
+        "char_start": offsets[:, 0],
+        "char_end": offsets[:, 1],
+        "logprob": lp,
+        "nll": -lp,
+        "answer": np.asarray(answer, dtype=bool),
+    }
 
 
 # the tasks with a per-token export (write_document knows their arrays)

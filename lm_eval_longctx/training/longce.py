@@ -41,14 +41,18 @@ from ..settings import BOOLEAN, Declaration, Setting, integer, number
 
 IGNORE_INDEX = -100
 # LongCE's settings, declared once: LongCELoss and scripts/finetune_longce.py parse and check them here.
-SETTINGS = Declaration("longce", [
-    Setting("trunc_len", integer(1), 4096, "K: tokens of short context (the paper's and the reference's)"),
-    Setting("stride", integer(1), 1024, "d: stride of the truncated windows"),
-    Setting("gamma", number(0.0, lo_open=True), 5.0, "weights are min(exp(loss_short - loss_full), gamma)"),
-    Setting("short_batch_size", integer(1), 8, "short windows per no-grad forward", affects_numbers=False),
-    Setting("mask_ignored", BOOLEAN, True, "mask padding and -100 labels (false: the reference's unmasked mean)"),
-    Setting("short_eval_mode", BOOLEAN, True, "run the short pass in eval mode (no dropout)"),
-], metadata_keys=False)
+SETTINGS = Declaration(
+    "longce",
+    [
+        Setting("trunc_len", integer(1), 4096, "K: tokens of short context (the paper's and the reference's)"),
+        Setting("stride", integer(1), 1024, "d: stride of the truncated windows"),
+        Setting("gamma", number(0.0, lo_open=True), 5.0, "weights are min(exp(loss_short - loss_full), gamma)"),
+        Setting("short_batch_size", integer(1), 8, "short windows per no-grad forward", affects_numbers=False),
+        Setting("mask_ignored", BOOLEAN, True, "mask padding and -100 labels (false: the reference's unmasked mean)"),
+        Setting("short_eval_mode", BOOLEAN, True, "run the short pass in eval mode (no dropout)"),
+    ],
+    metadata_keys=False,
+)
 DEFAULT_TRUNC_LEN = SETTINGS.by_name["trunc_len"].default
 DEFAULT_STRIDE = SETTINGS.by_name["stride"].default
 DEFAULT_GAMMA = SETTINGS.by_name["gamma"].default
@@ -71,14 +75,17 @@ def _sequence_lengths(input_ids: torch.Tensor, attention_mask: torch.Tensor | No
     if attention_mask is None:
         return [width] * batch
     if attention_mask.shape != input_ids.shape:
-        raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape "
-                         f"{tuple(input_ids.shape)}")
+        raise ValueError(
+            f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
+        )
     mask = attention_mask.detach().to("cpu", torch.bool)
     lengths = mask.sum(dim=1)
     expected = torch.arange(width)[None, :] < lengths[:, None]
     if not torch.equal(mask, expected):
-        raise ValueError("LongCE needs right padding (attention_mask = ones then zeros in every row): "
-                         "left padding shifts positions, so the short windows would not match")
+        raise ValueError(
+            "LongCE needs right padding (attention_mask = ones then zeros in every row): "
+            "left padding shifts positions, so the short windows would not match"
+        )
     return [int(n) for n in lengths]
 
 
@@ -161,28 +168,34 @@ def longce_loss(
 
     targets = labels[:, 1:].to(device)
     token_ce = F.cross_entropy(
-        logits[:, :-1].float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-        ignore_index=IGNORE_INDEX, reduction="none",
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+        targets.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
     ).view(batch, width - 1)
     labelled = targets != IGNORE_INDEX
 
     real_lengths = _sequence_lengths(input_ids, attention_mask)
     if mask_ignored:
         in_row = torch.arange(width - 1, device=device)[None, :] < (
-            torch.tensor(real_lengths, device=device)[:, None] - 1)
+            torch.tensor(real_lengths, device=device)[:, None] - 1
+        )
         mask = labelled & in_row
         short_lengths = real_lengths
     else:  # reference: nothing masked, the short windows see the padded rows
         mask = torch.ones_like(labelled)
         short_lengths = [width] * batch
 
-    short_ce = short_context_ce(model, input_ids, short_lengths, trunc_len, stride, short_batch_size,
-                                short_eval_mode).to(device)
+    short_ce = short_context_ce(
+        model, input_ids, short_lengths, trunc_len, stride, short_batch_size, short_eval_mode
+    ).to(device)
     has_short = ~torch.isnan(short_ce) & labelled
     mismatch = has_short & (targets != input_ids[:, 1:].to(device))
     if bool(mismatch.any()):
-        raise ValueError("LongCE: a label differs from input_ids at a position with a short window; the short "
-                         "pass scores input_ids, so labels must equal input_ids wherever they are not -100")
+        raise ValueError(
+            "LongCE: a label differs from input_ids at a position with a short window; the short "
+            "pass scores input_ids, so labels must equal input_ids wherever they are not -100"
+        )
 
     with torch.no_grad():
         weights = torch.ones_like(token_ce)
@@ -205,25 +218,57 @@ class LongCELoss(nn.Module):
     Holds no parameters; ``last_output`` keeps the last call's ``LongCEOutput`` (detached) for logging.
     """
 
-    def __init__(self, trunc_len: int = DEFAULT_TRUNC_LEN, stride: int = DEFAULT_STRIDE, gamma: float = DEFAULT_GAMMA,
-                 short_batch_size: int = 8, mask_ignored: bool = True, short_eval_mode: bool = True):
+    def __init__(
+        self,
+        trunc_len: int = DEFAULT_TRUNC_LEN,
+        stride: int = DEFAULT_STRIDE,
+        gamma: float = DEFAULT_GAMMA,
+        short_batch_size: int = 8,
+        mask_ignored: bool = True,
+        short_eval_mode: bool = True,
+    ):
         super().__init__()
-        s = SETTINGS.parse({"trunc_len": trunc_len, "stride": stride, "gamma": gamma,
-                            "short_batch_size": short_batch_size, "mask_ignored": mask_ignored,
-                            "short_eval_mode": short_eval_mode})
+        s = SETTINGS.parse(
+            {
+                "trunc_len": trunc_len,
+                "stride": stride,
+                "gamma": gamma,
+                "short_batch_size": short_batch_size,
+                "mask_ignored": mask_ignored,
+                "short_eval_mode": short_eval_mode,
+            }
+        )
         trunc_len, stride, gamma, short_batch_size = s["trunc_len"], s["stride"], s["gamma"], s["short_batch_size"]
         self.trunc_len, self.stride, self.gamma = trunc_len, stride, gamma
         self.short_batch_size, self.mask_ignored, self.short_eval_mode = short_batch_size, mask_ignored, short_eval_mode
         self.last_output: LongCEOutput | None = None
 
-    def forward(self, model: nn.Module, logits: torch.Tensor, input_ids: torch.Tensor,
-                labels: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        out = longce_loss(model, logits, input_ids, labels, attention_mask, trunc_len=self.trunc_len,
-                          stride=self.stride, gamma=self.gamma, short_batch_size=self.short_batch_size,
-                          mask_ignored=self.mask_ignored, short_eval_mode=self.short_eval_mode)
+    def forward(
+        self,
+        model: nn.Module,
+        logits: torch.Tensor,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        out = longce_loss(
+            model,
+            logits,
+            input_ids,
+            labels,
+            attention_mask,
+            trunc_len=self.trunc_len,
+            stride=self.stride,
+            gamma=self.gamma,
+            short_batch_size=self.short_batch_size,
+            mask_ignored=self.mask_ignored,
+            short_eval_mode=self.short_eval_mode,
+        )
         self.last_output = LongCEOutput(out.loss.detach(), out.weights, out.token_ce.detach(), out.mask, out.short_ce)
         return out.loss
 
     def extra_repr(self) -> str:
-        return (f"trunc_len={self.trunc_len}, stride={self.stride}, gamma={self.gamma}, "
-                f"mask_ignored={self.mask_ignored}, short_eval_mode={self.short_eval_mode}")
+        return (
+            f"trunc_len={self.trunc_len}, stride={self.stride}, gamma={self.gamma}, "
+            f"mask_ignored={self.mask_ignored}, short_eval_mode={self.short_eval_mode}"
+        )

@@ -42,8 +42,7 @@ class ForgettingCurve:
 
 def forgetting_curve_tasks(results: dict) -> list[str]:
     """Tasks of a results dict that hold a forgetting curve (per-length copy_acc metrics)."""
-    return [task for task, res in (results.get("results") or {}).items()
-            if any(_METRIC.match(key) for key in res)]
+    return [task for task, res in (results.get("results") or {}).items() if any(_METRIC.match(key) for key in res)]
 
 
 def _short(name: str) -> str:
@@ -118,8 +117,9 @@ def task_results(results: dict, tasks: list[str], task: str | None, what: str, m
 
 def curve_from_results(results: dict, task: str | None = None, label: str | None = None) -> ForgettingCurve:
     """The curve of one task of a results dict (as ``lm_eval --output_path`` writes it)."""
-    task, res, settings = task_results(results, forgetting_curve_tasks(results), task, "forgetting curve",
-                                       "copy_acc@LENGTH")
+    task, res, settings = task_results(
+        results, forgetting_curve_tasks(results), task, "forgetting curve", "copy_acc@LENGTH"
+    )
 
     points: dict[int, dict] = {}
     for key, value in res.items():
@@ -154,22 +154,33 @@ def curve_from_results(results: dict, task: str | None = None, label: str | None
     coarse = _number(res.get("coarse_memory_length,none"))
     claimed = settings.get("claimed_length") or settings.get("model_max_length")
     return ForgettingCurve(
-        label=label or model_label(results), lengths=lengths, copy_mean=copy_mean, copy_std=copy_std,
-        lm_mean=lm_mean, lm_std=lm_std, failed=failed,
-        fine=None if math.isnan(fine) else fine, coarse=None if math.isnan(coarse) else coarse,
-        claimed_length=int(claimed) if claimed else None, spacing=str(settings.get("spacing", "linear")),
+        label=label or model_label(results),
+        lengths=lengths,
+        copy_mean=copy_mean,
+        copy_std=copy_std,
+        lm_mean=lm_mean,
+        lm_std=lm_std,
+        failed=failed,
+        fine=None if math.isnan(fine) else fine,
+        coarse=None if math.isnan(coarse) else coarse,
+        claimed_length=int(claimed) if claimed else None,
+        spacing=str(settings.get("spacing", "linear")),
     )
 
 
 # reference colours: copy orange, LM blue
 _COPY, _LM = "tab:orange", "tab:blue"
 # (name, shade, text colour)
-_REGIONS = (("fine-grained memory", "#2ca02c", "#1a6e1a"), ("coarse-grained memory", "#ffbf00", "#9a6b00"),
-            ("amnesia", "#d62728", "#a31d1d"))
+_REGIONS = (
+    ("fine-grained memory", "#2ca02c", "#1a6e1a"),
+    ("coarse-grained memory", "#ffbf00", "#9a6b00"),
+    ("amnesia", "#d62728", "#a31d1d"),
+)
 
 
-def plot_forgetting_curves(curves: list[ForgettingCurve], out_path, title: str | None = None,
-                           log_x: bool | None = None):
+def plot_forgetting_curves(
+    curves: list[ForgettingCurve], out_path, title: str | None = None, log_x: bool | None = None
+):
     """Write a PNG: copy and LM accuracy (+-1 std bands) against copy length.
 
     One curve: the fine-grained, coarse-grained and amnesia regions are shaded, as in the paper's
@@ -204,15 +215,33 @@ def plot_forgetting_curves(curves: list[ForgettingCurve], out_path, title: str |
         copy_colour, lm_colour = (_COPY, _LM) if single else (palette[i % 10], palette[i % 10])
         prefix = "" if single else f"{c.label}: "
         ax.plot(x, c.copy_mean[ok], color=copy_colour, lw=1.8, marker="o", ms=3, label=f"{prefix}copy accuracy")
-        ax.fill_between(x, c.copy_mean[ok] - c.copy_std[ok], c.copy_mean[ok] + c.copy_std[ok],
-                        color=copy_colour, alpha=0.15, lw=0)
-        ax.plot(x, c.lm_mean[ok], color=lm_colour, lw=1.8, ls="-" if single else "--", marker="s", ms=3,
-                label=f"{prefix}LM accuracy")
-        ax.fill_between(x, c.lm_mean[ok] - c.lm_std[ok], c.lm_mean[ok] + c.lm_std[ok],
-                        color=lm_colour, alpha=0.12, lw=0)
+        ax.fill_between(
+            x, c.copy_mean[ok] - c.copy_std[ok], c.copy_mean[ok] + c.copy_std[ok], color=copy_colour, alpha=0.15, lw=0
+        )
+        ax.plot(
+            x,
+            c.lm_mean[ok],
+            color=lm_colour,
+            lw=1.8,
+            ls="-" if single else "--",
+            marker="s",
+            ms=3,
+            label=f"{prefix}LM accuracy",
+        )
+        ax.fill_between(
+            x, c.lm_mean[ok] - c.lm_std[ok], c.lm_mean[ok] + c.lm_std[ok], color=lm_colour, alpha=0.12, lw=0
+        )
         if c.failed.any():
-            ax.plot(c.lengths[c.failed], np.zeros(int(c.failed.sum())), ls="none", marker="x", ms=8, mew=2,
-                    color="black" if single else palette[i % 10], label=f"{prefix}failed length (see log)")
+            ax.plot(
+                c.lengths[c.failed],
+                np.zeros(int(c.failed.sum())),
+                ls="none",
+                marker="x",
+                ms=8,
+                mew=2,
+                color="black" if single else palette[i % 10],
+                label=f"{prefix}failed length (see log)",
+            )
         if not single:
             if c.fine:
                 ax.axvline(c.fine, color=palette[i % 10], ls=":", lw=1.3, label=f"{c.label}: fine {c.fine:g}")
@@ -253,8 +282,9 @@ def plot_forgetting_curves(curves: list[ForgettingCurve], out_path, title: str |
         if not left <= fill <= right:
             off_axis.append(f"claimed length T = {t} (samples fill it at l = {fill:g}, off this axis)")
     if off_axis:
-        ax.text(0.99, 0.02, "\n".join(off_axis), transform=ax.transAxes, ha="right", va="bottom", fontsize=8,
-                color="red")
+        ax.text(
+            0.99, 0.02, "\n".join(off_axis), transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="red"
+        )
 
     if log_x:
         ax.set_xscale("log")
@@ -262,7 +292,9 @@ def plot_forgetting_curves(curves: list[ForgettingCurve], out_path, title: str |
     ax.set_ylim(-0.03, 1.12)  # headroom above 100% for the region names
     ax.set_xlabel("copy length l (tokens of S; a sample [BOS] S [BOS] S [EOS] has 2l + 3 tokens)")
     ax.set_ylabel("accuracy on the last ceil(l/2) tokens of S")
-    ax.set_title(title or (f"Forgetting curve: {curves[0].label}" if single else f"Forgetting curves of {len(curves)} models"))
+    ax.set_title(
+        title or (f"Forgetting curve: {curves[0].label}" if single else f"Forgetting curves of {len(curves)} models")
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     fig.tight_layout()

@@ -49,8 +49,7 @@ def gain_map_tasks(results: dict) -> list[str]:
 def map_from_results(results: dict, task: str | None = None, label: str | None = None) -> GainMap:
     from .forgetting_curve import model_label, task_results
 
-    task, res, settings = task_results(results, gain_map_tasks(results), task, "retrieval-gain map",
-                                       "gain@L..._d..")
+    task, res, settings = task_results(results, gain_map_tasks(results), task, "retrieval-gain map", "gain@L..._d..")
     cells = {}
     for key, value in res.items():
         m = _CELL.match(key)
@@ -67,9 +66,17 @@ def map_from_results(results: dict, task: str | None = None, label: str | None =
         gain[i, j], stderr[i, j] = g, se
     eff = _number(res.get("effective_length,none"))
     eff_abs = _number(res.get("effective_length_abs,none"))
-    return GainMap(label or model_label(results), lengths, depths, gain, stderr,
-                   None if math.isnan(eff) else eff, None if math.isnan(eff_abs) else eff_abs,
-                   settings.get("effective_fraction"), settings.get("effective_threshold"))
+    return GainMap(
+        label or model_label(results),
+        lengths,
+        depths,
+        gain,
+        stderr,
+        None if math.isnan(eff) else eff,
+        None if math.isnan(eff_abs) else eff_abs,
+        settings.get("effective_fraction"),
+        settings.get("effective_threshold"),
+    )
 
 
 # ------------------------------------------------------------------ the heatmap
@@ -98,8 +105,9 @@ def shared_limit(maps: list[GainMap]) -> float:
     return max(float(np.abs(values).max()) if values.size else 0.0, 1e-3)
 
 
-def plot_gain_maps(maps: list[GainMap], out_path, title: str | None = None, limit: float | None = None,
-                   annotate: bool | None = None):
+def plot_gain_maps(
+    maps: list[GainMap], out_path, title: str | None = None, limit: float | None = None, annotate: bool | None = None
+):
     """Write a PNG: one heatmap per model, side by side (x: context length, log scale; y: depth),
     on ONE diverging colour scale centred at 0 (red: the context hurts, blue: it helps), the
     effective lengths marked (dashed: relative, dotted: absolute) at the right edge of their cells."""
@@ -135,8 +143,15 @@ def plot_gain_maps(maps: list[GainMap], out_path, title: str | None = None, limi
                 for j, d in enumerate(m.depths):
                     g = m.gain[i, j]
                     if np.isfinite(g):
-                        ax.text(L, d, f"{g:.2f}", ha="center", va="center", fontsize=6,
-                                color="white" if abs(g) > 0.6 * vmax else "black")
+                        ax.text(
+                            L,
+                            d,
+                            f"{g:.2f}",
+                            ha="center",
+                            va="center",
+                            fontsize=6,
+                            color="white" if abs(g) > 0.6 * vmax else "black",
+                        )
         marks = []
 
         def right_edge(length):  # the line closes the cell of that length: every cell left of it passes
@@ -161,8 +176,9 @@ def plot_gain_maps(maps: list[GainMap], out_path, title: str | None = None, limi
     cbar = fig.colorbar(mesh, ax=list(axes), fraction=0.035 if n > 1 else 0.05, pad=0.02)
     cbar.set_label("retrieval gain (nats / answer token)\nblue: context helps, red: it hurts")
     # above the three-line panel titles (bbox_inches="tight" keeps it in the picture)
-    fig.suptitle(title or ("Retrieval-gain map" if n == 1 else f"Retrieval-gain maps of {n} models"), fontsize=11,
-                 y=1.06)
+    fig.suptitle(
+        title or ("Retrieval-gain map" if n == 1 else f"Retrieval-gain maps of {n} models"), fontsize=11, y=1.06
+    )
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, bbox_inches="tight")

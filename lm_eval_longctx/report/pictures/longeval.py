@@ -73,8 +73,14 @@ def curves_from_results(results: dict) -> dict[str, Curve]:
         tokens = per_task_tokens.get(owner[stem], any_tokens)
         ns = sorted(found[stem])
         use_tokens = all(n in tokens and math.isfinite(tokens[n]) for n in ns)
-        curves[stem] = Curve(stem, ns, [tokens[n] if use_tokens else float(n) for n in ns],
-                             [found[stem][n] for n in ns], [stderrs[stem].get(n, math.nan) for n in ns], use_tokens)
+        curves[stem] = Curve(
+            stem,
+            ns,
+            [tokens[n] if use_tokens else float(n) for n in ns],
+            [found[stem][n] for n in ns],
+            [stderrs[stem].get(n, math.nan) for n in ns],
+            use_tokens,
+        )
     return curves
 
 
@@ -116,12 +122,27 @@ def plot_runs(runs: dict[str, dict[str, Curve]], out_path: str | Path, title: st
             color = colors[k % len(colors)]
             acc = curves.get("acc")
             if acc is not None:
-                ax.errorbar(acc.x, acc.value, yerr=_finite(acc.stderr), color=color, marker="o", capsize=2,
-                            label=f"{label}: accuracy")
+                ax.errorbar(
+                    acc.x,
+                    acc.value,
+                    yerr=_finite(acc.stderr),
+                    color=color,
+                    marker="o",
+                    capsize=2,
+                    label=f"{label}: accuracy",
+                )
             ppl = curves.get(ppl_metric)
             if ppl is not None:
-                twin.errorbar(ppl.x, ppl.value, yerr=_finite(ppl.stderr), color=color, marker="s", linestyle="--",
-                              capsize=2, label=f"{label}: PPL")
+                twin.errorbar(
+                    ppl.x,
+                    ppl.value,
+                    yerr=_finite(ppl.stderr),
+                    color=color,
+                    marker="s",
+                    linestyle="--",
+                    capsize=2,
+                    label=f"{label}: PPL",
+                )
         ax.set_xlabel("prompt length (tokens)" if x_tokens else "number of lines")
         ax.set_ylabel("accuracy (solid)")
         ax.set_ylim(-0.03, 1.03)
