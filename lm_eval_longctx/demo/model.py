@@ -466,8 +466,24 @@ def build_model(tokenizer, recipe: Recipe):
     return model, frozen
 
 
-@torch.no_grad()
-def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
+@dataclass(frozen=True)
+class _CircuitSizes:
+    """What the steps of ``_set_circuit`` share: the layout and the sizes derived from the recipe."""
+
+    lay: Layout
+    H: int  # hidden size
+    hd: int  # head size
+    half: int  # RoPE pairs per head
+    n: int  # matched tokens
+    windows: list  # (first offset, size) per induction head
+    w: int  # induction heads
+    size: int  # the widest window
+    cd: int  # dims per matched token in the induction heads
+    bigram_dims: int
+
+
+def _check_circuit(model, r: Recipe) -> _CircuitSizes:
+    """Refuse a recipe whose circuit does not fit the model, before anything is set; the sizes the steps share."""
     lay = Layout.for_recipe(r)
     H, hd = r.hidden_size, model.config.head_dim
     half = hd // 2
@@ -559,8 +575,15 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
             f"code_band_offset must be a whole number of RoPE pairs from 0 to {half - 1 - widest // 2} "
             f"(the codes need {widest // 2} pairs below the sink's; got {r.code_band_offset!r})"
         )
+    return _CircuitSizes(lay, H, hd, half, n, windows, w, size, cd, bigram_dims)
+
+
+@torch.no_grad()
+def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
+    """Set the copy circuit (and the lookup, the n-gram and bigram heads the recipe asks for) into ``model`` and mark
+    its entries in ``frozen``, step by step."""
+    z = _check_circuit(model, r)
     gen = torch.Generator().manual_seed(r.seed + 1)
-    V = model.config.vocab_size
     params = dict(model.named_parameters())
 
     def fix(name, index, value):
@@ -568,7 +591,24 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         p[index] = value
         frozen[name][index] = True
 
-    # ---- embedding: codes in the reserved columns, nothing else there
+    o_codes, emb_units = _set_embedding(params, fix, tokenizer, r, z, gen)
+    _keep_reserved_dimensions(params, fix, r, z)
+    s0, s1, s2, s_lookup = _normed_scales(r, z, emb_units)
+    freqs = inverse_frequencies(r.rope_theta, z.hd)
+    _set_previous_token_heads(params, fix, r, z, freqs, r.code_scale, s0)
+    if r.first_sink:
+        _set_first_sink(params, fix, r, z.lay, s1)
+    _set_layer1_heads(params, fix, r, z, freqs, r.code_scale, s1, s_lookup)
+    _set_readout(params, frozen, r, z, o_codes, s2)
+
+
+def _set_embedding(
+    params, fix, tokenizer, r: Recipe, z: _CircuitSizes, gen: torch.Generator
+) -> tuple[torch.Tensor, float]:
+    """Every token's codes in the reserved columns of the input embedding, BOS's flag, nothing else there; returns
+    the output codes and how many unit codes an ordinary token's reserved columns hold."""
+    lay = z.lay
+    V = params["model.embed_tokens.weight"].shape[0]
     special = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
     special.discard(None)
     m_codes = _unit_rows(gen, V, r.match_dim)
@@ -619,6 +659,12 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
     fix(emb, (tokenizer.bos_token_id, slice(None)), 0.0)
     params[emb][tokenizer.bos_token_id, lay.bos] = r.bos_flag
 
+    return o_codes, emb_units
+
+
+def _keep_reserved_dimensions(params, fix, r: Recipe, z: _CircuitSizes) -> None:
+    """The trained parts never write into the reserved dimensions; their norms start at ``trained_norm_init``."""
+    lay = z.lay
     # ---- trained parts never write into the reserved dimensions
     for i in range(r.num_layers):
         for name in (f"model.layers.{i}.self_attn.o_proj.weight", f"model.layers.{i}.mlp.down_proj.weight"):
@@ -631,6 +677,11 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         for name, p in params.items():
             if name.endswith("norm.weight"):
                 p[lay.reserved :] = r.trained_norm_init
+
+
+def _normed_scales(r: Recipe, z: _CircuitSizes, emb_units: float) -> tuple[float, float, float, float | None]:
+    """Typical size of a unit code after each RMSNorm (s0: layer 0's input, s1: layer 1's, s2: the final norm's, s_lookup: layer 2's)."""
+    lay, H, n, w = z.lay, z.H, z.n, z.w
 
     # Typical scale of a unit code after RMSNorm: the reserved part dominates the residual's norm.
     def normed_scale(n_unit_codes: float) -> float:
@@ -646,7 +697,12 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
         )  # layer 2 input: plus the two registers (R is 0 outside a copy)
         s2 = normed_scale(emb_units + n + own + w * w + 2)
 
-    freqs = inverse_frequencies(r.rope_theta, hd)
+    return s0, s1, s2, (s_lookup if r.lookup else None)
+
+
+def _set_previous_token_heads(params, fix, r: Recipe, z: _CircuitSizes, freqs: np.ndarray, S: float, s0: float) -> None:
+    """Layer 0: head h attends to t - (h + 1) and copies its codes into slot P(h+1)."""
+    lay, H, hd, half, n, cd = z.lay, z.H, z.hd, z.half, z.n, z.cd
     # ---- layer 0: head h attends to t - (h + 1) and copies its copy code (the match code without one) into P(h+1)
     fast = np.arange(r.prev_pairs)
     for h in range(n):
@@ -684,9 +740,23 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
             v[h * hd + d, src] = 1.0
             fix(o, (dst, h * hd + d), S / s0)
 
-    if r.first_sink:
-        _set_first_sink(params, fix, r, lay, s1)
 
+def _set_layer1_heads(
+    params, fix, r: Recipe, z: _CircuitSizes, freqs: np.ndarray, S: float, s1: float, s_lookup: float | None
+) -> None:
+    """Layer 1: the induction heads, and the lookup's registers, the n-gram and the bigram heads where the recipe
+    has them."""
+    lay, H, hd, half, windows, w, size, cd, bigram_dims = (
+        z.lay,
+        z.H,
+        z.hd,
+        z.half,
+        z.windows,
+        z.w,
+        z.size,
+        z.cd,
+        z.bigram_dims,
+    )
     # ---- layer 1, heads 0..w-1: induction heads on the slowest pairs, sink on the very slowest.
     # Head v matches the tokens x_{t-a} .. x_{t-a-k+1} of its window (a, k) (a = 0 starts at x_t itself)
     # against x_{j-a-1} .. x_{j-a-k} and writes o(x_j) into R: where all windows agree (a copy that has run
@@ -772,6 +842,11 @@ def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
             S / s1 * share,
         )
 
+
+def _set_readout(params, frozen: dict, r: Recipe, z: _CircuitSizes, o_codes: torch.Tensor, s2: float) -> None:
+    """The output layer scores o(y) against R (trainable from here on, unless frozen)."""
+    lay = z.lay
+    w = z.w
     # ---- readout: the output layer scores o(y) against R (trainable from here on)
     head = params["lm_head.weight"]
     head[:, : lay.reserved] = 0.0
