@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import output_dirs
-from ..metrics import per_token as metrics
+from ..metrics import per_token
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -273,12 +273,12 @@ def _curve_units(spec: MetricSpec, run: RunFiles, rows: list[dict]) -> Units:
     s = task_settings(run.results, spec.task)
     if spec.kind == "fine":
         params = {
-            "threshold": float(s.get("fine_threshold", metrics.FINE_THRESHOLD)),
+            "threshold": float(s.get("fine_threshold", per_token.FINE_THRESHOLD)),
             "rule": str(s.get("fine_rule", "largest")),
         }
     else:
         params = {
-            "margin": float(s.get("coarse_margin", metrics.COARSE_MARGIN)),
+            "margin": float(s.get("coarse_margin", per_token.COARSE_MARGIN)),
             "rule": str(s.get("coarse_rule", "contiguous")),
         }
     if spec.threshold is not None:
@@ -337,9 +337,9 @@ def metric_value(spec: MetricSpec, units: Units, idx: np.ndarray | None = None):
     """The metric over the units ``idx`` (an index array; its last axis is one resample, leading axes are
     resamples); all units when ``idx`` is None. Returns a float, or an array of the leading shape of ``idx``.
 
-    perplexity: exp(sum nll / sum tokens) (``metrics.token_weighted_perplexity``; NaN without tokens); mean: the
-    mean; fine / coarse: ``metrics.fine_memory_length`` / ``coarse_memory_length`` of the mean curve (a length
-    with a NaN accuracy counts as failed, as ``metrics.forgetting_curve_by_length`` does).
+    perplexity: exp(sum nll / sum tokens) (``per_token.token_weighted_perplexity``; NaN without tokens); mean: the
+    mean; fine / coarse: ``per_token.fine_memory_length`` / ``coarse_memory_length`` of the mean curve (a length
+    with a NaN accuracy counts as failed, as ``per_token.forgetting_curve_by_length`` does).
     """
     scalar = idx is None
     idx = np.arange(len(units.ids)) if scalar else np.asarray(idx)
@@ -355,9 +355,11 @@ def metric_value(spec: MetricSpec, units: Units, idx: np.ndarray | None = None):
         flat = curve.reshape(-1, curve.shape[-2], 2)
         p = units.params
         if spec.kind == "fine":
-            res = [metrics.fine_memory_length(units.lengths, c[:, 0], p["threshold"], p["rule"]) for c in flat]
+            res = [per_token.fine_memory_length(units.lengths, c[:, 0], p["threshold"], p["rule"]) for c in flat]
         else:
-            res = [metrics.coarse_memory_length(units.lengths, c[:, 0], c[:, 1], p["margin"], p["rule"]) for c in flat]
+            res = [
+                per_token.coarse_memory_length(units.lengths, c[:, 0], c[:, 1], p["margin"], p["rule"]) for c in flat
+            ]
         out = np.asarray(res, dtype=np.float64).reshape(curve.shape[:-2])
     elif spec.kind == "effective":
         from ..metrics.gain_map import effective_length
@@ -685,20 +687,22 @@ def _power(x: float) -> str:
 
 
 def plot_curves(runs: dict[str, RunFiles], order: Sequence[str], out_path, labels: dict | None = None):
-    """The forgetting curves of all models on one figure (``plotting.plot_forgetting_curves``); None without
+    """The forgetting curves of all models on one figure (``forgetting_curve.plot_forgetting_curves``); None without
     matplotlib."""
-    from ..report.pictures import forgetting_curve as plotting
+    from ..report.pictures import forgetting_curve
 
     labels = labels or {}
     curves = [
-        plotting.curve_from_results(runs[m].results, "forgetting_curve", labels.get(m, m))
+        forgetting_curve.curve_from_results(runs[m].results, "forgetting_curve", labels.get(m, m))
         for m in order
         if "forgetting_curve" in (runs[m].results.get("results") or {})
     ]
     if not curves:
         return None
     try:
-        return plotting.plot_forgetting_curves(curves, out_path, title="Forgetting curves of the known-answer models")
+        return forgetting_curve.plot_forgetting_curves(
+            curves, out_path, title="Forgetting curves of the known-answer models"
+        )
     except ImportError as e:
         log.warning("validation: no figure (%s)", e)
         return None

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import paired as pairing
+from . import paired
+from .paired import DEFAULT_N_RESAMPLES, DEFAULT_SEED
 from .results import (
     DEFAULT_Z,
     EXIT_PASS,
@@ -39,8 +40,8 @@ class GateConfig:
     ignore_settings: list = field(default_factory=list)  # dotted keys of longctx_settings not compared
     only: list = field(default_factory=list)  # patterns: gate only these metrics (default: all)
     paired: bool = True  # use per-document samples when both runs have them
-    n_resamples: int = pairing.DEFAULT_N_RESAMPLES
-    seed: int = pairing.DEFAULT_SEED
+    n_resamples: int = DEFAULT_N_RESAMPLES  # (a class field named `paired` hides the module in this body)
+    seed: int = DEFAULT_SEED
 
     def tolerance(self, name: str) -> dict:
         for pattern, tol in self.metrics.items():
@@ -233,8 +234,8 @@ class GateReport:
     z: float
     baseline_model: str
     run_model: str
-    n_resamples: int = pairing.DEFAULT_N_RESAMPLES
-    seed: int = pairing.DEFAULT_SEED
+    n_resamples: int = DEFAULT_N_RESAMPLES  # (a class field named `paired` hides the module in this body)
+    seed: int = DEFAULT_SEED
 
     @property
     def exit_code(self) -> int:
@@ -243,7 +244,7 @@ class GateReport:
     def markdown(self) -> str:
         n_reg = sum(r.status == "regressed" for r in self.rows)
         verdict = f"**FAIL**: {n_reg} metric(s) regressed" if n_reg else "**PASS**: no metric regressed"
-        level = pairing.level_for_z(self.z)
+        level = paired.level_for_z(self.z)
         lines = [
             f"### Regression gate: `{self.run_model}` vs baseline `{self.baseline_model}`",
             "",
@@ -287,15 +288,15 @@ def format_number(value, se) -> str:
 def _task_samples(run: Run, base: Run, task: str):
     """(run samples, baseline samples, None) when both runs logged this task's samples (same documents checked);
     else (None, None, why not)."""
-    fr = pairing.samples_file(run.sources[task], task) if task in run.sources else None
-    fb = pairing.samples_file(base.sources[task], task) if task in base.sources else None
+    fr = paired.samples_file(run.sources[task], task) if task in run.sources else None
+    fb = paired.samples_file(base.sources[task], task) if task in base.sources else None
     if fr is None or fb is None:
         missing = " and ".join(w for w, f in (("the run", fr), ("the baseline", fb)) if f is None)
         return None, None, f"no --log_samples file for {missing}"
     try:
-        sr, sb = pairing.read_samples(fr), pairing.read_samples(fb)
-        pairing.check_same_documents(task, sr, sb)
-    except pairing.SamplesError as e:
+        sr, sb = paired.read_samples(fr), paired.read_samples(fb)
+        paired.check_same_documents(task, sr, sb)
+    except paired.SamplesError as e:
         raise UnusableInput(str(e)) from e
     return sr, sb, None
 
@@ -312,7 +313,7 @@ def _paired_test(name, c: Metric, b: Metric, hib: bool, samples, run: Run, confi
     if set(vr) != set(vb):
         return None, "the runs have this metric on different documents"
     docs = sorted(vr)
-    xr, xb = pairing.as_array([vr[d] for d in docs]), pairing.as_array([vb[d] for d in docs])
+    xr, xb = paired.as_array([vr[d] for d in docs]), paired.as_array([vb[d] for d in docs])
     if xr is None or xb is None or xr.shape != xb.shape:
         return None, "per-document values are not numbers"
     if xr.ndim == 2 and xr.shape[1] == 3:  # (length, copy_acc, lm_acc): ordered by length, the same in both runs
@@ -320,19 +321,19 @@ def _paired_test(name, c: Metric, b: Metric, hib: bool, samples, run: Run, confi
             return None, "the runs tested other lengths on these documents"
         order = np.argsort(xr[:, 0], kind="stable")
         xr, xb = xr[order], xb[order]
-    if len(docs) < pairing.MIN_PAIRED_DOCS:
-        return None, f"{len(docs)} documents: the paired bootstrap needs {pairing.MIN_PAIRED_DOCS}"
-    agg, fn = pairing.find_aggregation(metric, xr, xb, c.value, b.value, run.settings.get(task) or {})
+    if len(docs) < paired.MIN_PAIRED_DOCS:
+        return None, f"{len(docs)} documents: the paired bootstrap needs {paired.MIN_PAIRED_DOCS}"
+    agg, fn = paired.find_aggregation(metric, xr, xb, c.value, b.value, run.settings.get(task) or {})
     if fn is None:
         return None, "per-document values do not reproduce the reported value"
-    strata = pairing.strata_for(agg, xr)
+    strata = paired.strata_for(agg, xr)
     if strata is not None:
         smallest = int(np.unique(strata, return_counts=True)[1].min())
-        if smallest < pairing.MIN_STRATUM_DOCS:
+        if smallest < paired.MIN_STRATUM_DOCS:
             return None, (
-                f"{smallest} samples at some length: the paired bootstrap needs {pairing.MIN_STRATUM_DOCS} per length"
+                f"{smallest} samples at some length: the paired bootstrap needs {paired.MIN_STRATUM_DOCS} per length"
             )
-    res = pairing.paired_bootstrap(xr, xb, fn, hib, config.z, config.n_resamples, config.seed, name, agg, strata=strata)
+    res = paired.paired_bootstrap(xr, xb, fn, hib, config.z, config.n_resamples, config.seed, name, agg, strata=strata)
     if not (math.isfinite(res.low) and math.isfinite(res.high)):
         return None, f"metric undefined on {res.n_degenerate} of {res.n_resamples} resamples"
     return res, None
