@@ -40,6 +40,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import bench_long_documents  # noqa: E402  (a script beside this one: the Llama-3.1-8B shape, defined there once)
+
 from lm_eval_longctx.engine import memory, scoring  # noqa: E402
 
 SHAPES = {
@@ -51,15 +53,7 @@ SHAPES = {
         intermediate_size=128,
         vocab_size=32000,
     ),
-    "llama8b": dict(
-        hidden_size=4096,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        intermediate_size=14336,
-        vocab_size=128256,
-        rope_theta=500000.0,
-    ),
+    "llama8b": dict(bench_long_documents.SHAPES["llama8b"], rope_theta=500000.0),
 }
 PATHS = ("decoder", "full", "chunked", "map")
 DEPTHS = tuple(range(0, 100, 10))

@@ -375,29 +375,39 @@ def _scored_counts(sequences: list[torch.Tensor], n_scored, min_context: int) ->
     return counts
 
 
-def _fitting_batch(model, n_tokens: int, batch_size: int) -> int:
-    """At most ``batch_size`` sequences of ``n_tokens`` per forward, fewer when the memory estimate says so."""
-    device = input_device(model)
-    free = memory.free_bytes(device)
+def _halved_until_it_fits(model, batch_size: int, bytes_for) -> int:
+    """At most ``batch_size``, halved while ``bytes_for(batch)`` (a memory estimate) exceeds the free memory's share."""
+    free = memory.free_bytes(input_device(model))
     batch = max(1, int(batch_size))
-    while (
-        batch > 1
-        and free is not None
-        and memory.full_forward_bytes(model, n_tokens, batch, device.type) > memory.FREE_MEMORY_SHARE * free
-    ):
+    while batch > 1 and free is not None and bytes_for(batch) > memory.FREE_MEMORY_SHARE * free:
         batch //= 2
     return batch
+
+
+def _fitting_batch(model, n_tokens: int, batch_size: int) -> int:
+    """Sequences of ``n_tokens`` per forward: at most ``batch_size``, fewer when the memory estimate says so."""
+    device_type = input_device(model).type
+    return _halved_until_it_fits(
+        model, batch_size, lambda b: memory.full_forward_bytes(model, n_tokens, b, device_type)
+    )
 
 
 def _fitting_cache_batch(model, n_tokens: int, batch_size: int) -> int:
-    """At most ``batch_size`` continuations on one repeated cache of ``n_tokens``, fewer when the extra copies of
-    the cache would not fit (by the memory estimate)."""
-    free = memory.free_bytes(input_device(model))
-    batch = max(1, int(batch_size))
-    per_row = memory.kv_cache_bytes(model, n_tokens, 1)
-    while batch > 1 and free is not None and (batch - 1) * per_row > memory.FREE_MEMORY_SHARE * free:
-        batch //= 2
-    return batch
+    """Continuations on one repeated cache of ``n_tokens``: at most ``batch_size``, fewer when the extra copies of
+    the cache would not fit."""
+    return _halved_until_it_fits(model, batch_size, lambda b: (b - 1) * memory.kv_cache_bytes(model, n_tokens, 1))
+
+
+def _equal_length_batches(lengths: list[int], batch_for_length) -> list[list[int]]:
+    """Indices of equal-length sequences, longest first, ``batch_for_length(length)`` of them per forward."""
+    by_length: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        by_length.setdefault(n, []).append(i)
+    batches = []
+    for n in sorted(by_length, reverse=True):
+        members, step = by_length[n], batch_for_length(n)
+        batches += [members[a : a + step] for a in range(0, len(members), step)]
+    return batches
 
 
 @torch.no_grad()
@@ -426,29 +436,22 @@ def score_sequence_ends(
     if not caps.full:
         check_model(model, "auto")  # refuses a model that has neither strategy
     device = input_device(model)
-    by_length: dict[int, list[int]] = {}
-    for i, s in enumerate(seqs):
-        by_length.setdefault(int(s.numel()), []).append(i)
-    for width in sorted(by_length, reverse=True):
-        members = by_length[width]
-        step = _fitting_batch(model, width, batch_size)
-        for a in range(0, len(members), step):
-            batch = members[a : a + step]
-            ids = torch.stack([seqs[i] for i in batch])
-            # row r scores targets [width - k_r, width): array positions [width - k_r - 1, width - 1)
-            first = min(width - counts[i] - 1 for i in batch)
-            if caps.full:
-                lps, hits = full_scores(model, ids.to(device), first, width - 1, caps.support)
-            else:
-                logits, _ = own_logits(model, ids.to(device), width - first, use_cache=False)
-                rows = [
-                    logprob_and_greedy(logits[r, : width - 1 - first], ids[r, first + 1 :]) for r in range(len(batch))
-                ]
-                lps, hits = torch.stack([x[0] for x in rows]), torch.stack([x[1] for x in rows])
-                del logits
-            for r, i in enumerate(batch):
-                k = counts[i]
-                results[i] = TokenLogprobs(lps[r, -k:].numpy().copy(), hits[r, -k:].numpy().copy())
+    lengths = [int(s.numel()) for s in seqs]
+    for batch in _equal_length_batches(lengths, lambda n: _fitting_batch(model, n, batch_size)):
+        width = lengths[batch[0]]
+        ids = torch.stack([seqs[i] for i in batch])
+        # row r scores targets [width - k_r, width): array positions [width - k_r - 1, width - 1)
+        first = min(width - counts[i] - 1 for i in batch)
+        if caps.full:
+            lps, hits = full_scores(model, ids.to(device), first, width - 1, caps.support)
+        else:
+            logits, _ = own_logits(model, ids.to(device), width - first, use_cache=False)
+            rows = [logprob_and_greedy(logits[r, : width - 1 - first], ids[r, first + 1 :]) for r in range(len(batch))]
+            lps, hits = torch.stack([x[0] for x in rows]), torch.stack([x[1] for x in rows])
+            del logits
+        for r, i in enumerate(batch):
+            k = counts[i]
+            results[i] = TokenLogprobs(lps[r, -k:].numpy().copy(), hits[r, -k:].numpy().copy())
     _count(model, "separate_sequences", "full" if caps.full else "own_logits", len(seqs))
     return _all_scored(results)
 
@@ -489,14 +492,6 @@ def score_truncated(
 # ------------------------------------------------------------------ continuations of a shared prefix
 
 
-def _continuation_groups(conts: list[torch.Tensor], batch_size: int) -> list[list[int]]:
-    """Indices of equal-length continuations, ``batch_size`` per group (one forward each)."""
-    by_length: dict[int, list[int]] = {}
-    for i, c in enumerate(conts):
-        by_length.setdefault(int(c.numel()), []).append(i)
-    return [idx[a : a + batch_size] for _, idx in sorted(by_length.items()) for a in range(0, len(idx), batch_size)]
-
-
 def _read_on_cache(
     model,
     cache: KVCache,
@@ -511,7 +506,8 @@ def _read_on_cache(
     held = cache.length
     out: list[TokenLogprobs | None] = [None] * len(conts)
     longest = held + 1 + max(int(c.numel()) for c in conts)
-    for group in _continuation_groups(conts, _fitting_cache_batch(model, longest, batch_size)):
+    step = _fitting_cache_batch(model, longest, batch_size)
+    for group in _equal_length_batches([int(c.numel()) for c in conts], lambda n: step):
         inp = torch.stack([torch.cat([last_token, conts[i]]) for i in group]).to(device)
         keep = max(counts[i] for i in group) + 1
         cache.expand(len(group))

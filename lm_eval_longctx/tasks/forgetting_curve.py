@@ -230,9 +230,11 @@ def serve(ctx: glue.ScoringContext, items: list) -> list:
     # before any length runs: every sample fits the model, and the engine can score the longest one
     for key, idx in groups.items():
         glue.check_length(sample_tokens(key[1]), ctx.max_length, items[idx[0]][1])
-    for key in {(k[5], k[2]) for k in groups}:
-        longest = max(k[1] for k in groups if (k[5], k[2]) == key)
-        scoring.choose_long_pass(ctx.model, key[0], sample_tokens(longest), 1, key[1])
+    longest: dict[tuple[str, int], int] = {}  # (long_pass, chunk_size) -> the longest copy length
+    for _, length, chunk_size, _, _, long_pass in groups:
+        longest[long_pass, chunk_size] = max(longest.get((long_pass, chunk_size), 0), length)
+    for (long_pass, chunk_size), length in longest.items():
+        scoring.choose_long_pass(ctx.model, long_pass, sample_tokens(length), 1, chunk_size)
     out: list = [None] * len(items)
     for (stream_key, length, chunk_size, batch_size, _, long_pass), idx in sorted(
         groups.items(), key=lambda kv: kv[0][1]
