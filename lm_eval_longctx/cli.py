@@ -1,4 +1,5 @@
-"""``lm-eval-longctx`` / ``python -m lm_eval_longctx``: helpers around the harness tasks."""
+"""``lm-eval-longctx`` / ``python -m lm_eval_longctx``: helpers around the harness tasks. After a run,
+``lm-eval-longctx report RESULTS... -o report.html`` writes the long-context report card (one HTML page)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def main(argv=None) -> int:
     add_demo_parser(sub, full=heavy)
     add_validate_parser(sub, full=heavy)
     add_view_parser(sub)
+    add_report_parser(sub)
     args = p.parse_args(argv)
     if args.command == "view":
         return run_view(args)
@@ -36,7 +38,8 @@ def main(argv=None) -> int:
     from .report.results import EXIT_UNUSABLE, UnusableInput
 
     try:
-        return {"gate": run_gate, "leaderboard": run_leaderboard, "correlate": run_correlate}[args.command](args)
+        commands = {"gate": run_gate, "leaderboard": run_leaderboard, "correlate": run_correlate, "report": run_report}
+        return commands[args.command](args)
     except UnusableInput as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
@@ -61,7 +64,8 @@ a file that cannot be written). Regressed: when both runs were made with --log_s
 beside the results), the whole CI of the change (paired bootstrap over the same documents of both runs, the corpus
 metric recomputed on each resample for both; level matching z) is worse than the baseline by more than the
 tolerance; otherwise (unpaired) the change is worse by more than the tolerance and more than
-z x sqrt(se_run^2 + se_base^2). The table says which test each row used."""
+z x sqrt(se_run^2 + se_base^2). The table says which test each row used. This suite's metrics are gated in the
+direction their task declares, also when a results file records none; a file recording another one is exit 2."""
 
 
 def add_gate_parser(sub) -> None:
@@ -97,6 +101,7 @@ def add_gate_parser(sub) -> None:
         metavar="FILE",
         help="also write the Markdown table here (e.g. $GITHUB_STEP_SUMMARY; appended to)",
     )
+    g.add_argument("--html", default=None, metavar="FILE", help="also write the table as an HTML page here")
 
 
 def run_gate(args) -> int:
@@ -119,6 +124,10 @@ def run_gate(args) -> int:
     print(text)
     if args.summary:
         results.write_text(args.summary, text + "\n", append=True, what="--summary file")
+    if args.html:
+        from .report.report_card import gate_page, write_page
+
+        write_page(args.html, gate_page(report))
     return report.exit_code
 
 
@@ -144,6 +153,7 @@ def add_leaderboard_parser(sub) -> None:
     )
     g.add_argument("--csv", default=None, help="write the CSV table here")
     g.add_argument("--markdown", default=None, help="write the Markdown table here (it is printed anyway)")
+    g.add_argument("--html", default=None, metavar="FILE", help="write the table as an HTML page here")
 
 
 def run_leaderboard(args) -> int:
@@ -156,6 +166,10 @@ def run_leaderboard(args) -> int:
         results.write_text(args.csv, board.csv(), what="--csv file")
     if args.markdown:
         results.write_text(args.markdown, md, what="--markdown file")
+    if args.html:
+        from .report.report_card import leaderboard_page, write_page
+
+        write_page(args.html, leaderboard_page(board))
     return 0
 
 
@@ -190,17 +204,29 @@ def run_correlate(args) -> int:
         if args.metric not in board.metrics:
             raise results.UnusableInput(f"no metric {args.metric!r} in the results (found {board.metrics})")
         scores = board.column(args.metric)
+        files_of: dict[str, list[str]] = {}
+        for f, model in board.files_without_metrics.items():
+            if model not in scores:  # a model whose other results file has the metric is not left out
+                files_of.setdefault(model, []).append(f)
+        left_out = {m: f"no {args.metric} in its results: {', '.join(fs)}" for m, fs in files_of.items()}
+        not_scored = "in none of the --results files"
     else:
         scores = correlate.read_score_csv(args.scores, args.metric, args.model_column)
+        left_out, not_scored = {}, f"no score in the --scores CSV {args.scores}"
     bench = correlate.read_score_csv(args.benchmark, args.benchmark_column, args.model_column)
+    for model in bench:
+        if model not in scores:
+            left_out.setdefault(model, not_scored)
     if args.n_resamples < 1:
         raise results.UnusableInput("--n-resamples must be >= 1")
     if args.seed < 0:
         raise results.UnusableInput("--seed must be >= 0")
-    res = correlate.correlate(scores, bench, n_resamples=args.n_resamples, seed=args.seed)
+    res = correlate.correlate(scores, bench, n_resamples=args.n_resamples, seed=args.seed, left_out=left_out)
     res = {"metric": args.metric, "benchmark": args.benchmark_column or Path(args.benchmark).stem, **res}
     pe, sp, ci, sk = res["pearson"], res["spearman"], res["spearman_bootstrap_ci"], res["skipped_spearman"]
     print(f"models: {res['n_models']}")
+    for model, why in res["left_out"].items():
+        print(f"left out: {model} ({why})")
     print(f"Pearson r = {pe['r']:+.4f} (n = {pe['n']}; p = {pe['p']:.3g}, {pe['p_method']})")
     print(f"Spearman rho = {sp['rho']:+.4f} (n = {sp['n']}; p = {sp['p']:.3g}, {sp['p_method']})")
     print(
@@ -305,7 +331,12 @@ def run_demo(args) -> int:
     from .demo.run import run_demo as demo
 
     try:
-        extra = json.loads(args.metadata) if args.metadata else None
+        try:
+            extra = json.loads(args.metadata) if args.metadata else None
+        except json.JSONDecodeError as e:
+            raise DemoError(
+                f"--metadata is not valid JSON ({e}); give a JSON object such as '{{\"alpha\": 2}}'"
+            ) from None
         if extra is not None and not isinstance(extra, dict):
             raise DemoError("--metadata must be a JSON object")
         summary = demo(
@@ -376,11 +407,60 @@ def run_view(args) -> int:
     except (ViewerError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"error: {args.output}: cannot write the page: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(
         f"wrote {info['path']}: {info['n_docs']} documents, {sum(info['n_tokens'])} tokens, "
         f"{sum(info['n_key'])} key tokens, {info['bytes'] / 2**20:.2f} MiB"
         + (" (arrays gzip-compressed)" if info["compressed"] else "")
     )
+    return 0
+
+
+# --------------------------------------------------------------------------- report card
+# The logic lives in lm_eval_longctx/report/report_card.py.
+
+REPORT_HELP = """Write the long-context report card: one self-contained HTML page (no network) from one or more
+results folders or files (lm_eval --output_path; a folder of several models gives one run per model folder). Per
+task: the headline numbers with value +- 1.96 x stderr, what each means, the settings that produced them, and the
+pictures (forgetting curve, retrieval-gain map, LongEval by size). Several runs: side by side, with a box naming the
+settings that differ. Checkpoints of one training run (a step in every model name or --label: checkpoint-1200,
+step1200): each headline metric against the step, and the regression gate between consecutive checkpoints. Exit 2
+on unusable input."""
+
+
+def add_report_parser(sub) -> None:
+    g = sub.add_parser(
+        "report", help="the long-context report card: one HTML page from results JSONs", description=REPORT_HELP
+    )
+    g.add_argument(
+        "results", nargs="+", metavar="RESULTS", help="results JSON files or folders (lm_eval --output_path)"
+    )
+    g.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    g.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        help="name of a run on the page, one per run in input order (repeatable); a step in it (step1200, or "
+        "just 1200) makes the runs a checkpoint series",
+    )
+    g.add_argument(
+        "--export",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a per-token export folder (--metadata export_tokens) whose key-token viewer is embedded (repeatable)",
+    )
+    g.add_argument("--title", default=None, help="page title")
+
+
+def run_report(args) -> int:
+    from .report.report_card import build_report_card
+
+    info = build_report_card(args.results, args.output, args.label, args.export, args.title)
+    notes = (" (checkpoints)" if info["checkpoints"] else "") + ("; settings differ" if info["settings_differ"] else "")
+    print(f"wrote {info['path']}: {len(info['runs'])} run(s){notes}, {info['bytes'] / 2**20:.2f} MiB")
     return 0
 
 

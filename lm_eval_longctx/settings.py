@@ -198,6 +198,40 @@ def _to_text_or_list(value):
 
 TEXT_OR_LIST = Kind("string or list of strings", _to_text_or_list)
 
+# The file-system limits of Linux (NAME_MAX, PATH_MAX), checked here so that an absurd value is an error naming
+# the key rather than an OSError "File name too long" from wherever it is first opened.
+NAME_MAX_BYTES = 255
+PATH_MAX_BYTES = 4096
+_LOCATION_RULE = (
+    f"without NUL characters, each '/'-separated part at most {NAME_MAX_BYTES} bytes and the whole at most "
+    f"{PATH_MAX_BYTES} bytes in UTF-8"
+)
+
+
+def _is_location(value) -> bool:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return False
+    encoded = value.encode("utf-8", errors="surrogatepass")
+    return len(encoded) <= PATH_MAX_BYTES and all(len(part) <= NAME_MAX_BYTES for part in encoded.split(b"/"))
+
+
+def _to_location(value) -> str:
+    if not _is_location(value):
+        raise ValueError(f"a non-empty path, folder or hub name {_LOCATION_RULE}")
+    return value
+
+
+def _to_location_or_list(value):
+    if _is_location(value):
+        return value
+    if isinstance(value, (list, tuple)) and value and all(_is_location(v) for v in value):
+        return list(value)
+    raise ValueError(f"a non-empty path, folder or URL, or a non-empty list of them, {_LOCATION_RULE}")
+
+
+LOCATION = Kind("path, folder or hub name", _to_location)
+LOCATION_OR_LIST = Kind("path, folder or URL, or list of them", _to_location_or_list)
+
 
 def _to_mapping(value) -> dict:
     if isinstance(value, str):
@@ -238,8 +272,11 @@ class Setting:
             return self.kind.convert(value)
         except ValueError as err:
             allowed = str(err) + (" (or null)" if self.optional else "")
+            shown = repr(value)
+            if len(shown) > 200:  # a 5000-character value would bury the message
+                shown = f"{shown[:120]}... ({len(shown)} characters)"
             raise SettingsError(
-                f"{owner}: setting {self.name!r} = {value!r} is not allowed; it must be {allowed}"
+                f"{owner}: setting {self.name!r} = {shown} is not allowed; it must be {allowed}"
             ) from None
 
 

@@ -75,3 +75,41 @@ def test_lm_eval_ls_tasks_lists_ours():
         [sys.executable, "-m", "lm_eval", "ls", "tasks"], capture_output=True, text=True, timeout=300, cwd="/"
     )
     assert proc.returncode == 0 and "longppl_govreport" in proc.stdout
+
+
+@pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
+def test_unwritable_output_path_fails_the_run(tmp_path, model_dirs, corpus_texts):
+    docs = write_docs(tmp_path / "docs.jsonl", [t[:1500] for t in corpus_texts[:2]])
+    md = {"data_files": docs, "evaluator": "self", "trunc_len": 40, "sliding_window": 16, "alpha": 0.5, "beta": -10}
+    (tmp_path / "a-file").write_text("not a folder")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--tasks", "longppl_govreport", "--model", "hf"]
+        + ["--model_args", f"pretrained={model_dirs['a']},dtype=float32", "--device", "cpu"]
+        + ["--metadata", json.dumps(md), "--output_path", str(tmp_path / "a-file" / "results"), "--limit", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert proc.returncode != 0
+    assert "the results file could not be written" in proc.stderr
+
+
+@pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
+@pytest.mark.parametrize("flag", ["--metadata", "--model_args"])
+def test_malformed_json_flag_is_one_line_naming_the_flag(tmp_path, flag):
+    args = ["--model", "hf", "--tasks", "longppl_govreport", "--model_args", "pretrained=x"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_eval", *args, flag, '{"alpha": 2,'],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert f"argument {flag}: not valid JSON" in proc.stderr and "line 1 column" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -272,6 +272,27 @@ def test_ci_demo_writes_every_output(ci_run):
     assert Path(files["corpus"]).is_file() and Path(files["corpus_provenance"]).is_file()
 
 
+def test_ci_demo_writes_the_report_card(ci_run):
+    """OUT/report.html: every number it marks is the results JSON's, exactly (tests/test_report_card.py)."""
+    from tests.test_report_card import check_numbers, read_page
+
+    files = ci_run["summary"]["files"]
+    assert files["report_html"] == str(ci_run["out"] / demo.REPORT_FILE)
+    page = read_page(files["report_html"])
+    labels = {attrs["data-run"] for attrs, _ in page.numbers}
+    assert len(labels) == 1
+    check_numbers(page, {labels.pop(): Path(files["results_json"]).parent})
+    results = json.loads(Path(files["results_json"]).read_text(encoding="utf-8"))
+    metrics = {
+        f"{task}/{key.split(',')[0]}"
+        for task, entry in results["results"].items()
+        for key in entry
+        if "," in key and "_stderr," not in key and not key.startswith("skipped_lengths,")
+    }
+    assert {attrs["data-metric"] for attrs, _ in page.numbers} == metrics  # every metric is on the page
+    assert page.title.startswith("Long-context report card")
+
+
 def test_ci_demo_every_metric_is_finite(ci_run):
     s = ci_run["summary"]
     assert s["missing_tasks"] == [] and s["non_finite"] == []
@@ -300,6 +321,19 @@ def test_ci_demo_every_metric_is_finite(ci_run):
                 continue
             assert isinstance(value, (int, float)) and math.isfinite(value), (task, key, value)
     assert results["results"]["forgetting_curve"]["n_failed_lengths,none"] == 0
+
+
+def test_ci_demo_records_the_declared_directions(ci_run):
+    """Every direction a real run records (tasks and the longeval_lines group) is the one metrics/directions.py
+    declares, which the gate uses when a results file records none."""
+    from lm_eval_longctx.metrics import directions
+
+    results = json.loads(Path(ci_run["summary"]["files"]["results_json"]).read_text(encoding="utf-8"))
+    recorded = results["higher_is_better"]
+    assert set(directions.DIRECTIONS) <= set(recorded)
+    for task, hib in recorded.items():
+        for metric, direction in hib.items():
+            assert directions.declared_direction(task, metric) is direction, (task, metric, direction)
 
 
 def test_ci_demo_reads_the_embedded_corpus_and_reports_targets(ci_run):

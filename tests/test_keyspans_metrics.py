@@ -119,6 +119,16 @@ def test_span_text_round_trip_and_strict_parsing(tmp_path):
         span_files.read_span_dir(tmp_path / "d", ["x" * 2000, "y" * 2000])
 
 
+def test_a_number_too_long_for_a_span_is_a_format_error_naming_the_file(tmp_path):
+    path = tmp_path / "slice_0.txt"
+    path.write_text(f"[0, 5];[7, {'9' * 5000}]", encoding="utf-8")
+    with pytest.raises(keyspans.KeySpanFormatError, match=r"slice_0.txt: item 1 is not '\[start, end\]'.*18 digits"):
+        span_files.read_span_file(path)
+    assert span_files.parse_span_text(f"[0, {'9' * 18}]") == [(0, 10**18 - 1)]
+    with pytest.raises(keyspans.KeySpanFormatError, match="item 0"):
+        span_files.parse_span_text(f"[0, {'9' * 19}]")
+
+
 @pytest.mark.skipif(not REFERENCE_SPANS.is_dir(), reason="shared/reference-data is not present")
 def test_all_reference_span_files_parse():
     longppl = pytest.importorskip("longppl.longppl")

@@ -162,3 +162,86 @@ def _bytes_to_unicode() -> dict[int, str]:
             cs.append(256 + n)
             n += 1
     return dict(zip(bs, map(chr, cs)))
+
+
+def test_byt5_partial_characters_decode_to_nothing_and_are_grouped():
+    """ByT5 decodes a partial UTF-8 sequence to '' (not U+FFFD): each byte token of a 2-, 3- or 4-byte character
+    covers that character, as a fast byte-level tokenizer's offsets do."""
+    from transformers import ByT5Tokenizer
+
+    tok = ByT5Tokenizer()
+    text = "aé b中c😀 dé中😀x 😀"
+    ids, offsets = keyspans.token_offsets(tok, text, add_special_tokens=False)
+    token_bytes = [bytes([i - 3]) for i in ids]  # ByT5: id = byte + 3 (pad, eos, unk first)
+    assert b"".join(token_bytes) == text.encode("utf-8")
+    assert np.array_equal(offsets, char_spans_of_byte_tokens(text, token_bytes))
+    complete = [text[s:e] for k, (s, e) in enumerate(offsets) if k + 1 == len(offsets) or offsets[k + 1][0] >= e]
+    assert "".join(complete) == text
+    # with the EOS ByT5 appends: a zero-width span at the end, the rest unchanged
+    ids_eos, offsets_eos = keyspans.token_offsets(tok, text, add_special_tokens=True)
+    assert ids_eos[-1] == tok.eos_token_id and tuple(offsets_eos[-1]) == (len(text), len(text))
+    assert np.array_equal(offsets_eos[:-1], offsets)
+    # a character cut short is still an error
+    with pytest.raises(keyspans.OffsetsError):
+        keyspans.offsets_by_decoding(tok, ids[:-1], text)
+
+
+class WrongOffsets:
+    """A tokenizer (custom code) whose offset mapping does not fit the text: shifted, or all (0, 0)."""
+
+    name_or_path = "someone/wrong-offsets"
+
+    def __init__(self, tokenizer, change):
+        self.tokenizer, self.change = tokenizer, change
+
+    def __call__(self, text, **kwargs):
+        enc = self.tokenizer(text, **kwargs)
+        if enc.get("offset_mapping") is not None:
+            enc["offset_mapping"] = self.change([tuple(p) for p in enc["offset_mapping"]], len(text))
+        return enc
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+
+def _each(change):
+    return lambda pairs, n: [change(s, e, n) for s, e in pairs]
+
+
+def _last_two_swapped(pairs, n):
+    return pairs[:-2] + [pairs[-1], pairs[-2]]
+
+
+WRONG_OFFSETS = {
+    "shifted +3": (_each(lambda s, e, n: (s + 3, e + 3)), r"token \d+ has offsets \(\d+, \d+\), not 0 <= start"),
+    "shifted -3": (_each(lambda s, e, n: (s - 3, e - 3)), r"token [01] has offsets \(-3, -?\d+\), not 0 <= start"),
+    "shifted +3 within the text": (
+        _each(lambda s, e, n: (min(s + 3, n), min(e + 3, n))),
+        r"character 0 \('t'\) lies in no token's offsets \(token [01], the first that ends after it",
+    ),
+    "all (0, 0)": (
+        _each(lambda s, e, n: (0, 0)),
+        r"character 0 \('t'\) lies in no token's offsets \(token \d+, the last",
+    ),
+    "two swapped": (_last_two_swapped, r"token \d+ has offsets \(\d+, \d+\), going back from token \d+'s"),
+}
+TEXT = "the report of committee found that federal agency program budget funds were spent on projects"
+
+
+@pytest.mark.parametrize("name", list(WRONG_OFFSETS))
+@pytest.mark.parametrize("add_special_tokens", [False, True])
+def test_an_offset_mapping_that_does_not_fit_the_text_is_an_error(name, add_special_tokens):
+    fast = tiny.train_tokenizer(tiny.corpus_texts(2, 200), vocab_size=300, kind="bpe")
+    keyspans.token_offsets(fast, TEXT, add_special_tokens)  # the real mapping passes
+    change, message = WRONG_OFFSETS[name]
+    with pytest.raises(keyspans.OffsetsError, match=message) as err:
+        keyspans.token_offsets(WrongOffsets(fast, change), TEXT, add_special_tokens)
+    assert "someone/wrong-offsets" in str(err.value) and "fast tokenizer of the same model" in str(err.value)
+
+
+def test_normalizers_may_leave_whitespace_control_and_format_characters_uncovered():
+    text = "word\u200b next\u00ad end\x07 e\u0301"
+    offsets = np.array([(0, 4), (6, 10), (12, 15), (17, 18)])  # no token over the spaces, U+200B, U+00AD, BEL, U+0301
+    keyspans.check_offsets(offsets, text, tokenizer=None)
+    with pytest.raises(keyspans.OffsetsError, match=r"character 17 \('e'\)"):
+        keyspans.check_offsets(offsets[:3], text, tokenizer=None)

@@ -16,6 +16,7 @@ import pytest
 from scipy import stats
 
 from lm_eval_longctx.cli import main
+from lm_eval_longctx.metrics import directions
 from lm_eval_longctx.report import correlate as report_correlate
 from lm_eval_longctx.report import gate as report_gate
 from lm_eval_longctx.report import results as reporting
@@ -503,16 +504,15 @@ def test_unit_identified_by_content():
 
 def test_diagnostic_metrics_have_no_direction():
     """Counts and diagnostics must not fail a gate by default: their declared direction is None."""
-    from lm_eval_longctx.tasks import longeval, longppl, retrieval_gain
-
-    assert longppl.METRICS["n_key_tokens"][1] is None
-    assert longppl.METRICS["key_token_fraction"][1] is None
-    assert longeval.LongEvalLinesPPLTask.PER_CONFIG["prompt_tokens"][1] is None
-    assert longeval.LongEvalLinesAccTask.PER_CONFIG["prompt_tokens"][1] is None
+    d = directions.declared_direction
+    assert d("longppl_govreport", "n_key_tokens") is None
+    assert d("longppl_govreport", "key_token_fraction") is None
+    assert d("longeval_lines_ppl", "prompt_tokens_0200") is None
+    assert d("longeval_lines_acc", "prompt_tokens_0200") is None
     # the quality metrics keep theirs
-    assert longppl.METRICS["longppl"][1] is False and longppl.METRICS["ppl"][1] is False
-    assert retrieval_gain.METRICS["retrieval_gain"][1] is True
-    # declared once, in the task: no YAML repeats them
+    assert d("longppl_govreport", "longppl") is False and d("longppl_govreport", "ppl") is False
+    assert d("retrieval_gain", "retrieval_gain") is True
+    # declared once, in metrics/directions.py, which the tasks read: no YAML repeats them
     for path in (ROOT / "task_configs").glob("*.yaml"):
         assert "metric_list" not in path.read_text().replace("no metric_list", ""), path
 
@@ -524,6 +524,197 @@ def test_count_metric_without_direction_is_shown_not_gated(tmp_path, capsys):
         d["higher_is_better"]["longppl_govreport"]["n_key_tokens"] = None
     assert gate(tmp_path, run, base) == 0
     assert "| `longppl_govreport/n_key_tokens` | 100 | 40 | -60 |" in capsys.readouterr().out
+
+
+def test_declared_directions_of_hand_written_names():
+    d = directions.declared_direction
+    for task, metric, want in [
+        ("longppl_govreport", "longppl", False),
+        ("longppl_govreport", "longppl_soft", False),
+        ("forgetting_curve", "copy_acc@00512", True),
+        ("forgetting_curve", "lm_acc@131072", True),
+        ("forgetting_curve", "fine_memory_length", True),
+        ("forgetting_curve", "n_failed_lengths", False),
+        ("forgetting_curve", "skipped_lengths", None),
+        ("retrieval_gain", "nll_with", False),
+        ("retrieval_gain_map", "gain@L01024_d50", True),
+        ("retrieval_gain_map", "gain@L01024", True),
+        ("retrieval_gain_map", "effective_length_abs", True),
+        ("longeval_lines_ppl", "non_answer_ppl_0680", False),
+        ("longeval_lines_ppl", "skipped_0200", False),
+        ("longeval_lines_acc", "acc_1350", True),
+        # the group: its tasks' directions, as lm-eval records them
+        ("longeval_lines", "acc_0200", True),
+        ("longeval_lines", "answer_ppl", False),
+        ("longeval_lines", "prompt_tokens_0200", None),
+    ]:
+        assert d(task, metric) is want, (task, metric)
+    # not a metric of this suite: the results file's direction is used
+    for task, metric in [
+        ("arc_easy", "acc"),
+        ("forgetting_curve", "copy_acc"),  # no length
+        ("forgetting_curve", "copy_acc@"),
+        ("retrieval_gain_map", "gain@Lx"),
+        ("longppl_govreport", "acc"),
+        ("longeval_lines", "ppl"),
+    ]:
+        assert d(task, metric) is directions.UNKNOWN, (task, metric)
+    with pytest.raises(KeyError, match="directions.py"):
+        directions.direction_of("longppl_govreport", "new_metric")
+
+
+def test_known_answer_validation_orders_in_the_declared_directions():
+    from lm_eval_longctx.demo import known_answer
+
+    for spec in known_answer.METRIC_SPECS:
+        assert directions.declared_direction(spec.task, spec.field) is spec.higher_is_better, spec.key
+
+
+def _bare_task(cls, **attrs):
+    """A task object with the attributes its metric_declarations() reads, without the harness building it."""
+    task = object.__new__(cls)
+    task.__dict__.update(attrs)
+    return task
+
+
+def test_task_declarations_take_their_directions_from_the_table():
+    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain, retrieval_gain_map
+
+    tasks = [
+        _bare_task(longppl.LongPPLTask, settings={"soft_gamma": 0.1}, _no_key_reasons={}),
+        _bare_task(
+            forgetting_curve.ForgettingCurveTask,
+            settings={
+                "fine_threshold": 0.99,
+                "fine_rule": "contiguous",
+                "coarse_margin": 0.1,
+                "coarse_rule": "largest",
+            },
+            lengths=[64, 128],
+            width=5,
+        ),
+        _bare_task(retrieval_gain.RetrievalGainTask),
+        _bare_task(
+            retrieval_gain_map.RetrievalGainMapTask,
+            settings={
+                "depths": [0, 50, 100],
+                "effective_fraction": 0.5,
+                "effective_rule": "contiguous",
+                "effective_threshold": 0.1,
+            },
+            lengths=[256, 1024],
+            width=5,
+            depth_width=3,
+        ),
+        _bare_task(
+            longeval.LongEvalLinesPPLTask, settings={"over_length": "skip"}, configurations=[200, 680], _width=4
+        ),
+        _bare_task(longeval.LongEvalLinesAccTask, settings={"over_length": "skip"}, configurations=[200], _width=4),
+    ]
+    for task in tasks:
+        hib = task.higher_is_better()
+        assert len(hib) >= 3
+        for metric, direction in hib.items():
+            assert directions.declared_direction(task.SUITE_TASK_NAME, metric) is direction, (task, metric)
+    assert {t.SUITE_TASK_NAME for t in tasks} == set(directions.DIRECTIONS)
+
+
+def _without_directions(data, how):
+    if how == "missing":
+        del data["higher_is_better"]
+    elif how == "empty":
+        data["higher_is_better"] = {}
+    else:  # null per metric
+        data["higher_is_better"] = {t: {m: None for m in hib} for t, hib in data["higher_is_better"].items()}
+    return data
+
+
+@pytest.mark.parametrize("how", ["missing", "empty", "null"])
+def test_gate_without_recorded_directions_uses_the_declared_ones(tmp_path, capsys, how):
+    """A results file cannot switch the gate off by omitting higher_is_better: LongPPL 3x worse regresses."""
+    run = _without_directions(results_json(longppl=15.0), how)
+    base = _without_directions(results_json(longppl=5.0), how)
+    assert gate(tmp_path, run, base) == 1
+    out = capsys.readouterr().out
+    assert "**FAIL**: 1 metric(s) regressed" in out
+    assert "| `longppl_govreport/longppl` (lower better; declared) |" in out and "❌ regressed" in out
+    assert "| `longppl_govreport/ppl` (lower better; declared) |" in out
+    assert "direction from the task declaration" in out and "the results file records none" in out
+    assert str(tmp_path / "run" / "results_2026-01-02T00-00-00.json") in out
+    # a metric that is not one of this suite's (here a made-up copy_acc without a length) keeps the file's: none
+    assert "| `forgetting_curve/copy_acc` | 0.8 ± 0.01 |" in out
+    # one side recording the direction is enough for it; the other is named
+    assert gate(tmp_path, results_json(longppl=15.0), base) == 1
+    out = capsys.readouterr().out
+    assert str(tmp_path / "base" / "results_2026-01-01T00-00-00.json") in out
+    assert str(tmp_path / "run" / "results_2026-01-02T00-00-00.json") not in out.split("records none")[1]
+
+
+def test_gate_refuses_a_recorded_direction_the_task_contradicts(tmp_path, capsys):
+    run, base = results_json(longppl=15.0), results_json(longppl=5.0)
+    run["higher_is_better"]["longppl_govreport"]["longppl"] = True
+    assert gate(tmp_path, run, base) == 2
+    err = capsys.readouterr().err
+    assert "longppl_govreport/longppl" in err and "records higher_is_better true" in err
+    assert "task declares false" in err and "results_2026-01-02T00-00-00.json" in err
+    assert "Traceback" not in err
+    # the baseline's, too; a diagnostic declared without direction must not be gated by a file either
+    run = results_json()
+    for d in (run, base):
+        d["results"]["longppl_govreport"]["n_key_tokens,none"] = 10.0
+    base["higher_is_better"]["longppl_govreport"]["n_key_tokens"] = False
+    assert gate(tmp_path, run, base) == 2
+    assert "the baseline's results file" in (err := capsys.readouterr().err) and "task declares null" in err
+    # the gate config's direction is explicit: it wins (and is the way out)
+    run["higher_is_better"]["longppl_govreport"]["longppl"] = True
+    run["results"]["longppl_govreport"]["longppl,none"] = 15.0
+    cfg = write(tmp_path / "gate.json", {"metrics": {"longppl_govreport/longppl": {"higher_is_better": False}}})
+    assert gate(tmp_path, run, results_json(longppl=5.0), "--config", str(cfg)) == 1
+
+
+def test_stock_task_metric_without_direction_stays_not_gated(tmp_path, capsys):
+    run, base = results_json(), results_json()
+    for d, v in ((run, 0.2), (base, 0.9)):
+        d["results"]["arc_easy"] = {"alias": "arc_easy", "acc,none": v, "acc_stderr,none": 0.01}
+    assert gate(tmp_path, run, base) == 0
+    assert "| `arc_easy/acc` | 0.9 ± 0.01 | 0.2 ± 0.01 | -0.7 |" in capsys.readouterr().out
+    run["higher_is_better"]["arc_easy"] = {"acc": True}
+    assert gate(tmp_path, run, base) == 1
+
+
+def _malformed(data, field):
+    cfg = data["configs"]["longppl_govreport"]
+    if field == "configs.longppl_govreport":
+        data["configs"]["longppl_govreport"] = [cfg]
+    elif field == "configs.longppl_govreport.metadata":
+        cfg["metadata"] = [cfg["metadata"]]
+    elif field == "configs.longppl_govreport.metadata.longctx_settings":
+        cfg["metadata"]["longctx_settings"] = "trunc_len=4096"
+    else:
+        data["n-samples"]["longppl_govreport"] = [50]
+    return data
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "configs.longppl_govreport",
+        "configs.longppl_govreport.metadata",
+        "configs.longppl_govreport.metadata.longctx_settings",
+        "n-samples.longppl_govreport",
+    ],
+)
+def test_malformed_task_record_is_exit_2_naming_the_field(tmp_path, capsys, field):
+    bad = _malformed(results_json(), field)
+    for run, base in ((bad, results_json()), (results_json(), bad)):
+        assert gate(tmp_path, run, base) == 2
+        err = capsys.readouterr().err
+        assert f"{field} is a " in err and ", expected an object" in err and "results_2026-01-0" in err
+        assert "AttributeError" not in err and "gate failed" not in err
+    path = write(tmp_path / "board" / "results_2026-01-01T00-00-00.json", bad)
+    assert main(["leaderboard", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: {field} is a " in err and "AttributeError" not in err
 
 
 # ------------------------------------------------------------------------------------------------ leaderboard
@@ -581,6 +772,66 @@ def test_leaderboard_nan_is_nan_and_missing_is_missing(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ correlation
+
+
+def _correlate_results(tmp_path, bench_csv, *extra):
+    return main(
+        ["correlate", "--results", str(tmp_path / "res"), "--metric", "longppl_govreport/longppl"]
+        + ["--benchmark", str(bench_csv), "--n-resamples", "100", *extra]
+    )
+
+
+def test_correlate_names_every_model_it_leaves_out(tmp_path, capsys):
+    models, bench, longppl, _ = synthetic_models(n=6)
+    for m, v in zip(models, longppl):
+        write(tmp_path / "res" / m / "results_2026.json", results_json(model=m, longppl=float(v)))
+    # model_5's results lack the task; model_0 has another file without it too (not left out: it has the metric)
+    lacking = results_json(model="model_5")
+    del lacking["results"]["longppl_govreport"]
+    lacking_file = write(tmp_path / "res" / "model_5" / "results_2026.json", lacking)
+    other = copy.deepcopy(lacking)
+    other["model_name"] = "model_0"
+    write(tmp_path / "res" / "model_0" / "results_2027.json", other)
+    # "extra" only in the benchmark CSV, model_4 without a benchmark score
+    rows = [f"{m},{'' if m == 'model_4' else b}\n" for m, b in zip(models, bench)]
+    bench_csv = write(tmp_path / "bench.csv", "model,LongBench\n" + "".join(rows) + "extra,40\n")
+    out = tmp_path / "submission.json"
+    assert _correlate_results(tmp_path, bench_csv, "--out", str(out)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "models: 4"
+    left = [x for x in lines if x.startswith("left out: ")]
+    assert left == [  # by model name
+        "left out: extra (in none of the --results files)",
+        "left out: model_4 (no score in the benchmark CSV)",
+        f"left out: model_5 (no longppl_govreport/longppl in its results: {lacking_file})",
+    ]
+    sub = json.loads(out.read_text())
+    assert sub["n_models"] == 4 and "model_5" not in sub["models"]
+    assert set(sub["left_out"]) == {"model_5", "model_4", "extra"}
+    # fewer than 4 left: refused, the left-out models named
+    rows = [f"{m},{b if m in ('model_0', 'model_1', 'model_2') else ''}\n" for m, b in zip(models, bench)]
+    few = write(tmp_path / "few.csv", "model,LongBench\n" + "".join(rows))
+    assert _correlate_results(tmp_path, few) == 2
+    err = capsys.readouterr().err
+    assert "at least 4 models" in err and "got 3" in err
+    assert "model_5 (no longppl_govreport/longppl in its results" in err and "model_3 (no score in the benchmark" in err
+
+
+def test_correlate_names_a_model_only_in_the_benchmark(tmp_path, capsys):
+    models, bench, longppl, _ = synthetic_models(n=5)
+    scores = write(tmp_path / "s.csv", "model,longppl\n" + "".join(f"{m},{v}\n" for m, v in zip(models, longppl)))
+    b = write(
+        tmp_path / "b.csv",
+        "model,LongBench\n" + "".join(f"{m},{v}\n" for m, v in zip(models, bench)) + "only_bench,33\n",
+    )
+    assert main(["correlate", "--scores", str(scores), "--benchmark", str(b), "--n-resamples", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "models: 5\n" in out and f"left out: only_bench (no score in the --scores CSV {scores})" in out
+    # the function itself names models of either set
+    res = report_correlate.correlate(
+        {**dict(zip(models, longppl)), "only_scores": 1.0}, {**dict(zip(models, bench)), "only_bench": 3.0}, 100
+    )
+    assert res["left_out"] == {"only_bench": "not in the scores", "only_scores": "no score in the benchmark CSV"}
 
 
 def test_correlate_model_listed_twice_is_exit_2(tmp_path, capsys):
@@ -704,6 +955,7 @@ def test_new_metric_in_the_run_is_shown_even_when_nan(tmp_path, capsys):
     run = results_json()
     run["results"]["longppl_govreport"]["longppl_soft,none"] = float("nan")
     assert gate(tmp_path, run, results_json()) == 0
-    assert "| `longppl_govreport/longppl_soft` | — | NaN |" in capsys.readouterr().out
+    # its direction is the task's: the run's file records none for it
+    assert "| `longppl_govreport/longppl_soft` (lower better; declared) | — | NaN |" in capsys.readouterr().out
     run["results"]["longppl_govreport"]["longppl_soft,none"] = "oops"  # but a malformed field is not
     assert gate(tmp_path, run, results_json()) == 2

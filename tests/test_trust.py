@@ -124,6 +124,41 @@ def test_wrong_type_or_range_is_an_error_naming_key_value_and_what_is_allowed(de
     assert f"'{key}'" in msg and repr(value) in msg and "must be" in msg
 
 
+LOCATION_KEYS = [
+    (declaration, key)
+    for declaration in declarations.TASK_DECLARATIONS.values()
+    for key in (
+        "dataset_path",
+        "decode_tokenizer",
+        "data_files",
+        "evaluator",
+        "key_spans_dir",
+        "span_cache_dir",
+        "tokenizer",
+        "testcases",
+        "export_tokens",
+    )
+    if key in declaration.by_name
+]
+
+
+@pytest.mark.parametrize("declaration,key", LOCATION_KEYS, ids=[f"{d.owner}.{k}" for d, k in LOCATION_KEYS])
+def test_a_path_too_long_for_the_file_system_is_an_error_naming_the_key(declaration, key):
+    for value in ("x" * 5000, "dir/" + "é" * 128, "a\x00b", ""):  # whole > 4096 bytes; a part > 255; NUL; empty
+        if value == "" and declaration.by_name[key].optional:
+            continue  # "" is null there
+        with pytest.raises(SettingsError, match=f"'{key}' = .* it must be .*255 bytes"):
+            declaration.parse({key: value})
+    with pytest.raises(SettingsError, match=f"'{key}' = .*5002 characters"):  # the value is not shown whole
+        declaration.parse({key: "x" * 5000})
+    long_but_valid = "/".join(["d" * 255] * 16)  # 4095 bytes
+    assert declaration.parse({key: long_but_valid})[key] == long_but_valid
+    if key == "testcases":
+        assert declaration.parse({key: ["a.jsonl", "b.jsonl"]})[key] == ["a.jsonl", "b.jsonl"]
+        with pytest.raises(SettingsError, match="'testcases'"):
+            declaration.parse({key: ["a.jsonl", "x" * 5000]})
+
+
 def test_values_given_as_strings_or_whole_floats_mean_the_same():
     s = declarations.LONGPPL.parse(
         {"num_docs": "3", "trunc_len": 64.0, "allow_beyond_max_length": "true", "soft_gamma": "5"}
@@ -500,6 +535,25 @@ def test_bad_data_files_name_the_file_and_what_was_expected(model_dirs, tmp_path
     with pytest.raises(ValueError, match=expected) as err:
         run_task("retrieval_gain", model_dirs["a"], {"data_files": str(path), "doc_tokens": 64})
     assert str(path) in str(err.value)
+
+
+@pytest.mark.integration
+def test_a_tokenizer_whose_offsets_do_not_fit_the_text_stops_the_run(docs, model_dirs, monkeypatch):
+    """Custom tokenizer code with all-(0, 0) offsets: the run stops naming the tokenizer, no NaN LongPPL."""
+    from transformers import AutoTokenizer
+
+    tokenizer_class = type(AutoTokenizer.from_pretrained(model_dirs["a"]))
+    real_call = tokenizer_class.__call__
+
+    def zero_offsets(self, *args, **kwargs):
+        enc = real_call(self, *args, **kwargs)
+        if enc.get("offset_mapping") is not None:
+            enc["offset_mapping"] = [(0, 0)] * len(enc["offset_mapping"])
+        return enc
+
+    monkeypatch.setattr(tokenizer_class, "__call__", zero_offsets)
+    with pytest.raises(keyspans.OffsetsError, match=f"tokenizer {model_dirs['a']} does not fit.*character 0"):
+        run_task(LONGPPL, model_dirs["a"], _md(docs, evaluator="self", num_docs=1))
 
 
 # ------------------------------------------------------------------ 6. nothing is lost

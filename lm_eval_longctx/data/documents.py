@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,15 +42,65 @@ def texts_sha256(texts: list[str]) -> str:
     return h.hexdigest()
 
 
-def select_tokenized_rows(rows, min_tokens: int, max_tokens: int, num_docs: int) -> list[list[int]]:
-    """Rows with tokenized_len >= min_tokens, first num_docs in order, first max_tokens ids each."""
+def _is_whole_number(value) -> bool:
+    # datasets reads a column of ints mixed with floats as floats: 12.0 is a whole number, 12.5 and true are not
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, numbers.Integral):
+        return True
+    return isinstance(value, float) and value.is_integer()
+
+
+def _token_ids(value, vocab_size: int | None, where: str) -> list[int]:
+    """``value`` as token ids: a list of whole numbers in [0, vocab_size); else a ValueError saying which item."""
+    expected = "token ids, whole numbers >= 0" + (
+        f" and < {vocab_size} (the decode tokenizer's vocabulary)" if vocab_size else ""
+    )
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{where}: 'input_ids' is {str(value)[:60]!r}; expected a list of {expected}")
+    for j, x in enumerate(value):
+        if not _is_whole_number(x) or x < 0 or (vocab_size is not None and x >= vocab_size):
+            raise ValueError(f"{where}: 'input_ids' item {j} is {x!r}; expected {expected}. Fix or remove the row")
+    return [int(x) for x in value]
+
+
+def select_tokenized_rows(
+    rows, min_tokens: int, max_tokens: int, num_docs: int, vocab_size: int | None = None, source: str = "rows"
+) -> list[list[int]]:
+    """Rows with tokenized_len >= min_tokens, first num_docs in order, first max_tokens ids each.
+
+    Every row read is checked as data: ``tokenized_len`` a whole number >= 0, and the ``input_ids`` of a
+    picked row a list of ids in [0, vocab_size). A violation is a ValueError naming ``source``, the row
+    (counted from 0) and the field."""
     picked = []
-    for row in rows:
-        if int(row["tokenized_len"]) >= min_tokens:
-            picked.append(list(row["input_ids"])[:max_tokens])
+    for k, row in enumerate(rows):
+        where = f"{source}, row {k}"
+        n = row.get("tokenized_len")
+        if not _is_whole_number(n) or n < 0:
+            raise ValueError(
+                f"{where}: 'tokenized_len' is {n!r}; expected a whole number >= 0 (the row's number of token ids). "
+                "Fix or remove the row"
+            )
+        if n >= min_tokens:
+            picked.append(_token_ids(row.get("input_ids"), vocab_size, where)[:max_tokens])
             if len(picked) == num_docs:
                 break
     return picked
+
+
+def _check_one_kind(ds, source: str) -> None:
+    """Text rows and tokenized rows in one file are an error: datasets gives each row the other kind's fields
+    as null, so a mixed file is neither selection."""
+    lengths = ds["tokenized_len"]
+    texts = ds["text"] if "text" in ds.column_names else [None] * len(ds)
+    for k, (n, text) in enumerate(zip(lengths, texts)):
+        if n is None and text is not None:
+            tokenized = next(j for j, m in enumerate(lengths) if m is not None)
+            raise ValueError(
+                f"{source}, row {k}: a 'text' row, but row {tokenized} is a tokenized row ('input_ids', "
+                "'tokenized_len'); expected rows of one kind, all text or all tokenized. Split the file, or "
+                "tokenize the text rows"
+            )
 
 
 DATA_WAYS_OUT = (
@@ -109,6 +160,9 @@ def load_tokenizer(name: str, role: str, **kwargs):
         ) from None
 
 
+_JSON_WHITESPACE = " \t\r\n"  # what JSON allows around a value (str.strip would also take U+2028 etc.)
+
+
 def _check_json_rows(path: Path, expected: str) -> None:
     """JSON lines (or one JSON list) of objects, UTF-8: checked here so the error names the file and line."""
     raw = path.read_bytes()
@@ -129,8 +183,10 @@ def _check_json_rows(path: Path, expected: str) -> None:
         if bad is not None:
             raise ValueError(f"data_files {path}: item {bad} is not a JSON object; expected {expected}")
         return
-    for k, line in enumerate(text.splitlines()):
-        if not line.strip():
+    # JSON lines are separated by "\n" only: a JSON string may hold U+2028, U+2029 or U+0085 unescaped
+    for k, line in enumerate(text.split("\n")):
+        line = line.removesuffix("\r")
+        if not line.strip(_JSON_WHITESPACE):
             continue
         try:
             row = json.loads(line)
@@ -157,24 +213,26 @@ def load_govreport(
 
     ``data_files`` (a local json/jsonl/parquet file) replaces the hub dataset: rows with
     ``input_ids`` and ``tokenized_len`` go through the same selection and decoding; rows with a
-    ``text`` field are used as they are (first ``num_docs``).
+    ``text`` field are used as they are (first ``num_docs``). Rows are checked as data before use: all of
+    one kind, ``tokenized_len`` whole numbers, ``input_ids`` ids of the decode tokenizer's vocabulary; a
+    violation is a ValueError naming the file (or dataset), the row and the field.
     """
     expected = "a 'text' field, or 'input_ids' and 'tokenized_len' fields"
     ds, source = load_rows(dataset_path, revision, split, data_files, expected)
+    where = f"data_files {data_files}" if data_files else f"dataset {dataset_path}"
 
-    if "text" in ds.column_names and "input_ids" not in ds.column_names:
+    if "text" in ds.column_names and not {"input_ids", "tokenized_len"} & set(ds.column_names):
         texts = [ds[k]["text"] for k in range(min(num_docs, len(ds)))]
         bad = next((k for k, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
-            raise ValueError(f"{data_files or dataset_path}: row {bad}'s 'text' is not a string")
+            raise ValueError(f"{where}, row {bad}: 'text' is {texts[bad]!r}; expected a string. Fix or remove the row")
     elif {"input_ids", "tokenized_len"} <= set(ds.column_names):
-        ids = select_tokenized_rows(ds, min_tokens, max_tokens, num_docs)
+        _check_one_kind(ds, where)
         tok = load_tokenizer(decode_tokenizer, "the decode tokenizer of the GovReport token ids")
+        ids = select_tokenized_rows(ds, min_tokens, max_tokens, num_docs, len(tok), where)
         texts = [tok.decode(x) for x in ids]
     else:
-        raise ValueError(
-            f"{data_files or dataset_path}: its rows have the columns {ds.column_names}; expected {expected}"
-        )
+        raise ValueError(f"{where}: its rows have the columns {ds.column_names}; expected {expected}")
     if "input_ids" not in ds.column_names:
         selection = {"num_docs": len(texts)}
     else:

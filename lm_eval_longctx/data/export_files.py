@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -171,11 +172,26 @@ def task_folder(path: str | Path, task: str = "longppl_govreport") -> Path:
     raise FileNotFoundError(f"{path} is not a token export (no {MANIFEST} in it or in {path / task})")
 
 
+class ExportFormatError(ValueError):
+    """A file of an export that is not what the format says (unreadable, wrong type, missing or misshapen array)."""
+
+
 def read_manifest(folder: str | Path) -> dict:
-    folder = Path(folder)
-    m = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    path = Path(folder) / MANIFEST
+    try:
+        m = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ExportFormatError(
+            f"{path}: not a readable JSON manifest ({err}); expected the {MANIFEST} an export writes"
+        ) from None
+    if not isinstance(m, dict):
+        raise ExportFormatError(
+            f"{path}: a JSON {type(m).__name__}, expected an object (the {MANIFEST} an export writes)"
+        )
     if m.get("format") != FORMAT:
-        raise ValueError(f"{folder / MANIFEST}: format {m.get('format')!r}, expected {FORMAT!r}")
+        raise ExportFormatError(f"{path}: format {m.get('format')!r}, expected {FORMAT!r}")
+    if not isinstance(m.get("settings", {}), dict):
+        raise ExportFormatError(f"{path}: 'settings' is a {type(m['settings']).__name__}, expected an object")
     return m
 
 
@@ -184,9 +200,65 @@ def document_files(folder: str | Path) -> list[Path]:
 
 
 def load_document(path: str | Path) -> dict:
-    """One document's arrays (0-d arrays become Python scalars / str). No pickles are loaded."""
-    with np.load(path, allow_pickle=False) as z:
-        return {k: (z[k].item() if z[k].ndim == 0 else z[k]) for k in z.files}
+    """One document's arrays (0-d arrays become Python scalars / str). No pickles are loaded; a file that is not
+    a readable ``.npz`` is an :class:`ExportFormatError` naming it."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: (z[k].item() if z[k].ndim == 0 else z[k]) for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        # ValueError: an object array (a pickle) or a malformed member; BadZipFile/EOFError: a truncated file
+        raise ExportFormatError(f"{path}: not a readable export document ({type(err).__name__}: {err})") from None
+
+
+# the arrays of a longppl_govreport document the viewer reads: name -> kind ("int", "float", "bool") over n tokens
+LONGPPL_TOKEN_ARRAYS = {
+    "token_id": "int",
+    "char_start": "int",
+    "char_end": "int",
+    "logprob": "float",
+    "nll": "float",
+    "lsd": "float",
+    "lcl": "float",
+    "key": "bool",
+    "greedy": "bool",
+}
+_KINDS = {"int": "iu", "float": "f", "bool": "b"}
+
+
+def check_longppl_document(d: dict, path: str | Path) -> None:
+    """A longppl_govreport document as the format says: ``doc_id`` an integer, ``text`` and ``text_sha256``
+    strings, every token array one-dimensional of the same length and kind, character offsets inside the text
+    with start <= end. Raises :class:`ExportFormatError` naming the file and the array."""
+    if not isinstance(d.get("doc_id"), int) or isinstance(d.get("doc_id"), bool):
+        raise ExportFormatError(f"{path}: 'doc_id' is {_what(d.get('doc_id'))}, expected an integer")
+    for key in ("text", "text_sha256"):
+        if not isinstance(d.get(key), str):
+            raise ExportFormatError(f"{path}: {key!r} is {_what(d.get(key))}, expected a string")
+    n = None
+    for name, kind in LONGPPL_TOKEN_ARRAYS.items():
+        a = d.get(name)
+        if not isinstance(a, np.ndarray) or a.ndim != 1 or a.dtype.kind not in _KINDS[kind]:
+            raise ExportFormatError(f"{path}: array {name!r} is {_what(a)}, expected a one-dimensional {kind} array")
+        if n is None:
+            n = len(a)
+        elif len(a) != n:
+            raise ExportFormatError(
+                f"{path}: array {name!r} has {len(a)} entries, 'token_id' has {n}: one entry per token is expected"
+            )
+    start, end, n_chars = d["char_start"], d["char_end"], len(d["text"])
+    bad = np.flatnonzero((start < 0) | (end < start) | (end > n_chars))
+    if len(bad):
+        i = int(bad[0])
+        raise ExportFormatError(
+            f"{path}: token {i} has character offsets [{int(start[i])}, {int(end[i])}], outside the document's "
+            f"{n_chars} characters or ending before they start"
+        )
+
+
+def _what(x) -> str:
+    if isinstance(x, np.ndarray):
+        return f"a {x.ndim}-dimensional {x.dtype} array"
+    return "missing" if x is None else f"a {type(x).__name__}"
 
 
 def iter_documents(folder: str | Path) -> Iterator[dict]:

@@ -338,8 +338,10 @@ def _read_text(location: str) -> str:
 def load_testcases_file(location: str, max_cases: int | None = None) -> list[TestCase]:
     """LongChat's ``{N}_lines.jsonl`` (path or URL): the first ``max_cases`` records, checked."""
     cases = []
-    for k, line in enumerate(read_text(location).splitlines()):
-        if not line.strip():
+    # JSON lines are separated by "\n" only: a JSON string may hold U+2028, U+2029 or U+0085 unescaped
+    for k, line in enumerate(read_text(location).split("\n")):
+        line = line.removesuffix("\r")
+        if not line.strip(" \t\r"):
             continue
         if max_cases is not None and len(cases) >= max_cases:
             break

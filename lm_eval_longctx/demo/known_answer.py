@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -918,7 +919,16 @@ def add_arguments(p) -> None:
 
 def run_from_args(args) -> int:
     """Run ``run_validation`` from parsed ``add_arguments`` options; print the report; return the exit code."""
-    extra = json.loads(args.metadata) if args.metadata else None
+    try:
+        extra = json.loads(args.metadata) if args.metadata else None
+    except json.JSONDecodeError as e:
+        print(
+            f"error: --metadata is not valid JSON ({e}); give a JSON object such as '{{\"alpha\": 2}}'", file=sys.stderr
+        )
+        return 2
+    if extra is not None and not isinstance(extra, dict):
+        print("error: --metadata must be a JSON object such as '{\"alpha\": 2}'", file=sys.stderr)
+        return 2
     report = run_validation(
         args.out,
         budget=args.budget,

@@ -56,6 +56,7 @@ RESULT_TASKS = (
 )
 DEFAULT_OUT = "lm_eval_longctx_demo"
 SUMMARY_FILE = "demo_summary.json"
+REPORT_FILE = "report.html"
 CORPUS_FILE = "corpus.jsonl"
 CORPUS_PROVENANCE_FILE = "corpus_provenance.json"
 
@@ -444,8 +445,31 @@ def format_summary(summary: dict) -> str:
         lines.append(f"forgetting curve: {files['forgetting_curve_png']}")
     if files.get("retrieval_gain_map_png"):
         lines.append(f"retrieval-gain map: {files['retrieval_gain_map_png']}")
+    if files.get("report_html"):
+        lines.append(f"report card: {files['report_html']}")
     lines.append(f"summary: {files['summary']}")
     return "\n".join(lines)
+
+
+def write_report_card(results_file: Path, out_html: Path, metadata: dict) -> str | None:
+    """The report card of the run (``lm-eval-longctx report``), with the key-token viewer when the run exported its
+    tokens; its path, or None (with a warning) when it could not be written."""
+    from ..data import export_files
+    from ..report.report_card import build_report_card
+    from ..report.results import UnusableInput
+
+    exports = []
+    if metadata.get("export_tokens"):
+        try:
+            exports = [export_files.task_folder(metadata["export_tokens"], "longppl_govreport")]
+        except FileNotFoundError:
+            pass  # no longppl_govreport export (--limit 0, or another task list): the card has no viewer
+    try:
+        build_report_card([results_file], out_html, exports=exports)
+    except UnusableInput as e:
+        log.warning("no report card: %s", e)
+        return None
+    return str(out_html)
 
 
 # --------------------------------------------------------------------------- the demo
@@ -508,6 +532,7 @@ def run_demo(
         "corpus": corpus["path"],
         "corpus_provenance": str(out / CORPUS_PROVENANCE_FILE),
         "summary": str(out / SUMMARY_FILE),
+        "report_html": write_report_card(results_file, out / REPORT_FILE, metadata),
     }
     summary["corpus"] = {k: corpus[k] for k in ("source", "python_version", "n_docs", "texts_sha256")}
     summary["command"] = "lm_eval " + shlex.join(argv)

@@ -24,6 +24,10 @@ torch or transformers. It puts a ``sys.meta_path`` finder in front that does not
 ``include_path``, and then removes itself from ``sys.meta_path``. If ``lm_eval.tasks.manager`` is
 already imported when :func:`install` runs, the patch is applied at once.
 
+The same finder also waits for ``lm_eval._cli.utils`` (imported by the ``lm_eval`` command before the task
+manager): lm-eval 0.4.13 answers a ``--metadata`` value that looks like JSON but is not with a bare traceback,
+and :func:`_patch_json_flags` turns that into argparse's one-line error naming the flag.
+
 The ``.pth`` line calls :func:`_startup_from_pth`. After installing the finder, it removes
 ``lm_eval_longctx`` and this module from ``sys.modules``. Only the private alias
 ``_lm_eval_longctx_discovery_hook`` keeps them. Without this step, every interpreter in the
@@ -65,6 +69,7 @@ __all__ = ["DISABLE_ENV", "hook_disabled", "install", "task_configs_dir"]
 
 DISABLE_ENV = "LM_EVAL_LONGCTX_DISABLE_HOOK"
 _TARGET = "lm_eval.tasks.manager"
+_CLI_UTILS = "lm_eval._cli.utils"  # lm-eval's command-line flag parsing, imported before the task manager
 # Marker attribute set on our finder and on the patched __init__. It is looked up by name and not
 # by class identity, so the checks still work after this module has been reloaded.
 _MARK = "_lm_eval_longctx_hook"
@@ -237,11 +242,55 @@ def watch_model_creation() -> None:
         setattr(LM, name, classmethod(create))
 
 
-class _PatchingLoader:
-    """Delegates to the real loader; patches TaskManager after the module body has run."""
+def _on_cli_utils_loaded(module) -> None:
+    try:
+        _patch_json_flags(module)
+    except Exception as err:
+        _log().warning("lm_eval_longctx: could not patch lm_eval's --metadata parsing (%s)", err)
 
-    def __init__(self, loader):
+
+def _patch_json_flags(utils_module) -> None:
+    """lm-eval 0.4.13 answers a ``--metadata`` / ``--model_args`` / ``--gen_kwargs`` value that looks like JSON but
+    is not with a bare ``ValueError`` traceback that names no flag; make it argparse's one-line error (exit 2)
+    naming the flag, where the JSON breaks and the way out."""
+    action = getattr(utils_module, "MergeDictAction", None)
+    original = action.__dict__.get("__call__") if isinstance(action, type) else None
+    if original is None or getattr(original, _MARK, False):
+        return
+    import functools
+    import json
+
+    @functools.wraps(original)
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            return original(self, parser, namespace, values, option_string)
+        except ValueError:
+            text = values[0] if isinstance(values, (list, tuple)) and values else values
+            if not isinstance(text, str):
+                raise
+            try:
+                json.loads(text)
+            except json.JSONDecodeError as err:
+                shown = text if len(text) <= 200 else text[:200] + "..."
+                parser.error(
+                    f"argument {option_string or self.dest}: not valid JSON ({err}): {shown}. Write a JSON object "
+                    """with double quotes, e.g. '{"alpha": 2, "trunc_len": 4096}', or key=value pairs."""
+                )
+            raise
+
+    setattr(__call__, _MARK, True)
+    action.__call__ = __call__
+
+
+_ON_LOADED = {_TARGET: _on_manager_loaded, _CLI_UTILS: _on_cli_utils_loaded}
+
+
+class _PatchingLoader:
+    """Delegates to the real loader; patches the module after its body has run."""
+
+    def __init__(self, loader, on_loaded=_on_manager_loaded):
         self._loader = loader
+        self._on_loaded = on_loaded
 
     def create_module(self, spec):
         create = getattr(self._loader, "create_module", None)
@@ -253,19 +302,20 @@ class _PatchingLoader:
             module.__spec__.loader = self._loader
         module.__loader__ = self._loader
         self._loader.exec_module(module)
-        _on_manager_loaded(module)
+        self._on_loaded(module)
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
 
 
 class _ManagerImportHook:
-    """``sys.meta_path`` finder that reacts only to ``lm_eval.tasks.manager``."""
+    """``sys.meta_path`` finder that reacts only to ``lm_eval.tasks.manager`` (and, before it, to the module of
+    lm-eval's command-line flag parsing)."""
 
     _lm_eval_longctx_hook = True  # == _MARK
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != _TARGET:
+        if fullname not in _ON_LOADED:
             return None
         for finder in list(sys.meta_path):
             if getattr(finder, _MARK, False):
@@ -279,7 +329,7 @@ class _ManagerImportHook:
         else:
             return None
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _PatchingLoader(spec.loader)
+            spec.loader = _PatchingLoader(spec.loader, _ON_LOADED[fullname])
         return spec
 
     def invalidate_caches(self):
@@ -290,6 +340,9 @@ def install() -> bool:
     """Install the hook (idempotent). Return False when it is disabled by the environment."""
     if hook_disabled():
         return False
+    utils = sys.modules.get(_CLI_UTILS)
+    if utils is not None:
+        _on_cli_utils_loaded(utils)
     module = sys.modules.get(_TARGET)
     if module is not None:
         # lm-eval was imported before us (e.g. this module was imported by hand): patch now.

@@ -444,6 +444,10 @@ def on_results_saved(name: str, callback) -> None:
     RESULTS_SAVED_CALLBACKS[name] = callback
 
 
+class ResultsNotSavedError(OSError):
+    """``--output_path`` was given and the results JSON could not be written there."""
+
+
 def _saved_results_file(tracker):
     """The file save_results_aggregated has just written (its own naming, 0.4.13)."""
     from pathlib import Path
@@ -467,9 +471,17 @@ def _install_results_saved_hook() -> None:
     def save_results_aggregated(self, results, samples=None, *args, **kwargs):
         before = getattr(self, "date_id", None)
         out = original(self, results, samples, *args, **kwargs)
-        if not self.output_path or getattr(self, "date_id", None) in (None, before):
-            return out  # nothing was written
-        path = _saved_results_file(self)
+        if not self.output_path:
+            return out
+        path = _saved_results_file(self) if getattr(self, "date_id", None) not in (None, before) else None
+        if path is None or not path.is_file():
+            # lm-eval logs a warning and exits 0; a CI job would then gate on a file that is not there
+            raise ResultsNotSavedError(
+                f"--output_path {self.output_path}: the results file could not be written"
+                + (f" ({path})" if path is not None else "")
+                + " (see lm-eval's warning above: a read-only or full file system, or a file where a folder is "
+                "needed?). Pass an --output_path that can be written."
+            )
         if path.exists():
             for name, callback in list(RESULTS_SAVED_CALLBACKS.items()):
                 try:
@@ -480,6 +492,23 @@ def _install_results_saved_hook() -> None:
 
     save_results_aggregated._longctx_wrapped = True
     EvaluationTracker.save_results_aggregated = save_results_aggregated
+
+    original_samples = EvaluationTracker.save_results_samples
+
+    @functools.wraps(original_samples)
+    def save_results_samples(self, task_name, samples, *args, **kwargs):
+        out = original_samples(self, task_name, samples, *args, **kwargs)
+        if self.output_path and samples:
+            path = _saved_results_file(self).with_name(f"samples_{task_name}_{self.date_id}.jsonl")
+            if not path.is_file():
+                raise ResultsNotSavedError(
+                    f"--output_path {self.output_path}: the samples of {task_name} could not be written ({path}; "
+                    "see lm-eval's warning above). Pass an --output_path that can be written."
+                )
+        return out
+
+    save_results_samples._longctx_wrapped = True
+    EvaluationTracker.save_results_samples = save_results_samples
 
 
 def cli_evaluate():

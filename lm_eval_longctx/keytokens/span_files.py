@@ -20,7 +20,9 @@ from .spans_to_tokens import KeySpanFormatError, Span
 
 log = logging.getLogger("lm_eval_longctx")
 
-_PAIR = re.compile(r"\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]\s*")
+# ASCII digits, at most 18 (a character index fits in 64 bits): a longer number is a format error naming the file,
+# not Python's int() digit limit
+_PAIR = re.compile(r"\s*\[\s*([0-9]{1,18})\s*,\s*([0-9]{1,18})\s*\]\s*")
 
 
 def parse_span_text(text: str, source: str = "<string>") -> list[Span]:
@@ -32,7 +34,9 @@ def parse_span_text(text: str, source: str = "<string>") -> list[Span]:
     for k, part in enumerate(text.split(";")):
         m = _PAIR.fullmatch(part)
         if m is None:
-            raise KeySpanFormatError(f"{source}: item {k} is not '[start, end]': {part[:60]!r}")
+            raise KeySpanFormatError(
+                f"{source}: item {k} is not '[start, end]' (whole numbers of at most 18 digits): {part[:60]!r}"
+            )
         s, e = int(m.group(1)), int(m.group(2))
         if e < s:
             raise KeySpanFormatError(f"{source}: item {k} ends before it starts: {part!r}")

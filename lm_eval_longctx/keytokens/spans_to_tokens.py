@@ -11,6 +11,7 @@ Follows the LongPPL reference exactly (see docs/tasks/longppl_govreport.md):
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -86,7 +87,8 @@ def token_offsets(tokenizer, text: str, add_special_tokens: bool) -> tuple[list[
 
     Tokenizers with an offset mapping (the fast, Rust-backed ones) give it directly. Others (python
     tokenizers, which in transformers 5 ignore ``return_offsets_mapping`` instead of raising; tiktoken
-    style) get offsets rebuilt exactly by decoding (``offsets_by_decoding``), or a clear error.
+    style) get offsets rebuilt exactly by decoding (``offsets_by_decoding``), or a clear error. A mapping the
+    tokenizer returns is checked against the text first (``check_offsets``).
     """
     enc = None
     try:
@@ -94,7 +96,9 @@ def token_offsets(tokenizer, text: str, add_special_tokens: bool) -> tuple[list[
     except (NotImplementedError, ValueError, TypeError):
         enc = None
     if enc is not None and enc.get("offset_mapping") is not None:
-        return list(enc["input_ids"]), np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+        offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+        check_offsets(offsets, text, tokenizer)
+        return list(enc["input_ids"]), offsets
     ids = (
         list(enc["input_ids"])
         if enc is not None
@@ -104,7 +108,67 @@ def token_offsets(tokenizer, text: str, add_special_tokens: bool) -> tuple[list[
 
 
 class OffsetsError(ValueError):
-    """Character offsets that cannot be rebuilt exactly for a tokenizer without an offset mapping."""
+    """Character offsets that cannot be rebuilt exactly for a tokenizer without an offset mapping, or an offset
+    mapping that does not fit the text it was computed for."""
+
+
+# Characters a tokenizer's normalizer may drop (control and format characters such as a zero-width space or a
+# soft hyphen; combining marks under accent stripping), so no token need cover them.
+_MAY_BE_UNCOVERED = ("Cc", "Cf", "Mn")
+
+
+def check_offsets(offsets: np.ndarray, text: str, tokenizer) -> None:
+    """An offset mapping that fits ``text``, or ``OffsetsError`` naming the tokenizer and the first bad token.
+
+    Every pair lies in [0, len(text)] with start <= end; starts and ends never decrease (tokens at (0, 0), the
+    special tokens, are not placed); every character other than whitespace (and control, format and combining
+    characters, which normalizers drop) is covered by a token of width > 0. A mapping that breaks these (custom
+    tokenizer code) would select other key tokens, or none, without any other sign.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    starts, ends = offsets[:, 0], offsets[:, 1]
+    problem = None
+    bad = np.flatnonzero((starts < 0) | (ends > len(text)) | (starts > ends))
+    if len(bad):
+        i = int(bad[0])
+        problem = f"token {i} has offsets ({starts[i]}, {ends[i]}), not 0 <= start <= end <= {len(text)}"
+    placed = np.flatnonzero((starts != 0) | (ends != 0))
+    back = np.flatnonzero((np.diff(starts[placed]) < 0) | (np.diff(ends[placed]) < 0))
+    if problem is None and len(back):
+        i, prev = int(placed[back[0] + 1]), int(placed[back[0]])
+        problem = (
+            f"token {i} has offsets ({starts[i]}, {ends[i]}), going back from token {prev}'s "
+            f"({starts[prev]}, {ends[prev]})"
+        )
+    if problem is None:
+        c = _first_uncovered_character(offsets, text)
+        if c is not None:
+            after = np.flatnonzero(ends > c)
+            i = int(after[0]) if len(after) else len(offsets) - 1
+            problem = f"character {c} ({text[c]!r}) lies in no token's offsets"
+            if i >= 0:
+                which = "the first that ends after it" if len(after) else "the last, and none ends after it"
+                problem += f" (token {i}, {which}, has offsets ({starts[i]}, {ends[i]}))"
+    if problem is not None:
+        name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
+        raise OffsetsError(
+            f"the offset mapping of the tokenizer {name} does not fit the {len(text)}-character text: {problem}. "
+            "Key tokens and answer positions found with it would be wrong. Use a tokenizer with a correct offset "
+            "mapping (e.g. the fast tokenizer of the same model), or report this to the tokenizer's author."
+        )
+
+
+def _first_uncovered_character(offsets: np.ndarray, text: str) -> int | None:
+    """The first character that must be covered (see ``check_offsets``) and lies in no token of width > 0."""
+    wide = offsets[:, 1] > offsets[:, 0]
+    depth = np.zeros(len(text) + 1, dtype=np.int64)
+    np.add.at(depth, offsets[wide, 0], 1)
+    np.add.at(depth, offsets[wide, 1], -1)
+    for c in np.flatnonzero(np.cumsum(depth[:-1]) == 0):
+        ch = text[c]
+        if not ch.isspace() and unicodedata.category(ch) not in _MAY_BE_UNCOVERED:
+            return int(c)
+    return None
 
 
 def offsets_by_decoding(tokenizer, ids: Sequence[int], text: str) -> np.ndarray:
@@ -112,9 +176,9 @@ def offsets_by_decoding(tokenizer, ids: Sequence[int], text: str) -> np.ndarray:
 
     Each token's text is what decoding it after the previous complete token adds (so SentencePiece's
     leading-space rule and multi-token characters are handled). A token that ends inside a character
-    (a byte-level piece of an emoji or a CJK character) covers that whole character, and so does the
-    token that completes it: the convention of the fast tokenizers' offset mappings. Special tokens
-    have zero width. Every token's text must be exactly the next characters of ``text`` and all of
+    (a byte-level piece of an emoji or a CJK character, which decodes to U+FFFD or, as ByT5's does, to
+    nothing) covers that whole character, and so does the token that completes it: the convention of the
+    fast tokenizers' offset mappings. Special tokens have zero width. Every token's text must be exactly the next characters of ``text`` and all of
     ``text`` must be covered; otherwise (a tokenizer that normalizes or drops characters) this raises
     ``OffsetsError`` rather than return shifted offsets.
     """
@@ -144,6 +208,8 @@ def offsets_by_decoding(tokenizer, ids: Sequence[int], text: str) -> np.ndarray:
         complete, partial = piece, False
         while complete.endswith("\ufffd") and not text.startswith(complete, base):
             complete, partial = complete[:-1], True  # a character the next tokens complete
+        if not piece and base < len(text) and ord(text[base]) > 127:
+            partial = True  # a byte of a character, decoded to nothing (ByT5 drops a partial UTF-8 sequence)
         if not text.startswith(complete, base):
             raise OffsetsError(
                 f"token {i} decodes to {piece[:40]!r} but the text at character {base} reads "

@@ -140,17 +140,41 @@ def permutation_test(x, y, statistic: str = "pearson", seed: int = 0) -> dict:
     }
 
 
-def correlate(scores: dict, benchmark: dict, n_resamples: int = 5000, seed: int = 0, level: float = 0.95) -> dict:
+def describe_left_out(left_out: dict) -> str:
+    return "; ".join(f"{m} ({why})" for m, why in left_out.items())
+
+
+def correlate(
+    scores: dict,
+    benchmark: dict,
+    n_resamples: int = 5000,
+    seed: int = 0,
+    level: float = 0.95,
+    left_out: dict | None = None,
+) -> dict:
     """Correlations between our metric and a downstream benchmark over the models present in both.
 
     p-values are permutation p-values (exact with few models), not the asymptotic t / normal approximations;
-    every statistic carries the number of models it was computed on (``n``)."""
+    every statistic carries the number of models it was computed on (``n``). ``left_out`` in the result names
+    every model of either set that is not used, with the reason; ``left_out`` given: models the caller already
+    left out (``{model: reason}``, e.g. a results file without the metric), whose reasons take precedence."""
     models = [m for m in scores if m in benchmark]
+    dropped = {m: why for m, why in (left_out or {}).items() if m not in models}
+    for m in scores:
+        if m not in benchmark:
+            dropped.setdefault(m, "no score in the benchmark CSV")
+    for m in benchmark:
+        if m not in scores:
+            dropped.setdefault(m, "not in the scores")
+    dropped = dict(sorted(dropped.items()))
     bad = [m for m in models if not (math.isfinite(scores[m]) and math.isfinite(benchmark[m]))]
     if bad:
         raise UnusableInput(f"non-finite scores for: {', '.join(bad)}")
     if len(models) < 4:
-        raise UnusableInput(f"need at least 4 models present in both score sets, got {len(models)}: {models}")
+        raise UnusableInput(
+            f"need at least 4 models present in both score sets, got {len(models)}: {models}"
+            + (f"; left out: {describe_left_out(dropped)}" if dropped else "")
+        )
     x = np.array([scores[m] for m in models], float)
     y = np.array([benchmark[m] for m in models], float)
     if np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -171,6 +195,7 @@ def correlate(scores: dict, benchmark: dict, n_resamples: int = 5000, seed: int 
     return {
         "n_models": n,
         "models": models,
+        "left_out": dropped,
         "pearson": {
             "r": float(pr.statistic),
             "p": pp["p"],

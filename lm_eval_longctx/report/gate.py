@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..metrics import directions
 from . import paired
 from .paired import DEFAULT_N_RESAMPLES, DEFAULT_SEED
 from .results import (
@@ -226,6 +227,7 @@ class GateRow:
     test: str = ""  # "paired" | "unpaired" | "" (not gated / new)
     ci: tuple | None = None  # paired: CI of the change (run - baseline) at the level matching z
     note: str = ""  # why a gated row is unpaired; the paired test's aggregation and documents
+    declared: bool = False  # the direction is the task declaration's: a results file records none
 
 
 @dataclass
@@ -236,6 +238,7 @@ class GateReport:
     run_model: str
     n_resamples: int = DEFAULT_N_RESAMPLES  # (a class field named `paired` hides the module in this body)
     seed: int = DEFAULT_SEED
+    files_without_directions: list[str] = field(default_factory=list)  # of rows whose direction is declared
 
     @property
     def exit_code(self) -> int:
@@ -257,9 +260,8 @@ class GateReport:
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in self.rows:
-            arrow = (
-                " (higher better)" if r.higher_is_better else " (lower better)" if r.higher_is_better is False else ""
-            )
+            arrow = " (higher better" if r.higher_is_better else " (lower better" if r.higher_is_better is False else ""
+            arrow += ("; declared)" if r.declared else ")") if arrow else ""
             current, baseline, ci = r.current, r.baseline, r.ci
             delta = current - baseline if current is not None and baseline is not None else None
             change = f"{delta:+.4g}" if delta is not None and math.isfinite(delta) else ""
@@ -274,6 +276,12 @@ class GateReport:
                 f"| `{r.metric}`{arrow} | {format_number(r.baseline, r.baseline_se)} | {format_number(r.current, r.current_se)} "
                 f"| {change} | {r.tolerance:.4g} | {test} | {band} | {mark} |"
             )
+        if self.files_without_directions:
+            lines += [
+                "",
+                "*declared*: direction from the task declaration (lm_eval_longctx/metrics/directions.py); the "
+                f"results file records none: {', '.join(self.files_without_directions)}.",
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -339,10 +347,46 @@ def _paired_test(name, c: Metric, b: Metric, hib: bool, samples, run: Run, confi
     return res, None
 
 
+def metric_direction(name: str, run: Run, base: Run, config: GateConfig) -> tuple[bool | None, list[str]]:
+    """The direction ``name`` is compared in, and the results files that record none when it is taken from the task
+    declaration instead ([] otherwise).
+
+    A metric of this suite's tasks has the direction its task declares (metrics/directions.py): a results file
+    that records none does not switch its gate off, one that records another is refused. Other metrics have the
+    direction the results files record (refused when run and baseline differ). The gate config's
+    ``higher_is_better`` wins over both."""
+    task, metric, _ = split_name(name)
+    recorded = [
+        (who, r.sources.get(task, ""), m.higher_is_better)
+        for who, r in (("run", run), ("baseline", base))
+        if (m := r.metrics.get(name)) is not None
+    ]
+    configured = config.tolerance(name)
+    declared = directions.declared_direction(task, metric)
+    if isinstance(declared, directions.UnknownMetric):
+        found = {hib for _, _, hib in recorded if hib is not None}
+        if len(found) > 1:
+            raise UnusableInput(f"{name}: higher_is_better differs between run and baseline")
+        return configured.get("higher_is_better", found.pop() if found else None), []
+    if "higher_is_better" in configured:
+        return configured["higher_is_better"], []
+    for who, source, hib in recorded:
+        if hib is not None and hib != declared:
+            raise UnusableInput(
+                f"{name}: the {who}'s results file {source} records higher_is_better {json.dumps(hib)}, but the "
+                f"task declares {json.dumps(declared)} (lm_eval_longctx/metrics/directions.py): a file of another "
+                "version of the suite, or edited? Re-run the task, or state the direction in the gate config "
+                f"(metrics: {{'{name}': {{higher_is_better: ...}}}})"
+            )
+    lacking = [source for _, source, hib in recorded if hib is None] if declared is not None else []
+    return declared, lacking
+
+
 def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport:
     """Gate ``run`` against ``base``; raises :class:`UnusableInput` for anything that makes the comparison void.
 
-    For each baseline metric with a direction (``higher_is_better`` of the results, or of the config):
+    For each baseline metric with a direction (:func:`metric_direction`: the task declaration for this suite's
+    metrics, else ``higher_is_better`` of the results; the config's overrides both):
     ``worse = (base - run)`` if higher is better else ``(run - base)``; ``tolerance = max(abs, rel * |base|)``.
     With per-document samples of both runs (paired): regressed iff the whole CI of ``worse`` (paired bootstrap
     over documents, at the level matching z) lies above the tolerance. Otherwise (unpaired): regressed iff
@@ -378,6 +422,7 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
         raise UnusableInput(
             f"settings that change the metrics' meaning differ between run and baseline (refusing to compare): {detail}"
         )
+    direction = {name: metric_direction(name, run, base, config) for name in names + new}
     samples = {}
     if config.paired:
         for task in tasks:
@@ -386,18 +431,11 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
     for name in names:
         b, c = base.metrics[name], run.metrics[name]
         tol_cfg = config.tolerance(name)
-        hib = c.higher_is_better if c.higher_is_better is not None else b.higher_is_better
-        if (
-            c.higher_is_better is not None
-            and b.higher_is_better is not None
-            and c.higher_is_better != b.higher_is_better
-        ):
-            raise UnusableInput(f"{name}: higher_is_better differs between run and baseline")
-        if "higher_is_better" in tol_cfg:
-            hib = tol_cfg["higher_is_better"]
+        hib, lacking = direction[name]
         tolerance = max(float(tol_cfg.get("abs", 0.0)), float(tol_cfg.get("rel", 0.0)) * abs(b.value))
         noise = config.z * math.hypot(c.stderr or 0.0, b.stderr or 0.0)
         row = GateRow(name, b.value, b.stderr, c.value, c.stderr, hib, tolerance, noise, "not gated")
+        row.declared = bool(lacking)
         if hib is not None and not tol_cfg.get("skip"):
             worse = (b.value - c.value) if hib else (c.value - b.value)
             res, why = (
@@ -422,10 +460,12 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
         rows.append(row)
     for name in new:
         c = run.metrics[name]
-        rows.append(GateRow(name, None, None, c.value, c.stderr, c.higher_is_better, 0.0, 0.0, "new"))
+        hib, lacking = direction[name]
+        rows.append(GateRow(name, None, None, c.value, c.stderr, hib, 0.0, 0.0, "new", declared=bool(lacking)))
     order = {"regressed": 0, "improved": 1, "ok": 2, "not gated": 3, "new": 4}
     rows.sort(key=lambda r: order[r.status])
-    return GateReport(rows, config.z, base.model, run.model, config.n_resamples, config.seed)
+    without = sorted({f for _, files in direction.values() for f in files})
+    return GateReport(rows, config.z, base.model, run.model, config.n_resamples, config.seed, without)
 
 
 # ----------------------------------------------------------------------------------------------- leaderboard

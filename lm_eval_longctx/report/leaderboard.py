@@ -7,26 +7,34 @@ import csv
 import fnmatch
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .gate import NOT_NUMERIC_SETTINGS, format_number, identified_by_content
-from .results import UnusableInput, find_results_files, flatten, load_results, metrics_of, model_name, split_name
+from .results import (
+    UnusableInput,
+    find_results_files,
+    flatten,
+    load_results,
+    longctx_settings,
+    metrics_of,
+    model_name,
+    n_samples_effective,
+    split_name,
+)
 
 
-def settings_signature(data: dict, task: str) -> dict:
+def settings_signature(data: dict, task: str, source="") -> dict:
     """What makes a task's numbers comparable across results files: longctx_settings (flattened; paths identified
-    by a recorded content hash left out), the task version and the number of documents scored."""
-    cfg = (data.get("configs") or {}).get(task) or {}
-    s = (cfg.get("metadata") or {}).get("longctx_settings") if isinstance(cfg, dict) else None
-    flat = flatten(s) if isinstance(s, dict) else {}
+    by a recorded content hash left out), the task version and the number of documents scored. A malformed field
+    is :class:`UnusableInput` naming it and ``source``."""
+    flat = flatten(longctx_settings(data, task, source))
     sig = {
         k: v
         for k, v in flat.items()
         if not identified_by_content(k, flat) and not any(k == i or k.startswith(i + ".") for i in NOT_NUMERIC_SETTINGS)
     }
     sig["<task version>"] = (data.get("versions") or {}).get(task)
-    ns = (data.get("n-samples") or {}).get(task)
-    sig["<n-samples effective>"] = ns.get("effective") if isinstance(ns, dict) else None
+    sig["<n-samples effective>"] = n_samples_effective(data, task, source)
     return sig
 
 
@@ -43,6 +51,7 @@ class BoardRow:
 class Leaderboard:
     rows: list[BoardRow]
     metrics: list[str]
+    files_without_metrics: dict[str, str] = field(default_factory=dict)  # file read -> its model: no metric selected
 
     @property
     def models(self) -> list[str]:
@@ -110,9 +119,11 @@ def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False) -> Le
     settings agree (same longctx_settings up to content-identified paths, task version, number of documents; the
     later file wins for a task with the same settings). A model with runs under other settings gets one row per
     setting, labelled by what differs; with ``one_row_per_model`` that is an error instead. One column per
-    "task/metric" (restricted to fnmatch ``patterns`` when given). NaN stays NaN; a metric a row lacks is missing."""
+    "task/metric" (restricted to fnmatch ``patterns`` when given). NaN stays NaN; a metric a row lacks is missing.
+    Files with no metric selected make no row; they are listed in ``files_without_metrics``."""
     rows: list[BoardRow] = []
     metrics: list[str] = []
+    without: dict[str, str] = {}
     files = [f for p in paths for f in find_results_files(p)]
     for f in files:
         data = load_results(f)
@@ -128,8 +139,9 @@ def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False) -> Le
                 metrics.append(name)
         tasks = sorted({split_name(n)[0] for n in cells})
         if not tasks:
+            without[str(f)] = model
             continue
-        sigs = {t: settings_signature(data, t) for t in tasks}
+        sigs = {t: settings_signature(data, t, f) for t in tasks}
         target = next(
             (r for r in rows if r.model == model and all(r.settings.get(t, sigs[t]) == sigs[t] for t in tasks)), None
         )
@@ -156,7 +168,7 @@ def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False) -> Le
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
         raise UnusableInput(f"rows that cannot be told apart: {dup}")
-    return Leaderboard(rows, sorted(metrics))
+    return Leaderboard(rows, sorted(metrics), without)
 
 
 # ----------------------------------------------------------------------------------------------- correlation

@@ -98,7 +98,8 @@ def read_samples(path) -> TaskSamples:
     except (OSError, UnicodeDecodeError) as e:
         raise SamplesError(f"{p}: cannot read: {e}") from e
     out = TaskSamples(p)
-    for n, line in enumerate(text.splitlines(), 1):
+    # JSON lines end at "\n" only: U+2028, U+2029 and U+0085 may stand unescaped inside JSON strings
+    for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:

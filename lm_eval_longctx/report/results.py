@@ -194,6 +194,34 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
     return out
 
 
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _object(value, where: str, source) -> dict:
+    """``value`` when it is an object, ``{}`` when it is absent (null); anything else names the field and file."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UnusableInput(f"{source}: {where} is {_kind(value)}, expected an object")
+    return value
+
+
+def longctx_settings(data: dict, task: str, source="") -> dict:
+    """``configs.<task>.metadata.longctx_settings`` ({} when absent: a task of another suite); a field on the way
+    that is not an object is :class:`UnusableInput` naming it."""
+    cfg = _object((data.get("configs") or {}).get(task), f"configs.{task}", source)
+    metadata = _object(cfg.get("metadata"), f"configs.{task}.metadata", source)
+    return _object(metadata.get("longctx_settings"), f"configs.{task}.metadata.longctx_settings", source)
+
+
+def n_samples_effective(data: dict, task: str, source=""):
+    """``n-samples.<task>.effective`` (None when absent); an ``n-samples.<task>`` that is not an object is refused."""
+    return _object((data.get("n-samples") or {}).get(task), f"n-samples.{task}", source).get("effective")
+
+
 def load_run(path) -> Run:
     """A results file, or a folder of them merged per task (the newest file, by lm-eval's timestamped name, wins).
 
@@ -207,12 +235,9 @@ def load_run(path) -> Run:
         for task in data["results"]:
             run.sources[task] = str(f)
             run.metrics = {k: v for k, v in run.metrics.items() if not k.startswith(task + "/")}
-            cfg = (data.get("configs") or {}).get(task) or {}
-            settings = (cfg.get("metadata") or {}).get("longctx_settings") if isinstance(cfg, dict) else None
-            run.settings[task] = settings if isinstance(settings, dict) else {}
+            run.settings[task] = longctx_settings(data, task, f)
             run.versions[task] = (data.get("versions") or {}).get(task)
-            ns = (data.get("n-samples") or {}).get(task)
-            run.n_samples[task] = ns.get("effective") if isinstance(ns, dict) else None
+            run.n_samples[task] = n_samples_effective(data, task, f)
         run.metrics.update(metrics_of(data, str(f)))
     named = {k: v for k, v in names.items() if k}
     if len(named) > 1:

@@ -24,6 +24,7 @@ import gzip
 import html
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,12 +62,40 @@ def open_export(path) -> Export:
     except FileNotFoundError as e:
         raise ViewerError(str(e)) from e
     manifest = export_files.read_manifest(folder)
+    _check_settings(manifest.get("settings", {}), folder / export_files.MANIFEST)
     if manifest.get("task") != "longppl_govreport":
         raise ViewerError(f"{folder}: a {manifest.get('task')} export; the viewer shows longppl_govreport exports")
     files = export_files.document_files(folder)
     if not files:
         raise ViewerError(f"{folder}: no document files ({export_files.DOC_GLOB})")
     return Export(folder, manifest, files)
+
+
+# the manifest settings the page shows, and what each must be (an export is a file people share: data, checked)
+_SHOWN_SETTINGS = {"alpha": "number", "beta": "number", "trunc_len": "int", "key_source": "str", "evaluator": "str"}
+
+
+def _check_settings(settings: dict, source: Path) -> None:
+    for key, kind in _SHOWN_SETTINGS.items():
+        v = settings.get(key)
+        if v is None:
+            continue
+        ok = (
+            isinstance(v, str)
+            if kind == "str"
+            else not isinstance(v, bool) and isinstance(v, int if kind == "int" else (int, float)) and math.isfinite(v)
+        )
+        if not ok:
+            raise ViewerError(
+                f"{source}: settings.{key} is {json.dumps(v)[:80]}, expected "
+                f"{'a string' if kind == 'str' else 'a whole number' if kind == 'int' else 'a finite number'} (or null)"
+            )
+
+
+def _load(path: Path) -> dict:
+    d = export_files.load_document(path)
+    export_files.check_longppl_document(d, path)
+    return d
 
 
 def _ppl(nll_sum: float, n: int) -> float | None:
@@ -166,15 +195,38 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
         compress = n_bytes > COMPRESS_ABOVE_BYTES
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
     index: list[dict[str, Any]] = []
     totals: dict[str, list[list]] = {"a": [[], []], "b": [[], []]}
+    try:
+        meta = _write_page(tmp, a, b, compress, title, index, totals)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed page leaves nothing behind
+        raise
+    tmp.replace(out_path)
+    raw_bytes = meta.pop("raw_bytes")
+    return {
+        "path": str(out_path),
+        "bytes": out_path.stat().st_size,
+        "raw_array_bytes": raw_bytes,
+        "compressed": bool(compress),
+        "n_docs": len(index),
+        "diff": b is not None,
+        "n_tokens": [e["a"]["n_tokens"] for e in index],
+        "n_key": [e["a"]["n_key"] for e in index],
+        "corpus": meta["corpus"],
+    }
+
+
+def _write_page(tmp: Path, a: Export, b: Export | None, compress: bool, title, index: list, totals: dict) -> dict:
+    """Write the page into ``tmp``; fill ``index`` and ``totals``; return the page's metadata."""
+    exports = [a] if b is None else [a, b]
     raw_bytes = 0
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(_HEAD.replace("%TITLE%", html.escape(title or "LongPPL key tokens")).replace("%CSS%", _css()))
+        f.write(_HEAD.replace("%CSS%", _css()).replace("%TITLE%", html.escape(title or "LongPPL key tokens")))
         for k, path in enumerate(a.files):
-            da = export_files.load_document(path)
-            db = export_files.load_document(b.files[k]) if b is not None else None
+            da = _load(path)
+            db = _load(b.files[k]) if b is not None else None
             if db is not None and b is not None:
                 _check_same_documents(da, db, b.files[k])
             blob = _encode(da, db)
@@ -228,18 +280,7 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
         }
         f.write(f'<script type="application/json" id="meta">{_script_json(meta)}</script>\n')
         f.write(_BODY_SCRIPT)
-    tmp.replace(out_path)
-    return {
-        "path": str(out_path),
-        "bytes": out_path.stat().st_size,
-        "raw_array_bytes": raw_bytes,
-        "compressed": bool(compress),
-        "n_docs": len(index),
-        "diff": b is not None,
-        "n_tokens": [e["a"]["n_tokens"] for e in index],
-        "n_key": [e["a"]["n_key"] for e in index],
-        "corpus": meta["corpus"],
-    }
+    return {**meta, "raw_bytes": raw_bytes}
 
 
 def _css() -> str:
@@ -314,7 +355,8 @@ let current = -1, mode = DIFF ? "dnll" : "lsd";
 const $ = (id) => document.getElementById(id);
 const fmt = (x, d = 3) => (x === null || x === undefined || Number.isNaN(x)) ? "\u2014" : Number(x).toFixed(d);
 const fmtp = (x) => (x === null || x === undefined) ? "\u2014" : (x >= 100 ? x.toFixed(1) : x.toFixed(3));
-function esc(s) { return String(s).replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c])); }
+// every value put into innerHTML passes here, numbers included: the page shows data from shared files
+function esc(s) { return String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c])); }
 
 async function bytesOf(payload) {
   const bin = atob(payload.data), u8 = new Uint8Array(bin.length);
@@ -361,12 +403,12 @@ function tokenClass(d, i) {
 
 function statRow(name, s) {
   return "<tr><th>" + esc(name) + "</th><td>LongPPL <b>" + fmtp(s.longppl) + "</b></td><td>PPL <b>" + fmtp(s.ppl) +
-    "</b></td><td>key tokens <b>" + s.n_key + "</b> of " + s.n_tokens + " (" + (100 * s.n_key / Math.max(1, s.n_tokens - 1)).toFixed(2) + "%)</td></tr>";
+    "</b></td><td>key tokens <b>" + esc(s.n_key) + "</b> of " + esc(s.n_tokens) + " (" + (100 * s.n_key / Math.max(1, s.n_tokens - 1)).toFixed(2) + "%)</td></tr>";
 }
 
 function header(k) {
   const e = META.docs[k];
-  let h = "<h2>Document " + e.doc_id + (e.title ? ": " + esc(e.title) : "") + "</h2><table>";
+  let h = "<h2>Document " + esc(e.doc_id) + (e.title ? ": " + esc(e.title) : "") + "</h2><table>";
   h += statRow(DIFF ? "A" : "", e.a);
   if (DIFF) h += statRow("B", e.b);
   h += "</table>";
@@ -378,10 +420,10 @@ function legend() {
   let bar = "";
   for (let i = 0; i < BINS; i++) bar += '<span class="' + cols + i + '"></span>';
   const what = mode === "lsd"
-    ? "LSD = log P(long) \u2212 log P(truncated, K = " + META.trunc_len + ") by the evaluator (" + esc(META.evaluator || META.key_source) + ")"
+    ? "LSD = log P(long) \u2212 log P(truncated, K = " + esc(META.trunc_len) + ") by the evaluator (" + esc(META.evaluator || META.key_source) + ")"
     : "\u0394NLL = NLL(B) \u2212 NLL(A) per token" + (mode === "dnllkey" ? ", key tokens only" : "") + ": green, B predicts better";
   const keyNote = '<span class="keybox"></span> key token' + (DIFF ? ' (A); <span class="keybox kb"></span> key in B only' : "") +
-    " (LSD &gt; " + META.alpha + " and LCL &gt; " + META.beta + ")";
+    " (LSD &gt; " + esc(META.alpha) + " and LCL &gt; " + esc(META.beta) + ")";
   $("legend").innerHTML = '<div><div class="bar">' + bar + '</div><div class="ticks"><span>\u2264 \u2212' + range +
     "</span><span>0</span><span>\u2265 +" + range + "</span></div></div><div>" + what + "<br>" + keyNote +
     "; unshaded: no value (before K, or first token)</div>";
@@ -462,14 +504,14 @@ function tip(ev) {
 function init() {
   const c = META.corpus;
   let h = "";
-  const side = (name, s) => s ? "<div>" + esc(name) + "LongPPL <b>" + fmtp(s.longppl) + "</b>, PPL <b>" + fmtp(s.ppl) + "</b>, " + s.n_key + " key of " + s.n_targets + " tokens</div>" : "";
-  h += "<div>" + META.docs.length + " documents" + (DIFF ? "; A = " + esc(META.labels[0]) + ", B = " + esc(META.labels[1]) : "; " + esc(META.labels[0])) + "</div>";
+  const side = (name, s) => s ? "<div>" + esc(name) + "LongPPL <b>" + fmtp(s.longppl) + "</b>, PPL <b>" + fmtp(s.ppl) + "</b>, " + esc(s.n_key) + " key of " + esc(s.n_targets) + " tokens</div>" : "";
+  h += "<div>" + esc(META.docs.length) + " documents" + (DIFF ? "; A = " + esc(META.labels[0]) + ", B = " + esc(META.labels[1]) : "; " + esc(META.labels[0])) + "</div>";
   h += side(DIFF ? "A: " : "all: ", c.a) + side("B: ", c.b);
   $("corpus").innerHTML = h;
   let l = "";
   META.docs.forEach((e, k) => {
     const s = "LongPPL " + fmtp(e.a.longppl) + (DIFF ? " \u2192 " + fmtp(e.b.longppl) : "") + " \u00b7 " + e.a.n_key + " key / " + e.a.n_tokens;
-    l += '<button data-k="' + k + '"><span class="dt">' + e.doc_id + ". " + esc(e.title || "(untitled)") + '</span><span class="ds">' + s + "</span></button>";
+    l += '<button data-k="' + k + '"><span class="dt">' + esc(e.doc_id) + ". " + esc(e.title || "(untitled)") + '</span><span class="ds">' + esc(s) + "</span></button>";
   });
   $("doclist").innerHTML = l;
   $("doclist").addEventListener("click", (ev) => { const b = ev.target.closest("button"); if (b) location.hash = "doc=" + b.dataset.k + "&mode=" + mode; });

@@ -7,6 +7,7 @@ from lm_eval.api.task import ConfigurableTask
 
 from ..data import documents, export_files
 from ..harness import glue
+from ..metrics import directions
 from . import token_export
 
 NOTHING_SCORED = "no request scored in this process (results from the --use_cache database, or none yet)"
@@ -21,6 +22,9 @@ class LongContextTask(ConfigurableTask):
     """
 
     VERSION = 1
+    # This suite's name of the task: metrics/directions.py declares its metrics' directions under it (the gate reads
+    # them there too), whatever name a YAML gives the task.
+    SUITE_TASK_NAME = ""
     # Tasks whose requests are `longctx_scores`; the YAML must still say a built-in output_type.
     SCORES_PER_TOKEN = True
 
@@ -51,6 +55,10 @@ class LongContextTask(ConfigurableTask):
     def metric_declarations(self) -> dict[str, glue.MetricDeclaration]:
         """Every metric the task reports, with its aggregation and direction: the one place they are declared."""
         raise NotImplementedError
+
+    def declare(self, aggregation, metric: str) -> glue.MetricDeclaration:
+        """``metric`` with its aggregation and the direction declared for it in metrics/directions.py."""
+        return glue.declare(aggregation, directions.direction_of(self.SUITE_TASK_NAME, metric))
 
     def aggregation(self):
         return {name: d.aggregation for name, d in self.metric_declarations().items()}

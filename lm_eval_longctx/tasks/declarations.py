@@ -9,7 +9,19 @@ from ..data import documents, longeval_cases
 from ..engine import scoring
 from ..keytokens import evaluator
 from ..metrics import per_token
-from ..settings import BOOLEAN, MAPPING, TEXT, TEXT_OR_LIST, Declaration, Setting, choice, integer, integer_list, number
+from ..settings import (
+    BOOLEAN,
+    LOCATION,
+    LOCATION_OR_LIST,
+    MAPPING,
+    TEXT,
+    Declaration,
+    Setting,
+    choice,
+    integer,
+    integer_list,
+    number,
+)
 
 CHUNK_SIZE_DOC = "tokens per forward when the long pass runs in KV-cache chunks (long_pass chunked)"
 LONG_PASS_DOC = (
@@ -38,7 +50,7 @@ def _allow_beyond() -> Setting:
 def _export_tokens(tasks: str = "") -> Setting:
     return Setting(
         "export_tokens",
-        TEXT,
+        LOCATION,
         None,
         f"{tasks}folder for the per-token export (one .npz per document, "
         "docs/tools/token-export-and-viewer.md); a non-empty folder it did not write is refused",
@@ -50,17 +62,17 @@ def _export_tokens(tasks: str = "") -> Setting:
 def _govreport() -> list[Setting]:
     """The documents of every task that reads the LongPPL paper's GovReport selection."""
     return [
-        Setting("dataset_path", TEXT, documents.GOVREPORT_DATASET, "hub dataset of tokenized GovReport rows"),
+        Setting("dataset_path", LOCATION, documents.GOVREPORT_DATASET, "hub dataset of tokenized GovReport rows"),
         Setting("dataset_revision", TEXT, None, "dataset revision (default: its default branch)", optional=True),
         Setting(
             "decode_tokenizer",
-            TEXT,
+            LOCATION,
             documents.GOVREPORT_DECODE_TOKENIZER,
             "tokenizer that decodes the rows' Llama-2 ids into the texts every model reads",
         ),
         Setting(
             "data_files",
-            TEXT,
+            LOCATION,
             None,
             "local json/jsonl/parquet file used instead of the hub dataset "
             "(rows with `text`, or with `input_ids` and `tokenized_len`)",
@@ -81,7 +93,7 @@ LONGPPL = Declaration(
         Setting("beta", number(), -2.0, "key token iff LCL > beta (and LSD > alpha)"),
         Setting(
             "evaluator",
-            TEXT,
+            LOCATION,
             evaluator.DEFAULT_EVALUATOR,
             "key-token evaluator: HF model id, local folder, or `self` (the evaluated model judges itself)",
         ),
@@ -119,7 +131,7 @@ LONGPPL = Declaration(
         Setting("evaluator_trust_remote_code", BOOLEAN, False, "allow the evaluator's own code from the hub"),
         Setting(
             "key_spans_dir",
-            TEXT,
+            LOCATION,
             None,
             "folder of precomputed key spans (`slice_{i}.txt`); its manifest "
             "supplies K, d, alpha, beta and the evaluator",
@@ -127,7 +139,7 @@ LONGPPL = Declaration(
         ),
         Setting(
             "span_cache_dir",
-            TEXT,
+            LOCATION,
             "default",
             "on-disk cache of evaluator key spans: `default` "
             "(~/.cache/lm_eval_longctx/key_spans, or $LM_EVAL_LONGCTX_CACHE/key_spans), `off`, or a folder",
@@ -292,7 +304,7 @@ RETRIEVAL_GAIN_MAP = Declaration(
         ),
         Setting(
             "tokenizer",
-            TEXT,
+            LOCATION,
             None,
             "tokenizer that counts the documents' tokens for the default ladder "
             "(default: model_args `pretrained`); the model's own tokenizer is checked again when scoring",
@@ -392,7 +404,7 @@ FORGETTING_CURVE = Declaration(
         ),
         Setting(
             "tokenizer",
-            TEXT,
+            LOCATION,
             None,
             "tokenizer that builds the samples (default: model_args `pretrained`)",
             optional=True,
@@ -405,12 +417,12 @@ FORGETTING_CURVE = Declaration(
             optional=True,
             affects_numbers=False,
         ),
-        Setting("dataset_path", TEXT, documents.PG19_DATASET, "hub dataset of books (PG-19 test)"),
+        Setting("dataset_path", LOCATION, documents.PG19_DATASET, "hub dataset of books (PG-19 test)"),
         Setting("dataset_revision", TEXT, None, "dataset revision (default: its default branch)", optional=True),
         Setting("dataset_split", TEXT, documents.PG19_SPLIT, "dataset split"),
         Setting(
             "data_files",
-            TEXT,
+            LOCATION,
             None,
             "local json/jsonl/parquet file with a `text` column instead of the hub dataset",
             optional=True,
@@ -440,7 +452,7 @@ LONGEVAL_LINES = Declaration(
         ),
         Setting(
             "testcases",
-            TEXT_OR_LIST,
+            LOCATION_OR_LIST,
             None,
             "LongChat's files: a folder or URL prefix holding {N}_lines.jsonl, "
             "a .jsonl, or a list of them (default: generate the cases)",

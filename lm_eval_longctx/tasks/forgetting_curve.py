@@ -293,6 +293,7 @@ glue.register_request_kind(KIND, serve, CurveSampleScore.from_state, n_tokens=la
 
 
 class ForgettingCurveTask(LongContextTask):
+    SUITE_TASK_NAME = "forgetting_curve"
     resolve_settings = staticmethod(resolve_settings)
 
     # ---------------------------------------------------------------- data
@@ -419,22 +420,22 @@ class ForgettingCurveTask(LongContextTask):
 
     def metric_declarations(self):
         s = self.settings
-        mean = glue.declare("mean", True)
-        out = {self._name(w, x): mean for x in self.lengths for w in ("copy_acc", "lm_acc")}
+        names = [self._name(w, x) for x in self.lengths for w in ("copy_acc", "lm_acc")]
+        out = {name: self.declare("mean", name) for name in names}
         # partials of module-level functions: they pickle; they get no stderr (a threshold statistic)
-        out["fine_memory_length"] = glue.declare(
+        out["fine_memory_length"] = self.declare(
             functools.partial(
                 per_token.fine_memory_length_from_samples, threshold=s["fine_threshold"], rule=s["fine_rule"]
             ),
-            True,
+            "fine_memory_length",
         )
-        out["coarse_memory_length"] = glue.declare(
+        out["coarse_memory_length"] = self.declare(
             functools.partial(
                 per_token.coarse_memory_length_from_samples, margin=s["coarse_margin"], rule=s["coarse_rule"]
             ),
-            True,
+            "coarse_memory_length",
         )
-        out["n_failed_lengths"] = glue.declare(per_token.n_failed_lengths_from_samples, False)
+        out["n_failed_lengths"] = self.declare(per_token.n_failed_lengths_from_samples, "n_failed_lengths")
         # a text: which lengths were skipped, and why
-        out["skipped_lengths"] = glue.declare(per_token.skipped_lengths_text, None)
+        out["skipped_lengths"] = self.declare(per_token.skipped_lengths_text, "skipped_lengths")
         return out

@@ -225,8 +225,8 @@ class _LinesTask(LongContextTask):
 
     resolve_settings = staticmethod(resolve_settings)
     SCORES_PER_TOKEN = False  # the scoring subclass says so; the accuracy task generates
-    # metric stem -> (aggregation name, higher_is_better), reported per configuration and pooled
-    PER_CONFIG: dict[str, tuple[str, bool | None]] = {}
+    # metric stem -> aggregation name, reported per configuration and pooled (directions: metrics/directions.py)
+    PER_CONFIG: dict[str, str] = {}
     POOLED: tuple[str, ...] = ()
 
     # ---------------------------------------------------------------- data
@@ -281,13 +281,14 @@ class _LinesTask(LongContextTask):
     # ---------------------------------------------------------------- metrics
 
     def metric_declarations(self):
-        out = {m: glue.declare(*self.PER_CONFIG[m]) for m in self.POOLED}
+        out = {m: self.declare(self.PER_CONFIG[m], m) for m in self.POOLED}
         stems = dict(self.PER_CONFIG)
         if self.settings["over_length"] == "skip":
-            stems["skipped"] = ("mean", False)
+            stems["skipped"] = "mean"
         for n in self.configurations:
-            for stem, (agg, hib) in stems.items():
-                out[f"{stem}_{self.config_key(n)}"] = glue.declare(agg, hib)
+            for stem, agg in stems.items():
+                name = f"{stem}_{self.config_key(n)}"
+                out[name] = self.declare(agg, name)
         return out
 
     def _skipped(self, key: str, skipped: bool) -> dict:
@@ -295,10 +296,11 @@ class _LinesTask(LongContextTask):
 
 
 class LongEvalLinesPPLTask(_LinesTask):
+    SUITE_TASK_NAME = "longeval_lines_ppl"
     PER_CONFIG = {
-        "answer_ppl": ("token_weighted_perplexity", False),
-        "non_answer_ppl": ("token_weighted_perplexity", False),
-        "prompt_tokens": ("mean", None),
+        "answer_ppl": "token_weighted_perplexity",
+        "non_answer_ppl": "token_weighted_perplexity",
+        "prompt_tokens": "mean",
     }
     POOLED = ("answer_ppl", "non_answer_ppl")
     SCORES_PER_TOKEN = True
@@ -349,7 +351,8 @@ class LongEvalLinesPPLTask(_LinesTask):
 
 
 class LongEvalLinesAccTask(_LinesTask):
-    PER_CONFIG = {"acc": ("mean", True), "prompt_tokens": ("mean", None)}
+    SUITE_TASK_NAME = "longeval_lines_acc"
+    PER_CONFIG = {"acc": "mean", "prompt_tokens": "mean"}
     POOLED = ("acc",)
 
     def _extra_settings(self) -> dict:

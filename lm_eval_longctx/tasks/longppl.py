@@ -32,14 +32,13 @@ SETTINGS = declarations.LONGPPL
 DEFAULTS = SETTINGS.defaults()
 # With key_spans_dir these come from the span folder's manifest (what the spans were computed with).
 MANIFEST_KEYS = ("trunc_len", "sliding_window", "alpha", "beta", "evaluator")
-# metric -> (aggregation, higher is better). None: a diagnostic with no better direction (how many tokens the
-# evaluator marks is a property of the texts and the evaluator, not a quality of the evaluated model).
-METRICS: dict[str, tuple[str, bool | None]] = {
-    "longppl": ("token_weighted_perplexity", False),
-    "longppl_soft": ("token_weighted_perplexity", False),
-    "ppl": ("token_weighted_perplexity", False),
-    "key_token_fraction": ("corpus_ratio", None),
-    "n_key_tokens": ("mean", None),
+# metric -> aggregation; the directions are in metrics/directions.py
+AGGREGATIONS: dict[str, str] = {
+    "longppl": "token_weighted_perplexity",
+    "longppl_soft": "token_weighted_perplexity",
+    "ppl": "token_weighted_perplexity",
+    "key_token_fraction": "corpus_ratio",
+    "n_key_tokens": "mean",
 }
 # a largest long-short gain below this (nats) means the long context changed nothing
 NO_GAIN_NATS = 1e-3
@@ -74,6 +73,7 @@ def resolve_settings(metadata: dict | None) -> dict:
 
 
 class LongPPLTask(LongContextTask):
+    SUITE_TASK_NAME = "longppl_govreport"
     resolve_settings = staticmethod(resolve_settings)
 
     def __init__(self, config: dict | None = None):
@@ -110,16 +110,19 @@ class LongPPLTask(LongContextTask):
         s = self.settings
         if not manifest:
             return
+        source = f"{Path(s['key_spans_dir']) / span_files.MANIFEST}"
         for key in MANIFEST_KEYS:
             if key not in manifest:
                 continue
-            if key in s.explicit and s[key] != manifest[key]:
+            # a shared folder is data: its values pass the same checks as --metadata's before they are used
+            value = SETTINGS.by_name[key].parse(manifest[key], source)
+            if key in s.explicit and s[key] != value:
                 raise SettingsError(
                     f"longppl_govreport: --metadata {key} = {s[key]!r}, but {self.settings['key_spans_dir']} holds "
-                    f"spans computed with {key} = {manifest[key]!r} (its {span_files.MANIFEST}); remove {key} from "
+                    f"spans computed with {key} = {value!r} (its {span_files.MANIFEST}); remove {key} from "
                     "the metadata or precompute spans with that value"
                 )
-            s[key] = manifest[key]
+            s[key] = value
 
     def _record_settings(self) -> None:
         """Everything that changes the numbers goes into the results JSON (configs -> metadata), as used."""
@@ -360,7 +363,7 @@ class LongPPLTask(LongContextTask):
         return names + (["longppl_soft"] if self.settings["soft_gamma"] is not None else [])
 
     def metric_declarations(self):
-        out = {m: glue.declare(*METRICS[m]) for m in self._metric_names()}
+        out = {m: self.declare(AGGREGATIONS[m], m) for m in self._metric_names()}
         # no key token in any document: the reason, not a bare NaN (lm-eval aggregates after every process_results)
-        out["longppl"] = glue.declare(glue.perplexity_or_note(self._no_key_note()), METRICS["longppl"][1])
+        out["longppl"] = self.declare(glue.perplexity_or_note(self._no_key_note()), "longppl")
         return out

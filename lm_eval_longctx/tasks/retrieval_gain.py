@@ -40,7 +40,8 @@ log = logging.getLogger("lm_eval_longctx")
 
 KIND = "retrieval_gain"
 # metric -> (aggregation, higher is better)
-METRICS = {"retrieval_gain": ("mean", True), "nll_with": ("mean", False), "nll_without": ("mean", False)}
+# metric -> aggregation; the directions are in metrics/directions.py
+AGGREGATIONS = {"retrieval_gain": "mean", "nll_with": "mean", "nll_without": "mean"}
 ANCHOR_SPACINGS = ("endpoints", "centered")
 
 SETTINGS = declarations.RETRIEVAL_GAIN
@@ -291,6 +292,7 @@ glue.register_request_kind(KIND, serve, RetrievalScores.from_state, n_tokens=lam
 
 
 class RetrievalGainTask(LongContextTask):
+    SUITE_TASK_NAME = "retrieval_gain"
     resolve_settings = staticmethod(resolve_settings)
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
@@ -332,4 +334,4 @@ class RetrievalGainTask(LongContextTask):
         }
 
     def metric_declarations(self):
-        return {m: glue.declare(agg, hib) for m, (agg, hib) in METRICS.items()}
+        return {m: self.declare(agg, m) for m, agg in AGGREGATIONS.items()}

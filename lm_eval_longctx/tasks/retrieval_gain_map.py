@@ -306,6 +306,7 @@ def default_ladder(s: dict, n_tokens: list[int], extra_tokens: int, model_max_le
 
 
 class RetrievalGainMapTask(LongContextTask):
+    SUITE_TASK_NAME = "retrieval_gain_map"
     resolve_settings = staticmethod(resolve_settings)
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
@@ -397,12 +398,11 @@ class RetrievalGainMapTask(LongContextTask):
 
     def metric_declarations(self):
         s = self.settings
-        mean = glue.declare("mean", True)
-        out = {self.cell_name(L, d): mean for L in self.lengths for d in s["depths"]}
-        out.update({self.length_name(L): mean for L in self.lengths})
-        out["gain"] = mean
+        names = [self.cell_name(L, d) for L in self.lengths for d in s["depths"]]
+        names += [self.length_name(L) for L in self.lengths] + ["gain"]
+        out = {name: self.declare("mean", name) for name in names}
         # partials of module-level functions: they pickle; a threshold statistic gets no stderr
-        out["effective_length"] = glue.declare(
+        out["effective_length"] = self.declare(
             functools.partial(
                 gain_map.effective_length_from_docs,
                 lengths=tuple(self.lengths),
@@ -410,15 +410,15 @@ class RetrievalGainMapTask(LongContextTask):
                 rule=s["effective_rule"],
                 base_minimum=s["effective_threshold"],
             ),
-            True,
+            "effective_length",
         )
-        out["effective_length_abs"] = glue.declare(
+        out["effective_length_abs"] = self.declare(
             functools.partial(
                 gain_map.effective_length_abs_from_docs,
                 lengths=tuple(self.lengths),
                 threshold=s["effective_threshold"],
                 rule=s["effective_rule"],
             ),
-            True,
+            "effective_length_abs",
         )
         return out

@@ -103,8 +103,13 @@ def run_label(results: dict, fallback: str) -> str:
     return fallback
 
 
-def plot_runs(runs: dict[str, dict[str, Curve]], out_path: str | Path, title: str | None = None) -> Path:
-    """Draw (b) accuracy + answer-token PPL and (c) accuracy + non-answer PPL for every run; save a PNG/PDF."""
+def plot_runs(
+    runs: dict[str, dict[str, Curve]], out_path: str | Path, title: str | None = None, ppl_limits: dict | None = None
+) -> Path:
+    """Draw (b) accuracy + answer-token PPL and (c) accuracy + non-answer PPL for every run; save a PNG/PDF.
+
+    ``ppl_limits``: ``{"answer_ppl": (low, high), ...}``, the perplexity axes' ranges (default: each picture's own),
+    so that pictures of other runs can share them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,6 +152,8 @@ def plot_runs(runs: dict[str, dict[str, Curve]], out_path: str | Path, title: st
         ax.set_ylabel("accuracy (solid)")
         ax.set_ylim(-0.03, 1.03)
         twin.set_ylabel("perplexity (dashed)")
+        if ppl_limits and ppl_metric in ppl_limits:
+            twin.set_ylim(*ppl_limits[ppl_metric])
         ax.set_title(panel_title)
         ax.grid(alpha=0.3)
         handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]

@@ -1,0 +1,529 @@
+"""The long-context report card (``lm-eval-longctx report``) and the ``--html`` pages of gate and leaderboard, on
+results files built by hand in lm-eval's shape (as tests/test_reporting.py and tests/test_gate_paired.py build them).
+
+Every metric value the page shows carries data-run / data-metric / data-value; the tests read them back with
+html.parser and compare them exactly with the numbers in the results files."""
+
+import hashlib
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lm_eval_longctx.cli import main
+from lm_eval_longctx.data import export_files
+from lm_eval_longctx.metrics import directions
+from lm_eval_longctx.report import report_card, viewer
+from tests.test_gate_paired import corpus, write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+PAYLOAD = "<img src=x onerror=\"document.title='PWNED'\">"
+SCRIPT_PAYLOAD = "</script><script>document.title='PWNED'</script>"
+QUOTE_PAYLOAD = '"><img src=x onerror="document.title=\'PWNED\'">'
+
+LENGTHS = [16, 64, 256]
+CONTEXT_LENGTHS, DEPTHS = [128, 512, 2048], [0, 50, 90]
+NUM_LINES = [5, 10]
+SETTINGS = {
+    "longppl_govreport": {
+        "evaluator": "self",
+        "trunc_len": 512,
+        "sliding_window": 256,
+        "alpha": 2.0,
+        "beta": -2.0,
+        "data": {"texts_sha256": "ab" * 32},
+        "runtime": {"export_tokens": None},
+    },
+    "forgetting_curve": {"lengths": LENGTHS, "spacing": "geometric", "fine_threshold": 0.99, "coarse_margin": 0.01},
+    "retrieval_gain": {
+        "doc_tokens": 1024,
+        "query_tokens": 24,
+        "answer_tokens": 24,
+        "data": {"texts_sha256": "cd" * 32},
+    },
+    "retrieval_gain_map": {
+        "context_lengths": CONTEXT_LENGTHS,
+        "depths": DEPTHS,
+        "effective_fraction": 0.5,
+        "effective_threshold": 0.5,
+    },
+    "longeval_lines_acc": {"num_lines": NUM_LINES, "num_cases": 3, "data": {"prompts_sha256": "ef" * 32}},
+    "longeval_lines_ppl": {"num_lines": NUM_LINES, "num_cases": 3, "data": {"prompts_sha256": "ef" * 32}},
+}
+N_DOCS = {
+    "longppl_govreport": 2,
+    "forgetting_curve": 12,
+    "retrieval_gain": 2,
+    "retrieval_gain_map": 2,
+    "longeval_lines_acc": 6,
+    "longeval_lines_ppl": 6,
+}
+
+
+def task_metrics(shift: float, seed: int) -> dict:
+    """{task: {"metric": (value, stderr or "N/A")}} of the suite's six result tasks, awkward floats included."""
+    rng = np.random.default_rng(seed)
+
+    def u(lo, hi):
+        return float(rng.uniform(lo, hi))
+
+    fc = {}
+    for i, length in enumerate(LENGTHS):
+        fc[f"copy_acc@{length:05d}"] = (1.0 - 0.1 * i - shift / 10, u(0, 0.02))
+        fc[f"lm_acc@{length:05d}"] = (0.1 + 0.05 * i + 1 / 3, u(0.01, 0.05))
+    fc.update({"fine_memory_length": (64.0, "N/A"), "coarse_memory_length": (256.0, "N/A")})
+    fc["n_failed_lengths"] = (0.0, "N/A")
+    gm = {}
+    for L in CONTEXT_LENGTHS:
+        for d in DEPTHS:
+            gm[f"gain@L{L:05d}_d{d:02d}"] = (6.0 - L / 1024 - shift + u(-0.2, 0.2), u(0.1, 0.5))
+        gm[f"gain@L{L:05d}"] = (6.0 - L / 1024 - shift, u(0.1, 0.4))
+    gm.update(
+        {"gain": (5.5 - shift, 0.2), "effective_length": (2048.0, "N/A"), "effective_length_abs": (2048.0, "N/A")}
+    )
+    acc = {"acc": (0.1 + 0.2 - shift / 10, u(0.05, 0.1))}
+    ppl = {"answer_ppl": (1.0 + shift + 1e-7, u(0, 1)), "non_answer_ppl": (50.43 + shift, u(1, 5))}
+    for n in NUM_LINES:
+        acc[f"acc_{n:04d}"] = (1.0 - n / 40 - shift / 10, u(0, 0.2))
+        acc[f"prompt_tokens_{n:04d}"] = (170.0 + 25 * n, u(1, 3))
+        ppl[f"answer_ppl_{n:04d}"] = (1.0 + n / 100 + shift, u(0, 0.1))
+        ppl[f"non_answer_ppl_{n:04d}"] = (40.0 + n + u(0, 1), u(1, 5))
+        ppl[f"prompt_tokens_{n:04d}"] = (169.0 + 25 * n, u(1, 3))
+    return {
+        "longppl_govreport": {
+            "longppl": (1.686 + shift + 0.1 + 0.2, u(0.01, 0.1)),
+            "ppl": (268.5 + shift, u(1, 10)),
+            "key_token_fraction": (0.02076, "N/A"),
+            "n_key_tokens": (72.5, u(10, 20)),
+        },
+        "forgetting_curve": fc,
+        "retrieval_gain": {
+            "retrieval_gain": (5.469 - shift, 0.37),
+            "nll_with": (0.8496 + shift, 0.4),
+            "nll_without": (6.319, 0.78),
+        },
+        "retrieval_gain_map": gm,
+        "longeval_lines_acc": acc,
+        "longeval_lines_ppl": ppl,
+    }
+
+
+def results_json(model: str, shift: float = 0.0, seed: int = 0, tasks=None, settings=None, skipped="none") -> dict:
+    """A results file of the suite's tasks as lm-eval 0.4.x writes it (directions as the tasks declare them)."""
+    metrics = task_metrics(shift, seed)
+    tasks = list(tasks or metrics)
+    settings = {**SETTINGS, **(settings or {})}
+    results, hib = {}, {}
+    for task in tasks:
+        entry: dict = {"alias": task}
+        for metric, (value, se) in metrics[task].items():
+            entry[f"{metric},none"] = value
+            entry[f"{metric}_stderr,none"] = se
+        if task == "forgetting_curve":
+            entry["skipped_lengths,none"] = skipped
+            entry["skipped_lengths_stderr,none"] = "N/A"
+        results[task] = entry
+        hib[task] = {m: directions.declared_direction(task, m) for m in metrics[task]}
+    return {
+        "results": results,
+        "higher_is_better": hib,
+        "configs": {t: {"task": t, "metadata": {"longctx_settings": settings[t]}} for t in tasks},
+        "versions": {t: 1 for t in tasks},
+        "n-samples": {t: {"original": N_DOCS[t], "effective": N_DOCS[t]} for t in tasks},
+        "config": {"model": "hf", "model_args": f"pretrained={model},dtype=float32"},
+        "model_name": model,
+    }
+
+
+def write_results(folder: Path, data: dict, date_id: str = "2026-01-01T00-00-00.000001") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"results_{date_id}.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- reading the page
+
+
+class PageNumbers(HTMLParser):
+    """The marked metric values of a page, its title, and every element and attribute (for the escaping checks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.numbers = []  # (attrs, shown text)
+        self.tags = []  # (tag, attrs)
+        self.title = ""
+        self._open = None
+        self._in_title = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append((tag, a))
+        if tag == "title":
+            self._in_title = True
+        if "data-metric" in a:
+            self._open = [a, ""]
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+        if self._open is not None:
+            self._open[1] += data
+
+    def handle_endtag(self, tag):
+        if tag == "title":
+            self._in_title = False
+        if tag == "td" and self._open is not None:
+            self.numbers.append(tuple(self._open))
+            self._open = None
+
+
+def read_page(path) -> PageNumbers:
+    p = PageNumbers()
+    p.feed(Path(path).read_text(encoding="utf-8"))
+    return p
+
+
+def raw_results(folder: Path) -> dict:
+    """task -> its results entry, from the newest results file of the folder that has it."""
+    out = {}
+    for f in sorted(Path(folder).rglob("results_*.json")):
+        for task, entry in json.loads(f.read_text(encoding="utf-8"))["results"].items():
+            out[task] = entry
+    return out
+
+
+def check_numbers(page: PageNumbers, folders: dict) -> int:
+    """Every marked number equals the results file's (value and stderr, exactly), and is shown as formatted; the
+    number of marked numbers checked."""
+    raw = {label: raw_results(folder) for label, folder in folders.items()}
+    for attrs, text in page.numbers:
+        task, rest = attrs["data-metric"].split("/", 1)
+        metric, _, filt = rest.partition(",")
+        entry = raw[attrs["data-run"]][task]
+        expected = entry[f"{metric},{filt or 'none'}"]
+        got = float(attrs["data-value"])
+        assert got == expected or (math.isnan(got) and math.isnan(expected)), (attrs, expected)
+        se = entry.get(f"{metric}_stderr,{filt or 'none'}")
+        if "data-stderr" in attrs:
+            assert float(attrs["data-stderr"]) == se, (attrs, se)
+        else:
+            assert se in (None, "N/A"), (attrs, se)
+        shown = text.strip()
+        assert shown.startswith(report_card.fmt(expected)) or shown.startswith(f"{expected:.4g}"), (shown, expected)
+    return len(page.numbers)
+
+
+# ----------------------------------------------------------------------------------------------- one model
+
+
+def test_one_model_page_numbers_settings_and_pictures(tmp_path):
+    folder = tmp_path / "out" / "org__model"
+    write_results(folder, results_json("org/model", skipped="4096: over the model's maximum length"))
+    out = tmp_path / "card.html"
+    assert main(["report", str(tmp_path / "out"), "-o", str(out)]) == 0
+    page = read_page(out)
+    n = check_numbers(page, {"org/model": folder})
+    # every metric of every task is on the page (headlines once more, at a glance and in the sections)
+    n_metrics = sum(len(m) for m in task_metrics(0.0, 0).values())
+    assert n >= n_metrics
+    marked = {a["data-metric"] for a, _ in page.numbers}
+    assert len(marked) == n_metrics
+    text = out.read_text(encoding="utf-8")
+    for task in SETTINGS:
+        assert f"Settings of {task}" in text
+    # the CI of a headline: value +- 1.96 stderr, in the value's format
+    longppl = task_metrics(0.0, 0)["longppl_govreport"]["longppl"]
+    lo, hi = longppl[0] - 1.96 * longppl[1], longppl[0] + 1.96 * longppl[1]
+    assert f"[{report_card.fmt(lo)}, {report_card.fmt(hi)}]" in text
+    assert "<code>512</code>" in text and "trunc_len" in text  # K of longppl_govreport
+    assert "skipped lengths: 4096: over the model&#x27;s maximum length" in text
+    # three pictures (forgetting curve, gain map, LongEval), inline; nothing fetched
+    assert text.count('src="data:image/png;base64,') == 3
+    srcs = [a.get("src") or a.get("href") for _, a in page.tags if a.get("src") or a.get("href")]
+    assert all(s.startswith("data:image/png;base64,") for s in srcs), srcs
+    assert not any(t == "script" for t, _ in page.tags)
+    assert "Settings differ" not in text and "Across checkpoints" not in text
+
+
+def test_step_of_and_the_checkpoint_rule():
+    assert report_card.step_of("org/run/checkpoint-1200") == 1200
+    assert report_card.step_of("step1200") == 1200 and report_card.step_of("global_step_300") == 300
+    assert report_card.step_of("1200") == 1200 and report_card.step_of("org/llama-7b") is None
+    assert report_card.checkpoint_steps(["a/checkpoint-200", "a/checkpoint-100"]) == [200, 100]
+    assert report_card.checkpoint_steps(["a/checkpoint-200", "b/checkpoint-100"]) is None  # other training runs
+    assert report_card.checkpoint_steps(["a/checkpoint-200", "a/checkpoint-200"]) is None
+    assert report_card.checkpoint_steps(["a/checkpoint-200"]) is None
+    assert report_card.checkpoint_steps(["100", "200"]) == [100, 200]
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+
+
+def three_checkpoints(root: Path) -> dict:
+    """Three checkpoints of one training run, each: the suite's other tasks in one results file, longppl_govreport
+    with its samples file (--log_samples) in a later one, so that the gate pairs its documents."""
+    folders = {}
+    for k, step in enumerate((2400, 1200, 3600)):  # given out of order: the page sorts by step
+        model = f"org/run/checkpoint-{step}"
+        folder = root / f"ckpt{step}"
+        tasks = [t for t in SETTINGS if t != "longppl_govreport"]
+        write_results(folder, results_json(model, shift=0.1 * k, seed=k, tasks=tasks))
+        write_run(folder, corpus(n_docs=30, shift=0.3 * k), f"2026-01-0{k + 2}T00-00-00.000001", model=model)
+        folders[model] = folder
+    return folders
+
+
+def test_three_checkpoints_trends_and_gate(tmp_path):
+    folders = three_checkpoints(tmp_path)
+    out = tmp_path / "card.html"
+    assert main(["report", *map(str, folders.values()), "-o", str(out)]) == 0
+    page = read_page(out)
+    check_numbers(page, folders)
+    text = out.read_text(encoding="utf-8")
+    assert "Across checkpoints" in text and "steps 1200, 2400, 3600" in text
+    runs = [a["data-run"] for a, _ in page.numbers]
+    first = [runs.index(f"org/run/checkpoint-{s}") for s in (1200, 2400, 3600)]
+    assert first == sorted(first)  # columns in step order
+    # the gate between consecutive checkpoints: paired on longppl (30 documents each), verdict shown
+    assert "1200 → 2400" in text and "2400 → 3600" in text
+    assert "(30 docs, token_weighted_perplexity)" in text
+    assert "FAIL: " in text  # the corpus shifts every token's NLL up by 0.3 nats a checkpoint: longppl regresses
+    # one trend chart per headline metric present in the runs
+    n_headlines = sum(len(v) for t, v in report_card.HEADLINES.items())
+    n_trends = text.count('against the training step"')
+    assert 10 <= n_trends <= n_headlines
+
+
+def test_labels_make_a_series_and_must_match_the_runs(tmp_path, capsys):
+    folders = [tmp_path / "a", tmp_path / "b"]
+    write_results(folders[0], results_json("org/x", tasks=["retrieval_gain"]))
+    write_results(folders[1], results_json("org/y", shift=0.2, tasks=["retrieval_gain"]))
+    out = tmp_path / "card.html"
+    argv = ["report", *map(str, folders), "-o", str(out)]
+    assert main([*argv, "--label", "step200", "--label", "step100"]) == 0
+    page = read_page(out)
+    check_numbers(page, {"step200": folders[0], "step100": folders[1]})
+    assert "Across checkpoints" in out.read_text(encoding="utf-8")
+    assert main([*argv, "--label", "only-one"]) == 2
+    err = capsys.readouterr().err
+    assert "1 --label for 2 runs" in err and str(folders[0]) in err
+
+
+# ----------------------------------------------------------------------------------------------- settings differ
+
+
+def test_different_settings_are_named_in_a_visible_box(tmp_path):
+    other = {**SETTINGS["longppl_govreport"], "trunc_len": 4096}
+    a = tmp_path / "a" / "org__ckpt"
+    b = tmp_path / "b" / "org__ckpt"
+    write_results(a, results_json("org/ckpt/step100"))
+    write_results(b, results_json("org/ckpt/step200", shift=0.1, settings={"longppl_govreport": other}))
+    out = tmp_path / "card.html"
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(out)]) == 0
+    check_numbers(read_page(out), {"org/ckpt/step100": a, "org/ckpt/step200": b})
+    text = out.read_text(encoding="utf-8")
+    box = text.split('id="settings-differ"', 1)[1].split("</div>", 1)[0]
+    assert "Settings differ" in box and "longppl_govreport" in box
+    assert "<code>trunc_len</code>: <code>512</code> → <code>4096</code>" in box
+    # the gate refuses to compare them, and the page says so
+    assert "not compared: settings that change the metrics" in text and "trunc_len" in text
+    # the differing row is highlighted in the task's settings table
+    assert "<tr class=differ><th><code>trunc_len</code> (K)</th>" in text
+
+
+def test_several_models_in_one_output_folder_are_several_runs(tmp_path):
+    a, b = tmp_path / "out" / "org__a", tmp_path / "out" / "org__b"
+    write_results(a, results_json("org/a", tasks=["forgetting_curve", "retrieval_gain_map"]))
+    write_results(b, results_json("org/b", shift=0.5, seed=3, tasks=["forgetting_curve", "retrieval_gain_map"]))
+    out = tmp_path / "card.html"
+    assert main(["report", str(tmp_path / "out"), "-o", str(out)]) == 0
+    check_numbers(read_page(out), {"org/a": a, "org/b": b})
+    text = out.read_text(encoding="utf-8")
+    assert text.count('src="data:image/png;base64,') == 2  # both runs on one forgetting curve, one map picture
+    assert "Same settings in every run" in text
+
+
+def test_unusable_inputs_are_one_message_and_exit_2(tmp_path, capsys):
+    out = tmp_path / "card.html"
+    assert main(["report", str(tmp_path / "nothing"), "-o", str(out)]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "results_x.json").write_text("{not json")
+    assert main(["report", str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "malformed JSON" in err and "results_x.json" in err and "Traceback" not in err
+    mixed = tmp_path / "mixed"
+    write_results(mixed, results_json("org/a", tasks=["retrieval_gain"]), "2026-01-01T00-00-00.1")
+    write_results(mixed, results_json("org/b", tasks=["retrieval_gain"]), "2026-01-02T00-00-00.1")
+    assert main(["report", str(mixed), "-o", str(out)]) == 2
+    assert "2 different models in one folder" in capsys.readouterr().err
+    good = tmp_path / "good"
+    write_results(good, results_json("org/a", tasks=["retrieval_gain"]))
+    assert main(["report", str(good), "-o", str(out), "--export", str(tmp_path / "no-export")]) == 2
+    assert "--export" in capsys.readouterr().err and not out.exists()
+    (tmp_path / "file").write_text("x")
+    assert main(["report", str(good), "-o", str(tmp_path / "file" / "card.html")]) == 2
+    assert "cannot" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------- viewer, escaping
+
+
+def write_export(root: Path, text: str, evaluator: str = "self") -> Path:
+    """A one-document longppl_govreport per-token export (the format of data/export_files.py)."""
+    folder = root / "longppl_govreport"
+    folder.mkdir(parents=True)
+    settings = {"alpha": 2.0, "beta": -2.0, "trunc_len": 4, "key_source": "evaluator", "evaluator": evaluator}
+    manifest = {"format": export_files.FORMAT, "task": "longppl_govreport", "settings": settings}
+    (folder / export_files.MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    words = [(m, m + 4) for m in range(0, len(text) - 4, 5)]
+    n = len(words)
+    lp = np.linspace(-3, -0.5, n).astype(np.float32)
+    lp[0] = np.nan
+    np.savez_compressed(
+        folder / "doc_00000.npz",
+        doc_id=0,
+        text=text,
+        text_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        token_id=np.arange(n, dtype=np.int64),
+        char_start=np.array([s for s, _ in words], np.int64),
+        char_end=np.array([e for _, e in words], np.int64),
+        logprob=lp,
+        nll=-lp,
+        greedy=np.arange(n) % 2 == 1,
+        key=np.arange(n) % 3 == 1,
+        lsd=np.linspace(-1, 3, n).astype(np.float32),
+        lcl=np.full(n, -1.0, np.float32),
+    )
+    return root
+
+
+def hostile_card(tmp_path) -> tuple[Path, str, dict]:
+    """A page whose model name, two settings, the skipped_lengths note and an exported document carry payloads."""
+    model = f"org/{PAYLOAD}{SCRIPT_PAYLOAD}"
+    export = write_export(tmp_path / "tokens", f"{QUOTE_PAYLOAD} {SCRIPT_PAYLOAD}\n" + "words " * 30, PAYLOAD)
+    settings = {
+        "longppl_govreport": {**SETTINGS["longppl_govreport"], "evaluator": QUOTE_PAYLOAD + SCRIPT_PAYLOAD},
+        "forgetting_curve": {**SETTINGS["forgetting_curve"], "tokenizer": PAYLOAD},
+    }
+    folder = tmp_path / "out" / "hostile"
+    write_results(folder, results_json(model, settings=settings, skipped=SCRIPT_PAYLOAD))
+    out = tmp_path / "card.html"
+    assert main(["report", str(tmp_path / "out"), "-o", str(out), "--export", str(export)]) == 0
+    return out, model, {model: folder}
+
+
+def test_payloads_are_escaped_in_the_page(tmp_path):
+    out, model, folders = hostile_card(tmp_path)
+    page = read_page(out)
+    check_numbers(page, folders)
+    assert page.title == f"Long-context report card: {model}"  # shown as text, whole
+    tags = [t for t, _ in page.tags]
+    assert "script" not in tags and "img" in tags  # the only images: the pictures, as data URIs
+    for tag, attrs in page.tags:
+        assert not any(k.startswith("on") for k in attrs), (tag, attrs)
+        if tag == "img":
+            assert attrs["src"].startswith("data:image/png;base64,")
+    frames = [a for t, a in page.tags if t == "iframe"]
+    assert len(frames) == 1 and frames[0]["sandbox"] == "allow-scripts"
+    # the attribute holds the viewer's page exactly: unescaped by the parser, it is what the viewer writes
+    alone = tmp_path / "viewer.html"
+    viewer.build_page([tmp_path / "tokens"], alone, title=f"Key tokens of the export {tmp_path / 'tokens'}")
+    assert frames[0]["srcdoc"] == alone.read_text(encoding="utf-8")
+
+
+def dump_dom(page: Path) -> str:
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=5000",
+                "--dump-dom",
+                page.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium installed (apt-get install chromium)")
+def test_no_payload_runs_in_the_browser(tmp_path):
+    out, model, _ = hostile_card(tmp_path)
+    dom = dump_dom(out)
+    p = PageNumbers()
+    p.feed(dom)
+    assert p.title == f"Long-context report card: {model}"  # a payload that ran would have set it to PWNED
+    assert "PWNED</title>" not in dom
+    assert "&lt;img src=x onerror=" in dom  # the payloads are shown, as text
+
+
+# ----------------------------------------------------------------------------------------------- gate / leaderboard
+
+
+def test_gate_and_leaderboard_html_pages(tmp_path, capsys):
+    folders = three_checkpoints(tmp_path)
+    run, base = folders["org/run/checkpoint-2400"], folders["org/run/checkpoint-1200"]
+    gate_html = tmp_path / "gate.html"
+    rc = main(["gate", str(run), "--baseline", str(base), "--html", str(gate_html)])
+    assert rc in (0, 1) and gate_html.is_file()
+    page = read_page(gate_html)
+    assert page.title == "Regression gate"
+    check_numbers(page, {"org/run/checkpoint-2400": run, "org/run/checkpoint-1200": base})
+    text = gate_html.read_text(encoding="utf-8")
+    assert ("FAIL: " in text) == (rc == 1) and "(30 docs, token_weighted_perplexity)" in text
+    board_html = tmp_path / "board.html"
+    assert main(["leaderboard", *map(str, folders.values()), "--html", str(board_html)]) == 0
+    page = read_page(board_html)
+    assert page.title == "Leaderboard"
+    assert check_numbers(page, folders) == sum(len(m) for m in task_metrics(0, 0).values()) * 3
+    (tmp_path / "file").write_text("x")
+    assert main(["leaderboard", str(run), "--html", str(tmp_path / "file" / "x.html")]) == 2
+    assert "x.html" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------- light and quick
+
+
+BUILD_TEN = """
+import json, sys, time
+from pathlib import Path
+root = Path(sys.argv[1])
+t0 = time.perf_counter()
+from lm_eval_longctx.report import report_card
+info = report_card.build_report_card(sorted(root.iterdir()), root.parent / "card.html")
+print(json.dumps({"seconds": time.perf_counter() - t0, "runs": len(info["runs"]),
+                  "checkpoints": info["checkpoints"],
+                  "heavy": sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "lm_eval"))}))
+"""
+
+
+@pytest.mark.integration
+def test_ten_checkpoints_build_quickly_without_torch(tmp_path):
+    root = tmp_path / "runs"
+    for k in range(10):
+        write_results(root / f"c{k}", results_json(f"org/run/step{(k + 1) * 100}", shift=0.05 * k, seed=k))
+    proc = subprocess.run(
+        [sys.executable, "-c", BUILD_TEN, str(root)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["heavy"] == [] and res["runs"] == 10 and res["checkpoints"]
+    assert res["seconds"] < 60, res
