@@ -1,5 +1,8 @@
-"""``lm-eval-longctx`` / ``python -m lm_eval_longctx``: helpers around the harness tasks. After a run,
-``lm-eval-longctx report RESULTS... -o report.html`` writes the long-context report card (one HTML page)."""
+"""lm-eval-longctx (also python -m lm_eval_longctx): the tools around the five lm-eval tasks of lm_eval_longctx.
+
+The tasks themselves run through lm-eval (lm_eval --tasks longctx --model hf ...). After a run, report writes the
+long-context report card (one HTML page); gate, leaderboard and correlate read results JSONs; view shows a per-token
+export; precompute-spans writes LongPPL key spans once for many runs; demo and validate run offline."""
 
 from __future__ import annotations
 
@@ -8,17 +11,27 @@ import sys
 
 
 def main(argv=None) -> int:
+    from . import errors
+
+    errors.install_excepthook()
     p = argparse.ArgumentParser(prog="lm-eval-longctx", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("tasks-dir", help="print the folder of the task YAMLs (the explicit lm_eval --include_path)")
+    sub.add_parser(
+        "tasks-dir",
+        help="print the folder of the task YAMLs (the explicit lm_eval --include_path)",
+        description="Print the folder that holds the task YAMLs, for lm_eval --include_path where the automatic "
+        "discovery is off (python -S, LM_EVAL_LONGCTX_DISABLE_HOOK=1).",
+    )
     add_gate_parser(sub)
     add_leaderboard_parser(sub)
     add_correlate_parser(sub)
     # demo and validate take their options from modules that import torch: build them only when asked for,
     # so that gate / leaderboard / correlate (and --help) stay numpy + scipy (+ yaml) only
-    heavy = _command_of(sys.argv[1:] if argv is None else argv) in ("demo", "validate")
+    command = _command_of(sys.argv[1:] if argv is None else argv)
+    heavy = command in ("demo", "validate", "precompute-spans")
     add_demo_parser(sub, full=heavy)
     add_validate_parser(sub, full=heavy)
+    add_precompute_parser(sub, full=heavy)
     add_view_parser(sub)
     add_report_parser(sub)
     args = p.parse_args(argv)
@@ -30,6 +43,10 @@ def main(argv=None) -> int:
         from .demo.known_answer import run_from_args
 
         return run_from_args(args)
+    if args.command == "precompute-spans":
+        from .precompute import run
+
+        return run(args)
     if args.command == "tasks-dir":
         from .harness.discovery import task_configs_dir
 
@@ -174,7 +191,14 @@ def run_leaderboard(args) -> int:
 
 
 def add_correlate_parser(sub) -> None:
-    g = sub.add_parser("correlate", help="correlate a metric with a downstream benchmark; write a submission JSON")
+    g = sub.add_parser(
+        "correlate",
+        help="correlate a metric with a downstream benchmark; write a submission JSON",
+        description="Correlate one metric of several models (from their results JSONs, or a leaderboard CSV) with "
+        "a downstream benchmark's scores (a CSV): Pearson and Spearman with permutation p-values, a bootstrap CI "
+        "of Spearman, and Spearman without bivariate outliers. Every model left out is named. Exit 2 on unusable "
+        "input (fewer than 4 models in both, a malformed file).",
+    )
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--results", nargs="+", help="results JSONs / folders, one model each (use with --metric)")
     src.add_argument("--scores", help="CSV with a 'model' column and the metric's column (e.g. a leaderboard CSV)")
@@ -310,6 +334,21 @@ def add_validate_parser(sub, full: bool = True) -> None:
         from .demo.known_answer import add_arguments
 
         add_arguments(g)
+
+
+def add_precompute_parser(sub, full: bool = True) -> None:
+    g = sub.add_parser(
+        "precompute-spans",
+        help="LongPPL key spans from an evaluator model, once, for later runs (key_spans_dir)",
+        description="Score the LongPPL documents with an evaluator model and write its key-token spans into a "
+        "verified folder (slice_{i}.txt and key_spans.json) for lm_eval --metadata '{\"key_spans_dir\": DIR}'. "
+        "Several GPUs: accelerate launch --num_processes N -m lm_eval_longctx precompute-spans ... "
+        "(docs/scaling.md).",
+    )
+    if full:
+        from .precompute import add_options
+
+        add_options(g)
 
 
 def run_validate_mode(args) -> int:

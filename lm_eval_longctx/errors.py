@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 
 class ResourceUnavailableError(RuntimeError):
     """A dataset, tokenizer or model that cannot be fetched or read (offline, gated, missing, malformed)."""
@@ -11,3 +15,70 @@ def first_line(err: BaseException) -> str:
     """``Type: first line of the message``: the cause in one line, not a 30-line traceback."""
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+class LongctxWarning(UserWarning):
+    """A notice the user sees once, as a line of the ``lm_eval_longctx`` logger; also issued as this warning for
+    programs that collect warnings. Ignored by default, so that it is not printed a second time with Python's
+    echo of the source line."""
+
+
+warnings.filterwarnings("ignore", category=LongctxWarning)
+
+
+# ------------------------------------------------------------------ errors a user can act on
+# Our own messages say what is wrong, why and the ways out; a 50-line traceback above them hides that. An uncaught
+# error that is ours prints as that block alone, unless this variable asks for the traceback.
+DEBUG_ENV = "LM_EVAL_LONGCTX_DEBUG"
+_PACKAGE = __name__.rsplit(".", 1)[0]
+
+
+def debug_wanted() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _raised_by_us(err: BaseException) -> bool:
+    """An error class of this package, or a ValueError / FileNotFoundError raised in this package's code (the data
+    checks raise those with their message); not one that escapes from torch, transformers or lm-eval."""
+    if type(err).__module__.split(".")[0] == _PACKAGE:
+        return True
+    if type(err) not in (ValueError, FileNotFoundError):
+        return False
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}{_PACKAGE}{os.sep}" in tb.tb_frame.f_code.co_filename
+
+
+def user_error(err: BaseException) -> BaseException | None:
+    """The error of ours among ``err`` and what caused it (an error wrapped by the harness), or None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, Exception) and _raised_by_us(err):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def format_user_error(err: BaseException) -> str:
+    return (
+        f"lm_eval_longctx: error: {str(err).strip() or type(err).__name__}\n"
+        f"(a {type(err).__name__}; {DEBUG_ENV}=1 shows the Python traceback)"
+    )
+
+
+def install_excepthook() -> None:
+    """Print an uncaught error of ours as its message block, without the traceback (idempotent)."""
+    previous = sys.excepthook
+    if getattr(previous, "_lm_eval_longctx", False):
+        return
+
+    def excepthook(kind, value, tb):
+        ours = None if debug_wanted() else user_error(value)
+        if ours is None:
+            return previous(kind, value, tb)
+        print(format_user_error(ours), file=sys.stderr)
+
+    excepthook._lm_eval_longctx = True  # type: ignore[attr-defined]
+    sys.excepthook = excepthook

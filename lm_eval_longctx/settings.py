@@ -4,10 +4,12 @@ all come from it (no lm-eval import).
 
 Parsing is strict, because a typo or a wrong type must never give a different number with exit 0:
 
-* an unknown key is an error that names it and suggests the closest known one. ``--metadata`` reaches
-  every task of a run, so "known" means a setting of some task of this package, a key lm-eval itself puts
-  into the metadata (the YAML's ``version``, the ``--model_args`` keys, registered by the harness glue),
-  or a key the user names in ``other_tasks_keys`` (settings meant for another suite's task in the same run);
+* ``--metadata`` reaches every task of a run, so "known" means a setting of some task of this package, a key
+  lm-eval itself puts into the metadata (the YAML's ``version``, the ``--model_args`` keys, registered by the
+  harness glue), or a key the user names in ``other_tasks_keys``. Any other key is an error, naming it and the
+  known key it resembles, only when it looks like a misspelling of one of ours (:func:`misspelling_of`);
+  otherwise it is left to the other tasks of the run (a stock task such as RULER's ``max_seq_lengths``), with
+  one log line naming it;
 * a value of the wrong type, out of range, NaN or infinite is an error naming the key, the value and
   what is allowed; counts must be whole numbers (``2.5`` and ``True`` are not counts).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +30,12 @@ LM_EVAL_METADATA_KEYS = frozenset({"version", "config_source", "config", "_metad
 # The escape hatch for keys meant for tasks of other suites in the same run (e.g. RULER's
 # max_seq_lengths): listed here, they are accepted and ignored.
 OTHER_TASKS_KEYS = "other_tasks_keys"
+# Keys of the evaluated model's --model_args that our tasks read from the metadata (the forgetting curve's and the
+# gain map's tokenizer and maximum length): a misspelling of one of them is refused like one of a setting.
+MODEL_KEYS_READ = ("pretrained", "revision", "trust_remote_code", "max_length")
 _NONE_WORDS = ("", "none", "null")
+
+log = logging.getLogger("lm_eval_longctx")
 
 
 class SettingsError(ValueError):
@@ -301,6 +309,37 @@ def known_setting_names() -> set[str]:
     return {name for d in DECLARATIONS.values() if d.metadata_keys for name in d.names()}
 
 
+# Sets of unknown keys already named in the log: one line per process and set, not one per task of the run.
+_IGNORED_KEYS_LOGGED: set[tuple[str, ...]] = set()
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Insertions, deletions, substitutions and swaps of two neighbours (optimal string alignment)."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
+def misspelling_of(key: str, names: Iterable[str]) -> str | None:
+    """The name ``key`` looks like a misspelling of, or None. A misspelling differs only in case and separators
+    (``Trunc-Len``), or by at most 2 edits (1 for names of up to 5 characters: ``aplha``, ``trunc_lenn``,
+    ``max_lenght``), or is very close as difflib sees it (ratio >= 0.85: ``trunc_length``). Other suites' keys stay
+    clear of these rules: ``max_seq_lengths`` (ratio 0.8 to ``max_length``), ``num_samples``, ``canonical_task``."""
+    plain = key.strip().lower().replace("-", "_").replace(" ", "_")
+    best: tuple[float, str] | None = None
+    for name in names:
+        distance = _edit_distance(plain, name)
+        ratio = difflib.SequenceMatcher(None, plain, name).ratio()
+        score = (distance - ratio, name)  # the closest one, when several qualify
+        if (distance <= (1 if len(name) <= 5 else 2) or ratio >= 0.85) and (best is None or score < best):
+            best = score
+    return None if best is None else best[1]
+
+
 @dataclass
 class Declaration:
     """The settings of one task (``metadata_keys=True``: read from the harness metadata) or tool."""
@@ -335,6 +374,8 @@ class Declaration:
         return out
 
     def check_unknown_keys(self, md: Mapping) -> None:
+        """Refuse a key that looks like a misspelling of one we know; leave any other unknown key to the other tasks
+        of the run (stock tasks ignore keys they do not know, and ours must not stop a mixed run), saying so once."""
         other = md.get(OTHER_TASKS_KEYS) or []
         if isinstance(other, str):
             other = [k for k in other.split(",") if k.strip()]
@@ -344,16 +385,25 @@ class Declaration:
         known = declared | {OTHER_TASKS_KEYS} | {k.strip() for k in other}
         for keys in EXTERNAL_KEYS.values():
             known |= keys
-        unknown = [k for k in md if k not in known]
-        if unknown:
-            key = unknown[0]
-            close = difflib.get_close_matches(str(key), sorted(declared), n=1, cutoff=0.6)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise SettingsError(
-                f"{self.owner}: unknown setting {key!r} in the task metadata (--metadata, the YAML or "
-                f"--model_args).{hint} Known settings of this task: {', '.join(self.names())}. A key meant "
-                f"for a task of another suite in the same run can be listed in --metadata "
-                f'\'{{"{OTHER_TASKS_KEYS}": ["{key}"]}}\'.'
+        unknown = [str(k) for k in md if k not in known]
+        targets = sorted(declared | {OTHER_TASKS_KEYS, *MODEL_KEYS_READ})
+        for key in unknown:
+            meant = misspelling_of(key, targets)
+            if meant is not None:
+                raise SettingsError(
+                    f"{self.owner}: unknown setting {key!r} in the task metadata (--metadata, the YAML or "
+                    f"--model_args). Did you mean {meant!r}? Known settings of this task: {', '.join(self.names())}. "
+                    f"If the key is meant for a task of another suite in the same run, list it in --metadata "
+                    f'\'{{"{OTHER_TASKS_KEYS}": ["{key}"]}}\'.'
+                )
+        ignored = sorted(unknown)
+        if ignored and tuple(ignored) not in _IGNORED_KEYS_LOGGED:
+            _IGNORED_KEYS_LOGGED.add(tuple(ignored))
+            log.warning(
+                "lm_eval_longctx: metadata key(s) %s: not a setting of any lm_eval_longctx task, so left to the other "
+                "tasks of the run (list them in %s to silence this line)",
+                ", ".join(ignored),
+                OTHER_TASKS_KEYS,
             )
 
     def record(self, values: Mapping) -> dict:

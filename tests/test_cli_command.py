@@ -113,3 +113,51 @@ def test_malformed_json_flag_is_one_line_naming_the_flag(tmp_path, flag):
     assert proc.returncode == 2
     assert f"argument {flag}: not valid JSON" in proc.stderr and "line 1 column" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
+@pytest.mark.parametrize("debug", [False, True])
+def test_our_errors_print_as_one_block_without_traceback(tmp_path, model_dirs, debug):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    if debug:
+        env["LM_EVAL_LONGCTX_DEBUG"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--tasks", "longppl_govreport", "--model", "hf"]
+        + ["--model_args", f"pretrained={model_dirs['a']},dtype=float32", "--device", "cpu"]
+        + ["--metadata", json.dumps({"trunc_lenn": 40})],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert proc.returncode != 0
+    assert "unknown setting 'trunc_lenn'" in proc.stderr and "Did you mean 'trunc_len'?" in proc.stderr
+    if debug:
+        assert "Traceback" in proc.stderr
+    else:
+        assert "Traceback" not in proc.stderr
+        assert "lm_eval_longctx: error: longppl_govreport: unknown setting" in proc.stderr
+        assert "LM_EVAL_LONGCTX_DEBUG=1" in proc.stderr
+
+
+@pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
+def test_every_missing_download_is_named_at_once(tmp_path, model_dirs):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--tasks", "longctx", "--model", "hf"]
+        + ["--model_args", f"pretrained={model_dirs['a']},dtype=float32", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    err = proc.stderr
+    assert "4 of the 4 resources this run fetches cannot be had" in err
+    for name in ("emozilla/pg19-test", "emozilla/govreport-test-tokenized", "NousResearch/Llama-2-7b-hf"):
+        assert name in err
+    assert "meta-llama/Llama-3.1-8B" in err

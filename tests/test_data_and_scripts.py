@@ -56,7 +56,9 @@ def test_precomputed_spans_reproduce_the_evaluator_run(tmp_path, model_dirs, cor
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "precompute_key_spans.py"),
+            "-m",
+            "lm_eval_longctx",  # the installed command a pip user has (scripts/precompute_key_spans.py wraps it)
+            "precompute-spans",
             "--evaluator",
             model_dirs["b"],
             "--out",

@@ -18,7 +18,7 @@ from lm_eval_longctx.engine import scoring as engine
 from lm_eval_longctx.metrics import per_token as metrics
 from lm_eval_longctx.report.pictures import forgetting_curve as plotting
 from tests import tiny
-from tests.harness_utils import run_task
+from tests.harness_utils import json_numbers, run_task, save_like_lm_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "forgetting_curve"
@@ -324,7 +324,37 @@ def test_results_table_lists_the_curve_in_length_order(run):
     # docs are sample-major and responses are one-line summaries
     samples = sorted(run["samples"][TASK], key=lambda s: s["doc_id"])
     assert [(s["doc"]["sample"], s["doc"]["length"]) for s in samples] == [(k, x) for k in range(2) for x in LENGTHS]
-    assert "CurveSampleScore(copy, l=8, acc=" in str(samples[0]["resps"]) and len(str(samples[0]["resps"])) < 200
+    assert json.loads(str(samples[0]["resps"][0][0]))["mode"] == "copy" and len(str(samples[0]["resps"])) < 200
+
+
+@pytest.mark.integration
+def test_samples_file_holds_per_length_hits_and_counts(run, tmp_path):
+    """What `lm_eval --log_samples` writes per (sample, length): the accuracies and memory-length items as JSON
+    numbers, each response's scored tokens and greedy hits as a JSON summary, and a target naming what is
+    predicted."""
+    _, files = save_like_lm_eval(run, tmp_path)
+    lines = sorted(files[TASK], key=lambda x: x["doc_id"])
+    assert len(lines) == LIMIT and all(len(json.dumps(x)) < 20_000 for x in lines)
+    for line in lines:
+        length, start = line["doc"]["length"], line["doc"]["start"]
+        name = f"{length:05d}"
+        numbers = [m for m in line["metrics"] if m != "skipped_lengths"]  # skipped_lengths: (length, reason text)
+        assert all(json_numbers(line[m]) for m in numbers) and line["skipped_lengths"] == [length, ""]
+        copy, lm = (json.loads(r[0]) for r in line["resps"])
+        for summary, mode in ((copy, "copy"), (lm, "lm")):
+            assert summary == {
+                "mode": mode,
+                "length": length,
+                "n_scored": (length + 1) // 2,
+                "n_correct": summary["n_correct"],
+            }
+        assert line[f"copy_acc@{name}"] == copy["n_correct"] / copy["n_scored"]
+        assert line[f"lm_acc@{name}"] == lm["n_correct"] / lm["n_scored"]
+        assert line["fine_memory_length"] == [length, line[f"copy_acc@{name}"], line[f"lm_acc@{name}"]]
+        assert line["target"] == (
+            f"greedy predictions of the last {(length + 1) // 2} tokens of S = stream[{start}:{start + length}], "
+            "read after S (copy) and after unrelated text (lm)"
+        )
 
 
 @pytest.mark.integration
@@ -447,7 +477,7 @@ def test_default_lengths_fit_the_model_and_beyond_needs_a_request(trained_dir, c
     gaps = {x: r[f"copy_acc@{x:05d},none"] - r[f"lm_acc@{x:05d},none"] for x in lengths}
     assert r["coarse_memory_length,none"] == max([x for x in lengths if gaps[x] > 0.01], default=0)
     longest = [s for s in res["samples"][TASK] if s["doc"]["length"] == 40][0]
-    assert "n=20)" in str(longest["resps"])  # 83-token samples scored whole, not left-truncated
+    assert json.loads(str(longest["resps"][0][0]))["n_scored"] == 20  # 83-token samples scored whole, not cut
 
 
 # ---------------------------------------------------------------- plots
@@ -488,3 +518,57 @@ def test_png_beside_saved_results_and_plot_script(run, tmp_path):
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
     )
     assert out.exists() and out.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------- the picture, from curves (no model)
+
+
+def _curve(fine, coarse, lengths=(16, 64, 256, 1024)):
+    lengths = np.array(lengths, dtype=np.int64)
+    n = len(lengths)
+    copy, lm, std = np.linspace(1.0, 0.3, n), np.full(n, 0.03), np.full(n, 0.08)
+    return plotting.ForgettingCurve(
+        "m", lengths, copy, std, lm, std, np.zeros(n, bool), fine, coarse, None, "geometric"
+    )
+
+
+def _legend(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def _region_spans(ax, name):
+    return [p for p in ax.patches if p.get_label().startswith(name)]
+
+
+def test_picture_draws_amnesia_only_where_a_length_was_tested_beyond_memory():
+    pytest.importorskip("matplotlib")
+    forgets = plotting.forgetting_curve_figure([_curve(64, 256)]).axes[0]
+    assert "amnesia (> 256)" in _legend(forgets) and len(_region_spans(forgets, "amnesia")) == 1
+    assert "fine-grained memory (<= 64)" in _legend(forgets) and "coarse-grained memory (<= 256)" in _legend(forgets)
+    # memory up to the longest length tested: no amnesia drawn or named, and the memory length is a lower bound
+    remembers = plotting.forgetting_curve_figure([_curve(1024, 1024)]).axes[0]
+    assert not [t for t in _legend(remembers) if t.startswith("amnesia")] and not _region_spans(remembers, "amnesia")
+    assert "fine-grained memory (<= 1024, longest tested)" in _legend(remembers)
+    # no memory at all: amnesia everywhere
+    blank = plotting.forgetting_curve_figure([_curve(None, None)]).axes[0]
+    assert _legend(blank)[-1] == "amnesia" and len(_region_spans(blank, "amnesia")) == 1
+
+
+@pytest.mark.parametrize("log_x", [True, False])
+def test_picture_shows_the_first_and_last_points_and_their_bands_whole(log_x):
+    pytest.importorskip("matplotlib")
+    curve = _curve(64, 256)
+    fig = plotting.forgetting_curve_figure([curve], log_x=log_x)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    box = ax.get_window_extent()
+    points = [line for line in ax.get_lines() if line.get_marker() in ("o", "s")]
+    assert len(points) == 2
+    for line in points:
+        radius = (line.get_markersize() / 2 + line.get_markeredgewidth()) * fig.dpi / 72
+        x = ax.transData.transform(line.get_xydata())[:, 0]
+        assert x.min() - radius > box.x0 and x.max() + radius < box.x1, (log_x, x, box)
+    low, high = ax.get_ylim()  # the LM band dips below 0 and the copy band rises above 1: both inside
+    assert low < (curve.lm_mean - curve.lm_std).min() and high > (curve.copy_mean + curve.copy_std).max()
+    if log_x:  # the tested lengths as ticks, in plain numbers
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "64", "256", "1024"]

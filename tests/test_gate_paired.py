@@ -413,7 +413,9 @@ def test_paired_gate_on_real_lm_eval_log_samples_output(tmp_path, model_dirs, co
     docs = write_docs(tmp_path / "docs.jsonl", [t[i : i + 700] for t in corpus_texts[:6] for i in (0, 1500)])
     lm_eval_run(model_dirs["a"], docs, tmp_path / "base", tmp_path)
     lm_eval_run(noisy, docs, tmp_path / "run", tmp_path)
-    assert list((tmp_path / "run").rglob(f"samples_{TASK}_*.jsonl"))
+    (samples,) = (tmp_path / "run").rglob(f"samples_{TASK}_*.jsonl")
+    line = json.loads(samples.read_text().splitlines()[0])
+    assert json.loads(line["resps"][0][0])["long_scored"] == line["ppl"][1]  # this version's lines, read below
 
     code = main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "base"), "--n-resamples", "2000"])
     out = capsys.readouterr().out
@@ -480,6 +482,46 @@ def test_samples_without_a_metrics_list_are_read_from_their_fields(tmp_path):
     )
     s = paired.read_samples(f)
     assert set(s.docs[("none", 0)][1]) == {"ppl", "longppl", "n_key_tokens", "key_token_fraction"}
+
+
+def give_responses(samples: Path, line_format: str) -> None:
+    """Give a fabricated longppl samples file the responses and target a real run writes: ``old`` as this suite
+    wrote them before (a repr string, an empty target), ``new`` as now (JSON text, what is predicted)."""
+    records = [json.loads(x) for x in samples.read_text().splitlines()]
+    for rec in records:
+        nll_sum, n = rec["ppl"]
+        if line_format == "old":
+            response, target = f"SequenceScores(n={n + 1}, long_nll={nll_sum / n:.4f})", ""
+        else:
+            summary = {"n_tokens": n + 1, "long_scored": n, "long_nll_sum": nll_sum, "long_greedy_hits": 0}
+            response = json.dumps(summary, separators=(",", ":"))
+            target = "every token of doc.text but the first, each predicted from all the tokens before it"
+        target_hash = hashlib.sha256(target.encode("utf-8")).hexdigest()
+        rec.update(resps=[[response]], filtered_resps=[response], target=target, target_hash=target_hash)
+    samples.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+
+
+@pytest.mark.parametrize("run_format,base_format", [("new", "new"), ("old", "old"), ("new", "old")])
+def test_samples_files_of_earlier_versions_are_read_like_new_ones(tmp_path, capsys, run_format, base_format):
+    """Earlier samples files differ in `resps` and `target` only, which the gate does not read: the same values,
+    the same paired verdict, whichever version wrote the run's and the baseline's file."""
+    base, run = corpus(), corpus(shift=0.03, noise=0.005)
+    args = ["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "base"), "--n-resamples", "2000"]
+    assert run_gate(tmp_path, run, base, "--n-resamples", "2000") == 1
+    rows_from_values = rows_of(capsys.readouterr().out)
+    for who, line_format, per_doc, date_id in (
+        ("run", run_format, run, DATE_RUN),
+        ("base", base_format, base, DATE_BASE),
+    ):
+        samples = tmp_path / who / f"samples_{TASK}_{date_id}.jsonl"
+        give_responses(samples, line_format)
+        read = paired.read_samples(samples)
+        for metric, values in per_doc.items():
+            assert read.values(metric) == dict(enumerate(values))
+    assert main(args) == 1
+    rows = rows_of(capsys.readouterr().out)
+    assert rows == rows_from_values
+    assert rows[f"{TASK}/ppl"][5] == "paired (40 docs, token_weighted_perplexity)"
 
 
 def write_forgetting_curve_run(folder: Path, copy_p: dict, date_id: str, samples_per_length=8, seed=0):

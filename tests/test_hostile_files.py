@@ -244,3 +244,14 @@ def test_samples_lines_end_at_newline_only(tmp_path):
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     samples = paired.read_samples(path)
     assert samples.values("ppl") == {0: [1.0, 3], 1: [2.0, 3], 2: [3.0, 3]}
+
+
+def test_predict_only_placeholder_is_not_a_metric():
+    """--predict_only results hold lm-eval's `bypass` 999 for every task: no tool may read it as a measurement."""
+    from lm_eval_longctx.report import results
+
+    data = {
+        "results": {"longppl_govreport": {"bypass,none": 999, "bypass_stderr,none": "N/A", "alias": "x"}},
+        "higher_is_better": {"longppl_govreport": {"bypass": True}},
+    }
+    assert results.metrics_of(data, "f.json") == {}

@@ -83,7 +83,7 @@ def _target_layer(target: str) -> str | None:
     first = rest.split(".")[0]
     if first in BASICS:
         return "basics"
-    if first in ("cli", "__main__", "suite"):
+    if first in ("cli", "__main__", "suite", "precompute"):
         return "entry"
     return first
 

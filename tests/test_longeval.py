@@ -17,7 +17,7 @@ from lm_eval_longctx.engine import scoring as engine
 from lm_eval_longctx.metrics import per_token as metrics
 from lm_eval_longctx.report.pictures import longeval as longeval_plot
 from tests import tiny
-from tests.harness_utils import run_task
+from tests.harness_utils import json_numbers, run_task, save_like_lm_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference-data" / "longeval-lines"
@@ -309,7 +309,7 @@ def test_perplexities_equal_brute_force(ppl_run, model_dirs):
     rec = ppl_run["configs"]["longeval_lines_ppl"]["metadata"]["longctx_settings"]
     assert rec["num_lines"] == NUM_LINES and rec["source"]["seed"] == 0
     assert rec["data"]["cases_per_num_lines"] == {"4": 2, "11": 2} and len(rec["data"]["prompts_sha256"]) == 64
-    assert "AnswerScores(n=" in str(samples[0]["resps"]) and len(str(samples[0]["resps"])) < 200
+    assert json.loads(str(samples[0]["resps"][0][0]))["skipped"] is False and len(str(samples[0]["resps"])) < 200
 
 
 @pytest.mark.integration
@@ -320,19 +320,30 @@ def test_over_long_prompts_are_an_error(model_dirs):
         run_task("longeval_lines_acc", model_dirs["a"], MD, model_args={"max_length": 200}, gen_kwargs="max_gen_toks=2")
 
 
-@pytest.mark.integration
-def test_acc_through_generate_until_and_skips_recorded(ppl_run, model_dirs):
-    """The group with a maximum between the two configurations' lengths: short cases are scored,
-    long ones recorded as skipped (never cut)."""
+def prompt_length_cut(ppl_run) -> int:
+    """A model maximum between the two configurations' prompt lengths."""
     r_ppl = ppl_run["results"]["longeval_lines_ppl"]
-    cut = int((r_ppl["prompt_tokens_0004,none"] + r_ppl["prompt_tokens_0011,none"]) / 2)
-    res = run_task(
+    return int((r_ppl["prompt_tokens_0004,none"] + r_ppl["prompt_tokens_0011,none"]) / 2)
+
+
+@pytest.fixture(scope="module")
+def skip_run(ppl_run, model_dirs):
+    """The group with a maximum between the two configurations' lengths, over-long cases skipped."""
+    return run_task(
         "longeval_lines",
         model_dirs["a"],
         {**MD, "over_length": "skip"},
-        model_args={"max_length": cut},
+        model_args={"max_length": prompt_length_cut(ppl_run)},
         gen_kwargs="max_gen_toks=6",
     )
+
+
+@pytest.mark.integration
+def test_acc_through_generate_until_and_skips_recorded(skip_run, ppl_run):
+    """The group with a maximum between the two configurations' lengths: short cases are scored,
+    long ones recorded as skipped (never cut)."""
+    r_ppl = ppl_run["results"]["longeval_lines_ppl"]
+    res = skip_run
     ppl, acc = res["results"]["longeval_lines_ppl"], res["results"]["longeval_lines_acc"]
     for r in (ppl, acc):
         assert r["skipped_0004,none"] == 0.0 and r["skipped_0011,none"] == 1.0
@@ -345,6 +356,42 @@ def test_acc_through_generate_until_and_skips_recorded(ppl_run, model_dirs):
     samples = res["samples"]["longeval_lines_acc"]
     generated = [s for s in samples if s["doc"]["num_lines"] == 4]
     assert len(generated) == 2 and all(isinstance(s["filtered_resps"][1], str) for s in generated)
+
+
+@pytest.mark.integration
+def test_samples_files_hold_the_expected_number_and_per_case_numbers(skip_run, ppl_run, tmp_path):
+    """What `lm_eval --log_samples` writes per case: accuracy's target is the expected number, perplexity's the
+    reference response; the values are JSON numbers and each response a JSON summary (counts, NLL sum), skipped
+    cases included."""
+    _, files = save_like_lm_eval(skip_run, tmp_path)
+    limit = prompt_length_cut(ppl_run) - 6
+    acc = sorted(files["longeval_lines_acc"], key=lambda x: x["doc_id"])
+    ppl = sorted(files["longeval_lines_ppl"], key=lambda x: x["doc_id"])
+    assert len(acc) == len(ppl) == 4 and all(len(json.dumps(x)) < 20_000 for x in acc + ppl)
+    for line in acc + ppl:
+        assert all(json_numbers(line[m]) for m in line["metrics"])
+    for line in acc:
+        doc, key = line["doc"], f"{line['doc']['num_lines']:04d}"
+        assert line["target"] == str(doc["expected_number"])
+        length = json.loads(line["resps"][0][0])
+        assert length == {"n_tokens": length["n_tokens"], "limit": limit, "skipped": doc["num_lines"] == 11}
+        if length["skipped"]:
+            assert line[f"skipped_{key}"] == 1.0 and "acc" not in line
+        else:
+            assert line[f"prompt_tokens_{key}"] == length["n_tokens"] <= limit
+            assert isinstance(line["resps"][1][0], str)  # the generated text, as generated
+            assert line["acc"] == float(longeval_data.last_integer(line["resps"][1][0]) == doc["expected_number"])
+    for line in ppl:
+        doc, key = line["doc"], f"{line['doc']['num_lines']:04d}"
+        assert line["target"] == doc["response"]
+        scores = json.loads(line["resps"][0][0])
+        if doc["num_lines"] == 11:
+            assert scores == {"n_tokens": scores["n_tokens"], "prompt_tokens": scores["prompt_tokens"], "skipped": True}
+            continue
+        assert scores["skipped"] is False and scores["prompt_tokens"] == line[f"prompt_tokens_{key}"]
+        (answer_nll, n_answer), (other_nll, n_other) = line["answer_ppl"], line["non_answer_ppl"]
+        assert scores["response_tokens"] == n_answer + n_other
+        assert scores["response_nll_sum"] == pytest.approx(answer_nll + other_nll, rel=1e-12)
 
 
 def test_acc_scores_the_last_integer_of_the_output():
@@ -439,3 +486,31 @@ def test_plot_from_results(ppl_run, tmp_path):
     out = tmp_path / "fig.png"
     assert script.main([str(path), str(path), "--labels", "run a", "run b", "--out", str(out)]) == 0
     assert out.stat().st_size > 10_000
+
+
+def test_picture_names_the_model_and_draws_flat_perplexities_flat():
+    pytest.importorskip("matplotlib")
+    results = {
+        "model_name": "/home/me/src/lm_eval_longctx/demo/assets/model",
+        "results": {
+            "longeval_lines_acc": {"acc_0004,none": 1.0, "acc_0011,none": 1.0},
+            "longeval_lines_ppl": {
+                # every answer found: perplexities within 1e-6 of 1
+                "answer_ppl_0004,none": 1.000001,
+                "answer_ppl_0011,none": 1.0000005,
+                "non_answer_ppl_0004,none": 68.0,
+                "non_answer_ppl_0011,none": 37.0,
+                "prompt_tokens_0004,none": 290.0,
+                "prompt_tokens_0011,none": 415.0,
+            },
+        },
+    }
+    label = longeval_plot.run_label(results, "fallback")
+    assert label == "demo model (lm_eval_longctx)"
+    fig = longeval_plot.longeval_figure({label: longeval_plot.curves_from_results(results)})
+    fig.canvas.draw()
+    assert fig.get_suptitle() == "LongEval lines: demo model (lm_eval_longctx)"
+    answer_ppl = fig.axes[2]  # the twin axis of panel (b)
+    low, high = answer_ppl.get_ylim()
+    assert answer_ppl.yaxis.get_offset_text().get_text() == ""  # plain ticks, no "1e-6 + 1.000001"
+    assert high - low >= 0.02 and low < 1.0 < high

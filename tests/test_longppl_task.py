@@ -1,5 +1,6 @@
 """longppl_govreport through the harness, against brute force and the LongPPL reference package."""
 
+import json
 import math
 import warnings
 
@@ -8,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lm_eval_longctx.keytokens import span_files
-from tests.harness_utils import run_task, write_docs
+from tests.harness_utils import json_numbers, run_task, save_like_lm_eval, write_docs
 
 # runs the harness, a subprocess or the demo: left out of the fast subset (-m 'not integration')
 pytestmark = pytest.mark.integration
@@ -168,9 +169,34 @@ def test_settings_and_provenance_are_in_the_results(evaluator_run, model_dirs):
     assert rec["key_source"] == "evaluator" and rec["evaluator"] == model_dirs["b"]
     assert len(rec["data"]["texts_sha256"]) == 64
     assert "longppl_soft,none" in res["results"][TASK]
-    # compact samples: responses are summaries, not per-token arrays
-    s = res["samples"][TASK][0]
-    assert len(str(s["resps"])) < 200 and "SequenceScores(n=" in str(s["resps"])
+
+
+def test_samples_file_holds_per_document_numbers(evaluator_run, tmp_path):
+    """What `lm_eval --log_samples` writes per document: the counts and NLL sums as JSON numbers, each response a
+    JSON summary (no per-token array), and a target that says what is predicted."""
+    res, _, _ = evaluator_run
+    _, files = save_like_lm_eval(res, tmp_path)
+    lines = sorted(files[TASK], key=lambda x: x["doc_id"])
+    assert len(lines) == 4 and all(len(json.dumps(x)) < 20_000 for x in lines)
+    for line in lines:
+        assert set(line["metrics"]) == {"longppl", "longppl_soft", "ppl", "key_token_fraction", "n_key_tokens"}
+        assert all(json_numbers(line[m]) for m in line["metrics"])
+        nll_sum, n_tokens = line["ppl"]
+        assert isinstance(n_tokens, int) and line["longppl"][1] == line["n_key_tokens"] == line["key_token_fraction"][0]
+        assert line["key_token_fraction"][1] == n_tokens
+        (response,) = line["resps"][0]  # lm-eval writes str() of each response: here JSON text
+        assert line["filtered_resps"] == [response]
+        summary = json.loads(response)
+        # the engine's sums and counts are the per-document values of ppl, to the bit
+        assert summary == {
+            "n_tokens": n_tokens + 1,
+            "long_scored": n_tokens,
+            "long_nll_sum": nll_sum,
+            "long_greedy_hits": summary["long_greedy_hits"],
+        }
+        assert 0 <= summary["long_greedy_hits"] <= n_tokens
+        assert line["target"].startswith("every token of doc.text but the first")
+    assert lines[-1]["longppl"] == [0.0, 0]  # "short document.": no key tokens
 
 
 def test_spans_are_cached_and_reusable_as_a_spans_dir(evaluator_run, brute, model_dirs, docs, tmp_path):

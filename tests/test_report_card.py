@@ -527,3 +527,39 @@ def test_ten_checkpoints_build_quickly_without_torch(tmp_path):
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["heavy"] == [] and res["runs"] == 10 and res["checkpoints"]
     assert res["seconds"] < 60, res
+
+
+# ----------------------------------------------------------------------------------------------- model names
+
+
+@pytest.mark.parametrize(
+    "recorded, shown",
+    [
+        ("/work/main/lm_eval_longctx/demo/assets/model", "demo model (lm_eval_longctx)"),  # the packaged demo model
+        ("/venv/lib/python3.11/site-packages/lm_eval_longctx/demo/assets/model/", "demo model (lm_eval_longctx)"),
+        ("Qwen/Qwen2-7B", "Qwen/Qwen2-7B"),  # hub ids as they are
+        ("org/run/checkpoint-1200", "org/run/checkpoint-1200"),
+        ("/data/models/Llama-3-8B", "Llama-3-8B"),  # a local folder: its name
+        ("./out/llama", "llama"),
+        ("~/models/mistral-7b", "mistral-7b"),
+        ("C:\\models\\phi-2", "phi-2"),
+        ("/runs/exp1/checkpoint-1000", "exp1/checkpoint-1000"),  # a checkpoint keeps its training run
+        ("/runs/exp1/global_step500/", "exp1/global_step500"),
+    ],
+)
+def test_one_model_name_in_every_picture_and_on_the_page(tmp_path, recorded, shown):
+    from lm_eval_longctx.report.pictures import forgetting_curve, gain_map, longeval, names
+
+    assert names.display_name(recorded) == shown
+    data = results_json(recorded)
+    assert forgetting_curve.curve_from_results(data, "forgetting_curve").label == shown
+    assert gain_map.map_from_results(data, "retrieval_gain_map").label == shown
+    assert longeval.run_label(data, "fallback") == shown
+    write_results(tmp_path / "out", data)
+    assert [r.label for r in report_card.load_runs([tmp_path / "out"])] == [shown]
+    # without model_name: pretrained= of the model_args, as a string or a dict; else the fallback
+    del data["model_name"]
+    assert names.model_label(data) == shown
+    data["config"]["model_args"] = {"pretrained": recorded}
+    assert names.model_label(data) == shown
+    assert names.model_label({"config": {}}, "fallback") == "fallback"

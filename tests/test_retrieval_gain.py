@@ -1,5 +1,6 @@
 """retrieval_gain: the prefix-sharing engine and the task against one full forward per request."""
 
+import json
 import math
 from fractions import Fraction
 
@@ -10,7 +11,7 @@ import torch
 from lm_eval_longctx.engine import scoring as engine
 from lm_eval_longctx.harness import glue as harness
 from lm_eval_longctx.tasks import retrieval_gain as rg
-from tests.harness_utils import run_task, write_docs
+from tests.harness_utils import json_numbers, run_task, save_like_lm_eval, write_docs
 from tests.test_longppl_task import load
 from tests.tiny import tiny_llama
 
@@ -172,9 +173,14 @@ def brute_force_task(model_dir, texts, doc_tokens, q, r, separator):
     return np.array(per_doc)
 
 
+@pytest.fixture(scope="module")
+def harness_run(model_dirs, docs):
+    return run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD})
+
+
 @pytest.mark.integration
-def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
-    res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD})
+def test_task_equals_brute_force_through_the_harness(harness_run, model_dirs, docs):
+    res = harness_run
     expected = brute_force_task(model_dirs["a"], docs[0], 400, 8, 6, "\n")
     r = res["results"][TASK]
     for col, name in enumerate(("retrieval_gain", "nll_with", "nll_without")):
@@ -185,10 +191,31 @@ def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
     samples = sorted(res["samples"][TASK], key=lambda s: s["doc_id"])
     for s, row in zip(samples, expected):
         assert s["retrieval_gain"] == pytest.approx(row[0], abs=TOL)
-        assert "RetrievalScores(doc_tokens=400/" in str(s["resps"])
     rec = res["configs"][TASK]["metadata"]["longctx_settings"]
     assert rec["doc_tokens"] == 400 and rec["separator"] == "\n" and rec["bos"] == "auto"
     assert len(rec["data"]["texts_sha256"]) == 64
+
+
+@pytest.mark.integration
+def test_samples_file_holds_per_anchor_gains(harness_run, tmp_path):
+    """What `lm_eval --log_samples` writes per document: its mean gain and NLLs as JSON numbers, the response as a
+    JSON summary with the token counts and per anchor the NLLs and the gain, and a target naming what is
+    predicted."""
+    _, files = save_like_lm_eval(harness_run, tmp_path)
+    lines = sorted(files[TASK], key=lambda x: x["doc_id"])
+    assert len(lines) == 3 and all(len(json.dumps(x)) < 20_000 for x in lines)
+    for line in lines:
+        assert set(line["metrics"]) == {"retrieval_gain", "nll_with", "nll_without"}
+        assert all(json_numbers(line[m]) for m in line["metrics"])
+        summary = json.loads(line["resps"][0][0])
+        assert line["filtered_resps"] == line["resps"][0]
+        assert summary["n_doc_tokens"] == 400 and summary["n_source_tokens"] >= 400
+        assert summary["answer_tokens"] == 6 and len(summary["anchors"]) == 2
+        for key in ("anchors", "nll_with", "nll_without", "gain"):
+            assert json_numbers(summary[key]) and len(summary[key]) == 2
+        for key, metric in (("gain", "retrieval_gain"), ("nll_with", "nll_with"), ("nll_without", "nll_without")):
+            assert float(np.mean(summary[key])) == line[metric]  # the document's value is the mean over anchors
+        assert line["target"].startswith("the answer tokens after each anchor's query in doc.text")
 
 
 @pytest.mark.integration

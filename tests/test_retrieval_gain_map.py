@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from lm_eval_longctx.metrics import gain_map as gainmap
 from lm_eval_longctx.report.pictures import gain_map as gain_map_pictures
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import retrieval_gain_map as rgm
-from tests.harness_utils import run_task, write_docs
+from tests.harness_utils import json_numbers, run_task, save_like_lm_eval, write_docs
 from tests.test_longppl_task import load
 from tests.test_retrieval_gain import brute_last
 from tests.tiny import tiny_llama
@@ -277,9 +278,14 @@ def test_serve_mixed_requests_score_each_with_its_own_answer_length(model_dirs, 
         np.testing.assert_allclose(scores.gain(), brute_force_map(model_dirs["a"], docs[0][:1], md)[0], atol=TOL)
 
 
+@pytest.fixture(scope="module")
+def harness_run(model_dirs, docs):
+    return run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD})
+
+
 @pytest.mark.integration
-def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
-    res = run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD})
+def test_task_equals_brute_force_through_the_harness(harness_run, model_dirs, docs):
+    res = harness_run
     expected = brute_force_map(model_dirs["a"], docs[0], MD)
     r = res["results"][TASK]
     for i, L in enumerate(MD["context_lengths"]):
@@ -301,7 +307,30 @@ def test_task_equals_brute_force_through_the_harness(model_dirs, docs):
     rec = res["configs"][TASK]["metadata"]["longctx_settings"]
     assert rec["lengths_used"] == [60, 120, 240] and rec["depths"] == [0, 50, 100] and rec["separator"] == "\n"
     assert rec["effective_fraction"] == 0.5 and rec["runtime"]["chunk_size"] == 32
-    assert "GainMapScores(tokens=" in str(res["samples"][TASK][0]["resps"])
+
+
+@pytest.mark.integration
+def test_samples_file_holds_per_cell_values(harness_run, tmp_path):
+    """What `lm_eval --log_samples` writes per document: the cells' gains as JSON numbers, the response as a JSON
+    summary with the token counts, the ladder and per cell the NLLs and the gain, and a target naming what is
+    predicted."""
+    _, files = save_like_lm_eval(harness_run, tmp_path)
+    lines = sorted(files[TASK], key=lambda x: x["doc_id"])
+    assert len(lines) == 3 and all(len(json.dumps(x)) < 20_000 for x in lines)
+    for line in lines:
+        assert all(json_numbers(line[m]) for m in line["metrics"])
+        summary = json.loads(line["resps"][0][0])
+        assert summary["lengths"] == MD["context_lengths"] and summary["depths"] == MD["depths"]
+        assert summary["answer_tokens"] == 5 and summary["anchors_per_cell"] == 1
+        assert summary["n_source_tokens"] >= 240 and summary["n_with_tokens"] > 240
+        for key in ("nll_with", "nll_without", "gain"):
+            assert json_numbers(summary[key]) and np.shape(summary[key]) == (3, 3)
+        for i, L in enumerate(MD["context_lengths"]):
+            for j, d in enumerate(MD["depths"]):
+                assert summary["gain"][i][j] == line[f"gain@L{L:05d}_d{d:03d}"]
+                nll_change = summary["nll_without"][i][j] - summary["nll_with"][i][j]
+                assert nll_change == pytest.approx(summary["gain"][i][j], abs=1e-9)
+        assert line["target"].startswith("per cell (L, depth): the answer tokens after each anchor's query")
 
 
 @pytest.mark.integration
@@ -423,3 +452,74 @@ def test_known_answer_variants(tmp_path, first_model_variants):
     for metric in ("effective_length", "effective_length_abs"):
         assert r["long"][f"{metric},none"] > r["short"][f"{metric},none"] > r["none"][f"{metric},none"], metric
     assert r["long"]["effective_length,none"] == 4096 and r["none"]["effective_length,none"] == 0
+
+
+# ------------------------------------------------------------------ the picture, from a map (no model)
+
+
+def _map(lengths, depths, effective, effective_abs, seed=0):
+    gain = np.random.default_rng(seed).uniform(-3.0, 6.0, (len(lengths), len(depths)))
+    return gain_map_pictures.GainMap(
+        "m", np.array(lengths), np.array(depths), gain, np.zeros_like(gain), effective, effective_abs, 0.5, 0.5
+    )
+
+
+def _legend(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def _mark_xs(ax):
+    """Display x of the effective-length lines (the only lines of a panel)."""
+    return sorted(float(line.get_transform().transform((line.get_xdata()[0], 0))[0]) for line in ax.get_lines())
+
+
+LADDER, GRID = [256, 512, 1024, 2048, 4096], list(range(0, 100, 10))
+
+
+def test_picture_marks_effective_lengths_inside_the_axes_and_names_them():
+    pytest.importorskip("matplotlib")
+    # both effective lengths at the longest length: their cell edge is the axes' right border
+    m = _map(LADDER, GRID, 4096, 4096)
+    m.gain[2, 3] = np.nan
+    fig = gain_map_pictures.gain_map_figure([m])
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    box, half_width = ax.get_window_extent(), gain_map_pictures._MARK_WIDTH_PT / 2 * fig.dpi / 72
+    xs = _mark_xs(ax)
+    assert len(xs) == 2 and box.x0 < xs[0] - half_width and xs[1] + half_width < box.x1 - 1  # inside, off the border
+    assert xs[1] - xs[0] > 2 * half_width  # side by side, not on top of each other
+    assert _legend(ax) == [
+        "effective length 4096 (gain > 0.5 × gain at 256)",
+        "absolute effective length 4096 (gain > 0.5)",
+        "no value in the results",
+    ]
+    # inside the map: each line on the right edge of its length's cell (every cell left of it passes)
+    m = _map(LADDER, GRID, 512, 2048)
+    fig = gain_map_pictures.gain_map_figure([m])
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    edges = [ax.transData.transform((math.sqrt(a * b), 50))[0] for a, b in ((512, 1024), (2048, 4096))]
+    assert _mark_xs(ax) == pytest.approx(edges, abs=0.5)
+    # none: named in the legend, nothing drawn
+    ax = gain_map_pictures.gain_map_figure([_map(LADDER, GRID, None, None)]).axes[0]
+    assert not ax.get_lines() and _legend(ax) == [
+        "effective length: none (no length passes gain > 0.5 × gain at 256)",
+        "absolute effective length: none (no length passes gain > 0.5)",
+    ]
+
+
+def test_picture_prints_cell_values_readably_or_not_at_all():
+    pytest.importorskip("matplotlib")
+    fig = gain_map_pictures.gain_map_figure([_map(LADDER, GRID, 1024, 1024), _map(LADDER, GRID, 512, 4096, seed=1)])
+    fig.canvas.draw()
+    for ax in fig.axes[:2]:
+        assert len(ax.texts) == len(LADDER) * len(GRID)
+        cell_w = abs(float(np.diff(ax.transData.transform([(362, 0), (724, 0)])[:, 0])[0]))  # one cell's width
+        for t in ax.texts:
+            assert t.get_fontsize() >= 8 and re.fullmatch(r"-?\d+\.\d\d", t.get_text())
+            assert t.get_window_extent().width < cell_w
+    # a grid too fine for 8 pt: the values are left out, and the legend says so
+    dense = _map([2**k for k in range(7, 19)], list(range(0, 101, 2)), 1024, None)
+    ax = gain_map_pictures.gain_map_figure([dense]).axes[0]
+    assert not ax.texts and "cells too small to print their values" in _legend(ax)
+    assert len(ax.get_yticks()) <= 21  # depth ticks thinned to what fits beside the rows

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from lm_eval_longctx import output_dirs
+from lm_eval_longctx import settings as settings_module
 from lm_eval_longctx.harness import glue as harness
 from lm_eval_longctx.keytokens import cache as span_cache
 from lm_eval_longctx.keytokens import evaluator as key_tokens
@@ -73,10 +74,59 @@ def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
     assert declarations.LONGPPL.parse(md)["trunc_len"] == 4096
     # a setting of another task of the suite (one --metadata reaches every task of a run)
     assert declarations.LONGPPL.parse({"lengths": [8, 16]})["trunc_len"] == 4096
-    # a key for another suite's task is accepted only when named
-    with pytest.raises(SettingsError, match="max_seq_lengths"):
-        declarations.LONGPPL.parse({"max_seq_lengths": [4096]})
+    # a key for another suite's task is left to it (a log line), or named in other_tasks_keys (no line)
+    assert declarations.LONGPPL.parse({"max_seq_lengths": [4096]})["trunc_len"] == 4096
     declarations.LONGPPL.parse({"max_seq_lengths": [4096], "other_tasks_keys": ["max_seq_lengths"]})
+
+
+@pytest.mark.parametrize(
+    "typo, meant",
+    [
+        ("trunc_lenn", "trunc_len"),
+        ("aplha", "alpha"),
+        ("max_lenght", "max_length"),
+        ("evaluater", "evaluator"),
+        ("trunc_length", "trunc_len"),
+        ("Trunc-Len", "trunc_len"),
+        ("betta", "beta"),
+        ("other_task_keys", "other_tasks_keys"),
+    ],
+)
+def test_a_misspelling_of_our_key_is_refused_naming_the_key_meant(typo, meant):
+    harness.install()
+    with pytest.raises(SettingsError, match=rf"unknown setting '{typo}'.*Did you mean '{meant}'\?.*other_tasks_keys"):
+        declarations.LONGPPL.parse({typo: 1})
+
+
+# keys of other suites' tasks (RULER, lm-eval's own YAMLs): none is close to one of ours
+OTHER_SUITES_KEYS = [
+    "max_seq_lengths",
+    "num_samples",
+    "canonical_task",
+    "task_pretty_name",
+    "description",
+    "sampler",
+    "samples",
+    "ignore_case",
+    "num_fewshot",
+    "qa_split",
+    "dataset_name",
+    "chat_template",
+    "max_new_tokens",
+    "seq_lengths",
+]
+
+
+def test_keys_of_other_suites_are_left_to_their_tasks_with_one_line(caplog, monkeypatch):
+    harness.install()
+    monkeypatch.setattr(settings_module, "_IGNORED_KEYS_LOGGED", set())
+    md = {k: 1 for k in OTHER_SUITES_KEYS} | {"tokenizer": "x", "pretrained": "y"}
+    with caplog.at_level("WARNING", logger="lm_eval_longctx"):
+        declarations.LONGPPL.parse(md)
+        declarations.FORGETTING_CURVE.parse(md)  # a second task of the run: no second line
+    lines = [r.getMessage() for r in caplog.records if "left to the other tasks" in r.getMessage()]
+    assert len(lines) == 1 and all(k in lines[0] for k in OTHER_SUITES_KEYS)
+    assert "tokenizer" not in lines[0] and "pretrained" not in lines[0]
 
 
 BAD_VALUES = [
@@ -515,7 +565,7 @@ def test_an_evaluator_that_cannot_be_had_gives_one_clear_message(docs, model_dir
 def test_a_dataset_that_cannot_be_had_names_it_and_the_ways_out(model_dirs):
     from lm_eval_longctx.errors import ResourceUnavailableError
 
-    with pytest.raises(ResourceUnavailableError, match="emozilla/govreport-test-tokenized.*data_files"):
+    with pytest.raises(ResourceUnavailableError, match=r"(?s)emozilla/govreport-test-tokenized.*data_files"):
         run_task("retrieval_gain", model_dirs["a"], {})
 
 

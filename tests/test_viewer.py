@@ -317,6 +317,37 @@ def test_browser_renders_every_document_of_the_demo(demo_run, tmp_path):
     assert proc.returncode == 0 and shot.stat().st_size > 20_000
 
 
+def opened(page, address):
+    """The page's body attributes after it opened ``address`` in a 1280 x 800 window (where it scrolled to)."""
+    proc = run_chromium(f"{Path(page).resolve().as_uri()}{address}", "--window-size=1280,800", "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    p = _Tokens()
+    p.feed(proc.stdout)
+    assert "data-error" not in p.body, p.body
+    return p.body
+
+
+@needs_browser
+def test_browser_opens_each_document_at_its_first_key_token(demo_run, tmp_path):
+    page = tmp_path / "page.html"
+    viewer.build_page([demo_run["export"]], page)
+    k_tokens = export_files.read_manifest(demo_run["export"] / TASK)["settings"]["trunc_len"]
+    first_key = [int(np.flatnonzero(e["key"])[0]) for e in export_files.iter_documents(demo_run["export"] / TASK)]
+    assert min(first_key) >= k_tokens  # the first K tokens have no truncated context: a document's start shows none
+    # the first screen of the page, of #doc=K and of #doc=K&key: the document's first key token, scrolled into view
+    for address, k in (("", 0), ("#doc=0", 0), ("#doc=0&key", 0), ("#doc=1", 1), ("#doc=1&mode=lsd", 1)):
+        body = opened(page, address)
+        assert body["data-doc"] == str(k) and body["data-opened-at"] == "key", (address, body)
+        assert body["data-shown-token"] == str(first_key[k]) and body["data-first-key-visible"] == "true", body
+        assert int(body["data-scroll-top"]) > 0
+    # another place named in the address: the start (where no key token is in view), or one token
+    body = opened(page, "#doc=0&top")
+    assert body["data-opened-at"] == "start" and body["data-scroll-top"] == "0"
+    assert body["data-first-key-visible"] == "false"
+    body = opened(page, f"#doc=0&tok={first_key[0] + 40}")
+    assert body["data-opened-at"] == "token" and body["data-shown-token"] == str(first_key[0] + 40)
+
+
 @needs_browser
 def test_browser_renders_the_diff_of_two_variants(variant_runs, tmp_path):
     a, b = variant_runs["long"], variant_runs["none"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,7 +246,9 @@ def load_govreport(
     if len(texts) < num_docs:
         import warnings
 
-        warnings.warn(f"only {len(texts)} documents match the selection (asked for {num_docs})", stacklevel=2)
+        msg = f"only {len(texts)} documents match the selection (asked for {num_docs})"
+        logging.getLogger("lm_eval_longctx").warning(msg)
+        warnings.warn(msg, errors.LongctxWarning, stacklevel=2)
     return Documents(texts, {**source, **selection, "split": split, "texts_sha256": texts_sha256(texts)})
 
 

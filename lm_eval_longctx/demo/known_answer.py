@@ -904,8 +904,18 @@ def add_arguments(p) -> None:
         "--tokenizer", default=None, help="tokenizer folder shared by the variants (default: the packaged demo model's)"
     )
     p.add_argument("--metadata", default=None, help="JSON of extra --metadata keys for every task (override)")
-    p.add_argument("--n-resamples", type=int, default=DEFAULT_N_RESAMPLES)
-    p.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE)
+    p.add_argument(
+        "--n-resamples",
+        type=int,
+        default=DEFAULT_N_RESAMPLES,
+        help=f"bootstrap resamples of each paired comparison (default {DEFAULT_N_RESAMPLES})",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=DEFAULT_CONFIDENCE,
+        help=f"level of the bootstrap confidence intervals (default {DEFAULT_CONFIDENCE})",
+    )
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     p.add_argument("--rebuild", action="store_true", help="rebuild the variants even if out/models holds them")
     p.add_argument("--no-plot", action="store_true", help="no forgetting-curve figure")

@@ -23,6 +23,7 @@ does not score hold NaN (logprob) and False (greedy).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -118,13 +119,29 @@ class SequenceScores:
             short,
         )
 
-    def __repr__(self) -> str:  # compact: this is what --log_samples writes
-        def mean_nll(x):
-            v = x.logprob[~np.isnan(x.logprob)]
-            return f"{-v.mean():.4f}" if v.size else "nan"
+    def summary(self) -> dict:
+        """Per-sequence numbers, no per-token array: the token count and, per pass, the targets it scored, their
+        NLL sum (float64) and greedy hits."""
+        out = {"n_tokens": int(len(self.token_ids)), **_pass_summary("long", self.long)}
+        if self.short is not None:
+            out.update(_pass_summary("short", self.short))
+        return out
 
-        short = f", short_nll={mean_nll(self.short)}" if self.short is not None else ""
-        return f"SequenceScores(n={len(self.token_ids)}, long_nll={mean_nll(self.long)}{short})"
+    def __str__(self) -> str:
+        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
+        return json.dumps(self.summary(), separators=(",", ":"))
+
+    def __repr__(self) -> str:
+        return f"SequenceScores({self})"
+
+
+def _pass_summary(name: str, scores: TokenLogprobs) -> dict:
+    scored = ~np.isnan(scores.logprob)
+    return {
+        f"{name}_scored": int(scored.sum()),
+        f"{name}_nll_sum": float(-np.sum(scores.logprob[scored].astype(np.float64))) + 0.0,  # + 0.0: no -0.0
+        f"{name}_greedy_hits": int(scores.greedy[scored].sum()),
+    }
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,35 @@ def _patch_task_manager(manager_module) -> bool:
 
     setattr(__init__, _MARK, True)
     task_manager.__init__ = __init__
+    _record_loads(task_manager)
     return True
+
+
+# The TaskManager.load call in progress, as (call number, what it was asked to load), kept on lm-eval's class: the
+# first of our tasks it builds checks what the whole call will need (tasks/preflight.py).
+LOADING_ATTR = "_lm_eval_longctx_loading"
+
+
+def _record_loads(task_manager) -> None:
+    import functools
+    import itertools
+
+    original = getattr(task_manager, "load", None)
+    if original is None or getattr(original, _MARK, False):
+        return
+    calls = itertools.count(1)
+
+    @functools.wraps(original)
+    def load(self, task_list, *args, **kwargs):
+        previous = getattr(task_manager, LOADING_ATTR, None)
+        setattr(task_manager, LOADING_ATTR, (next(calls), task_list))
+        try:
+            return original(self, task_list, *args, **kwargs)
+        finally:
+            setattr(task_manager, LOADING_ATTR, previous)
+
+    setattr(load, _MARK, True)
+    task_manager.load = load
 
 
 def reads_task_entry_points(manager_module) -> bool:

@@ -12,6 +12,8 @@
 * Bootstrap stderr for corpus perplexities: lm-eval only bootstraps a fixed list of aggregations
   and reports "N/A" for token-weighted ones; ``install()`` wraps the stderr lookup so aggregations
   flagged ``_longctx_bootstrap`` get a bootstrap estimate.
+* The evaluated model as an object (``evaluated_model``): a task takes its tokenizer and maximum length from the
+  model ``simple_evaluate`` evaluates, whether built from ``--model_args`` or passed in (the Python API).
 
 Requests carry ``args = (text, spec)``: ``text`` is a str (the harness hashes ``args[0]`` for
 ``--log_samples``) and ``spec`` is a small JSON-able dict, so cache keys are stable.
@@ -27,12 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import settings
+from .. import errors, settings
 from ..engine import scoring
 from ..keytokens import cache, evaluator, text_scoring
 from ..metrics import per_token
 
 log = logging.getLogger("lm_eval_longctx")
+# A child of lm-eval's logger: its INFO lines show where lm-eval's own ("Cached requests: ...") show, at its
+# verbosity (lm-eval's CLI shows INFO; our package logger shows warnings only).
+harness_log = logging.getLogger("lm_eval.lm_eval_longctx")
 
 REQUEST_TYPE = "longctx_scores"
 SUPPORTED_MODELS = ("hf", "hf-auto", "huggingface")
@@ -40,6 +45,8 @@ TESTED_LM_EVAL = ">=0.4.13,<0.5"
 # Resamples for corpus-perplexity stderr: lm-eval's default is 100000, far more than a
 # 50-document stderr needs.
 BOOTSTRAP_ITERS_CAP = 1000
+# --batch_size auto: where lm-eval's own detection starts when the model has no --max_batch_size (HFLM's default)
+AUTO_BATCH_CEILING = 64
 
 
 class UnsupportedModelError(NotImplementedError):
@@ -127,6 +134,45 @@ def check_length(n_tokens: int, max_length: int | None, spec: dict) -> None:
     text_scoring.check_length(n_tokens, max_length, bool(spec.get("allow_beyond_max_length", False)))
 
 
+# How to raise the maximum length of a model object passed to simple_evaluate, in place of the command line's
+# ``text_scoring.RAISE_MAX_LENGTH`` in the errors of a run through the Python API.
+PYTHON_RAISE_MAX_LENGTH = (
+    "Build the model object passed to simple_evaluate (Python API) with a larger max_length, e.g. "
+    "HFLM(pretrained=..., max_length=N), if the model supports it"
+)
+
+
+def task_error(task_name: str, err: scoring.ScoringError, python_api: bool = False) -> scoring.ScoringError:
+    """``err`` as our errors read: starting with the task's name, and (``python_api``: the model is an object passed
+    to simple_evaluate) naming the Python API's way to raise the maximum length instead of --model_args."""
+    message = str(err)
+    if python_api:
+        message = message.replace(text_scoring.RAISE_MAX_LENGTH, PYTHON_RAISE_MAX_LENGTH)
+    if task_name and not message.startswith(f"{task_name}:"):
+        message = f"{task_name}: {message}"
+    return scoring.ScoringError(message)
+
+
+def serving_batch_size(lm) -> tuple[int, dict]:
+    """Sequences per forward for our requests, and its record. A whole-number --batch_size is used as is. ``auto``
+    (also ``auto:N``) starts where lm-eval's own detection starts, the model's --max_batch_size (HFLM: 64): the
+    engine's memory plan then lowers it for each sequence length whose estimate does not fit the free memory
+    (engine/memory.py), and an out-of-memory halves it. lm-eval's detection itself is not used: it measures one
+    max_length-token forward, not our lengths, and finds nothing on a CPU (no out-of-memory error there)."""
+    asked = getattr(lm, "batch_size", None)
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 1:
+        return asked, {"asked": asked, "at_most": asked}
+    ceiling = getattr(lm, "max_batch_size", None)
+    ceiling = ceiling if isinstance(ceiling, int) and not isinstance(ceiling, bool) and ceiling >= 1 else None
+    at_most = ceiling or AUTO_BATCH_CEILING
+    return at_most, {
+        "asked": str(asked),
+        "at_most": at_most,
+        "from": "--max_batch_size" if ceiling else f"lm-eval's default --max_batch_size ({AUTO_BATCH_CEILING})",
+        "then": "lowered per sequence length by the memory plan (engine/memory.py), halved on out-of-memory",
+    }
+
+
 def serve_each(score_one):
     """A kind's ``serve`` for requests scored one at a time: ``score_one(ctx, text, spec) -> result``."""
 
@@ -169,7 +215,18 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
             REQUEST_TYPE,
         )
         db = None
-    batch = self.batch_size if isinstance(getattr(self, "batch_size", None), int) else 8
+    python_api = bool(getattr(self, PYTHON_API_ATTR, False))
+    batch, batch_record = serving_batch_size(self)
+    if batch_record["asked"] != batch:
+        harness_log.info(
+            "--batch_size %s: %s requests take up to %d sequences per forward (%s), fewer for a sequence length "
+            "whose memory estimate does not fit the free memory (engine/memory.py), half as many after an "
+            "out-of-memory",
+            batch_record["asked"],
+            REQUEST_TYPE,
+            batch,
+            batch_record["from"],
+        )
     out: list = [None] * len(requests)
     pending: dict[tuple[str, str], list[int]] = {}  # (task, kind) -> request indices
     keys: list[str | None] = [None] * len(requests)
@@ -184,9 +241,17 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
                 out[i] = REQUEST_KINDS[kind].from_state(db[keys[i]])
                 n = REQUEST_KINDS[kind].n_tokens(out[i])
                 if n is not None:  # the same length check as an uncached request
-                    check_length(n, self.max_length, spec)
+                    try:
+                        check_length(n, self.max_length, spec)
+                    except scoring.ScoringError as err:
+                        raise task_error(str(getattr(req, "task_name", "")), err, python_api) from err
                 continue
         pending.setdefault((str(getattr(req, "task_name", "")), kind), []).append(i)
+    if db is not None:  # the line lm-eval's CachingLM logs for its own request types
+        remaining = sum(map(len, pending.values()))
+        harness_log.info(
+            "%s: Cached requests: %d, Requests remaining: %d", REQUEST_TYPE, len(requests) - remaining, remaining
+        )
     # a model the engine cannot score exactly is refused here, before any request is scored
     for long_pass in sorted(
         {str(requests[i].args[1].get("long_pass", "auto")) for idx in pending.values() for i in idx}
@@ -200,8 +265,11 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
     ctx = ScoringContext(self.model, self.tokenizer, self.max_length, batch, bar.update)
     for (task_name, kind), idx in pending.items():
         with scoring.recording(self.model) as record:
-            results = REQUEST_KINDS[kind].serve(ctx, [requests[i].args for i in idx])
-        note_scoring(task_name, record.summary())
+            try:
+                results = REQUEST_KINDS[kind].serve(ctx, [requests[i].args for i in idx])
+            except scoring.ScoringError as err:
+                raise task_error(task_name, err, python_api) from err
+        note_scoring(task_name, {**record.summary(), "batch_size": batch_record})
         for i, res in zip(idx, results, strict=True):
             out[i] = res
             # plain arrays, not our classes; results that say they are not cacheable (failures) are not stored
@@ -273,13 +341,16 @@ class MetricDeclaration:
 
     aggregation: Callable
     higher_is_better: bool | None
+    # scored on some of the task's documents by design (one copy length, one configuration): its count of values
+    # may differ from the task's other metrics without lm-eval's "not scored on the same number" warning
+    subset: bool = False
 
 
-def declare(aggregation: str | Callable, higher_is_better: bool | None) -> MetricDeclaration:
+def declare(aggregation: str | Callable, higher_is_better: bool | None, subset: bool = False) -> MetricDeclaration:
     """A metric declaration from a named aggregation (``mean``, ``token_weighted_perplexity``, ``corpus_ratio``) or
     an aggregation function (a module-level function or a partial of one: it must pickle)."""
     return MetricDeclaration(
-        aggregation_fn(aggregation) if isinstance(aggregation, str) else aggregation, higher_is_better
+        aggregation_fn(aggregation) if isinstance(aggregation, str) else aggregation, higher_is_better, subset
     )
 
 
@@ -348,6 +419,48 @@ def _install_stderr_hook() -> None:
     eu.stderr_for_metric = stderr_for_metric
 
 
+def counts_differ_by_design(task, raw_metrics: dict) -> bool:
+    """Whether the only metrics of ``task`` with another number of values than the rest are those it declares
+    ``subset`` (a per-length or per-configuration metric); the metrics scored on every document agree."""
+    declarations = getattr(task, "metric_declarations", None)
+    if not callable(declarations):
+        return False
+    declared = declarations()
+    whole = {
+        len(items) for (metric, _), items in raw_metrics.items() if not getattr(declared.get(metric), "subset", False)
+    }
+    return len(whole) == 1
+
+
+def _install_metric_count_hook() -> None:
+    """lm-eval warns when a task's metrics hold different numbers of values ("over-weighted in the group score").
+    The forgetting curve's copy_acc@<l> and LongEval's <metric>_<num_lines> are scored on their length's or
+    configuration's documents by design, so the warning came on every normal run; it is dropped for our tasks when
+    only their declared ``subset`` metrics differ, and still shown when metrics scored on every document disagree."""
+    import lm_eval.evaluator_utils as eu
+
+    original = eu._compute_task_aggregations
+    if getattr(original, "_longctx_wrapped", False):
+        return
+
+    def _compute_task_aggregations(task, raw_metrics, *args, **kwargs):
+        if not counts_differ_by_design(task, raw_metrics):
+            return original(task, raw_metrics, *args, **kwargs)
+        by_design = f"[{task.task_name}] Metrics were not scored on the same number of documents"
+
+        def keep(record) -> bool:
+            return not record.getMessage().startswith(by_design)
+
+        eu.eval_logger.addFilter(keep)
+        try:
+            return original(task, raw_metrics, *args, **kwargs)
+        finally:
+            eu.eval_logger.removeFilter(keep)
+
+    _compute_task_aggregations._longctx_wrapped = True  # type: ignore[attr-defined]
+    eu._compute_task_aggregations = _compute_task_aggregations
+
+
 # ------------------------------------------------------------------ install
 
 
@@ -355,7 +468,8 @@ def install() -> None:
     """Every change this package makes to lm-eval, in one place; idempotent (a second call changes nothing).
     Called when a task of the suite is built, before lm-eval reads its metrics or sends its requests:
     attach the request type to HFLM and the clear error to other LMs, register the named aggregations, wrap the
-    stderr lookup and the results tracker's save."""
+    stderr lookup, the results tracker's save and the metric-count check; print our own errors without a traceback."""
+    errors.install_excepthook()
     import lm_eval.models  # noqa: F401  (built-in model registrations before anything of ours)
     from lm_eval.api.model import LM
     from lm_eval.models.huggingface import HFLM
@@ -369,6 +483,7 @@ def install() -> None:
     if os.environ.get("LM_EVAL_LONGCTX_NO_STDERR_HOOK", "") not in ("1", "true", "True"):
         _install_stderr_hook()
     _install_results_saved_hook()
+    _install_metric_count_hook()
 
 
 # ------------------------------------------------------------------ the model being evaluated
@@ -394,22 +509,91 @@ def _install_model_creation_hooks(HFLM) -> None:
     watch_model_creation()
 
 
-def note_evaluated_model(task_name: str) -> None:
-    """When a task is built: refuse a backend that cannot serve our requests, and accept the model_args
-    keys that lm-eval merged into the metadata (the model is built before the tasks)."""
+# Set on the evaluated LM when a task is built: True when it was passed to simple_evaluate as an object (the Python
+# API), so that its serving errors speak of that API rather than of --model_args.
+PYTHON_API_ATTR = "_longctx_python_api"
+
+
+@dataclass(frozen=True)
+class EvaluatedModel:
+    """The LM that the running ``simple_evaluate`` call evaluates: what a task builds its samples and lengths from,
+    exactly as its requests are served (its tokenizer, its max_length)."""
+
+    lm: object
+    python_api: bool  # passed as simple_evaluate(model=<LM object>), not built from --model_args
+
+    @property
+    def tokenizer(self):
+        return getattr(self.lm, "tokenizer", None)
+
+    @property
+    def tokenizer_name(self) -> str:
+        return str(getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__)
+
+    @property
+    def max_length(self) -> int | None:
+        value = getattr(self.lm, "max_length", None)
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    def max_length_words(self) -> str:
+        """Where the maximum length comes from and how to raise it, in the words of the API the user called."""
+        if self.python_api:
+            return (
+                f"the max_length of the {type(self.lm).__name__} object passed to simple_evaluate (Python API); "
+                f"build it with {type(self.lm).__name__}(..., max_length=N) if the model supports more"
+            )
+        return "from --model_args max_length or the model's config; raise --model_args max_length=N if it supports more"
+
+
+def evaluated_model() -> EvaluatedModel | None:
+    """The model of the running ``lm_eval.simple_evaluate`` call, or None outside one (tasks built by hand, or for
+    ``lm_eval.evaluator.evaluate``). lm-eval hands a task no model: simple_evaluate builds the model from
+    --model_args, or takes the object passed in, before it builds the tasks, and keeps it in its local ``lm``
+    (lm-eval 0.4.13; a CachingLM under --use_cache), which is read from that call's frame."""
+    import sys
+    import types
+
+    import lm_eval.evaluator
+    from lm_eval.api.model import LM, CachingLM
+
+    home = os.path.realpath(lm_eval.evaluator.__file__)
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "simple_evaluate" and os.path.realpath(code.co_filename) == home:
+            lm = frame.f_locals.get("lm")
+            lm = lm.lm if isinstance(lm, CachingLM) else lm
+            if not isinstance(lm, LM):
+                return None
+            return EvaluatedModel(lm, python_api=not isinstance(frame.f_locals.get("model"), str))
+        frame = frame.f_back
+    return None
+
+
+def note_evaluated_model(task_name: str) -> EvaluatedModel | None:
+    """When a task is built: refuse a backend that cannot serve our requests, accept the model_args keys that lm-eval
+    merged into the metadata (the model is built before the tasks), and return the evaluated model when it is known."""
     from lm_eval.api.model import LM
     from lm_eval.models.huggingface import HFLM
 
     from .discovery import LAST_MODEL_ATTR, MODEL_ARGS_ATTR
 
     settings.add_external_keys("model_args of the evaluated model", getattr(LM, MODEL_ARGS_ATTR, ()))
-    cls = getattr(LM, LAST_MODEL_ATTR, None)
+    model = evaluated_model()
+    cls = type(model.lm) if model is not None else getattr(LM, LAST_MODEL_ATTR, None)
     if cls is not None and not issubclass(cls, HFLM):
+        way_out = (
+            "Pass an lm_eval.models.huggingface.HFLM (or a subclass) to simple_evaluate"
+            if model is not None and model.python_api
+            else f"Use --model {' / '.join(SUPPORTED_MODELS)}"
+        )
         raise UnsupportedModelError(
             f"{task_name} needs per-token scores ({REQUEST_TYPE} requests), which the {cls.__name__} backend does "
-            f"not provide. Use --model {' / '.join(SUPPORTED_MODELS)} (Hugging Face transformers models; under "
-            "`accelerate launch` for several GPUs)."
+            f"not provide. {way_out} (Hugging Face transformers models; under `accelerate launch` for several GPUs)."
         )
+    if model is not None:
+        setattr(model.lm, PYTHON_API_ATTR, model.python_api)
+    return model
 
 
 def build_requests_without_request_cache(task, super_build, **kwargs):
@@ -442,6 +626,16 @@ def on_results_saved(name: str, callback) -> None:
     """Call ``callback(results: dict, results_file: pathlib.Path)`` after each results JSON is saved
     (registered under ``name``: re-registering replaces it)."""
     RESULTS_SAVED_CALLBACKS[name] = callback
+
+
+def task_load_in_progress():
+    """``(call number, task list)`` of lm-eval's ``TaskManager.load`` call that is building tasks now, or None
+    (recorded by the discovery hook; None when the hook is off)."""
+    from lm_eval.tasks.manager import TaskManager
+
+    from .discovery import LOADING_ATTR
+
+    return getattr(TaskManager, LOADING_ATTR, None)
 
 
 class ResultsNotSavedError(OSError):

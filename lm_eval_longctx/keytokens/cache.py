@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import errors
 from .evaluator import SPAN_ALGORITHM_VERSION, EvaluatorJudgement, atomic_write_bytes
 
 log = logging.getLogger("lm_eval_longctx")
@@ -95,7 +96,7 @@ class SpanCache:
         if not ok:
             msg = f"key-span cache entry {path} is unusable ({why}); recomputing it"
             log.warning(msg)
-            warnings.warn(msg, stacklevel=2)
+            warnings.warn(msg, errors.LongctxWarning, stacklevel=2)
             return None
         extra = {k: arrays[k] for k in _OPTIONAL_ARRAYS if k in arrays}
         return EvaluatorJudgement([(int(a), int(b)) for a, b in spans], offsets, arrays["lsd"], **extra)

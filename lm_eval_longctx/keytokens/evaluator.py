@@ -117,7 +117,7 @@ EVALUATOR_WAYS_OUT = (
     "Ways out: log in with an access token that may read it (`hf auth login`; the default evaluator "
     "meta-llama/Llama-3.1-8B is gated: accept its license on the hub first); name a local folder "
     '(--metadata \'{"evaluator": "/path/to/model"}\'); use precomputed spans (--metadata '
-    '\'{"key_spans_dir": "DIR"}\', made by scripts/precompute_key_spans.py); let the evaluated model judge '
+    '\'{"key_spans_dir": "DIR"}\', made by lm-eval-longctx precompute-spans); let the evaluated model judge '
     'itself (--metadata \'{"evaluator": "self"}\'); or run the offline demo (lm-eval-longctx demo).'
 )
 

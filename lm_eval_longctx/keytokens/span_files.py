@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import errors
 from .spans_to_tokens import KeySpanFormatError, Span
 
 log = logging.getLogger("lm_eval_longctx")
@@ -115,7 +116,7 @@ def read_manifest(directory: Path) -> dict | None:
     except (UnicodeDecodeError, ValueError) as err:
         raise KeySpanFormatError(
             f"{path}: not a JSON manifest ({err}); expected the key_spans.json that "
-            "scripts/precompute_key_spans.py writes"
+            "lm-eval-longctx precompute-spans writes"
         ) from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise KeySpanFormatError(f"{path}: not a key-span manifest of format {MANIFEST_FORMAT!r}")
@@ -168,10 +169,10 @@ def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str
         msg = (
             f"{directory} has no {MANIFEST}: nothing says which evaluator, K, d, alpha and beta made these "
             "spans or for which texts, and a changed file cannot be detected. They are used as they are "
-            "(recorded as key_spans_verified: false); scripts/precompute_key_spans.py writes verified folders."
+            "(recorded as key_spans_verified: false); lm-eval-longctx precompute-spans writes verified folders."
         )
         log.warning(msg)
-        warnings.warn(msg, stacklevel=2)
+        warnings.warn(msg, errors.LongctxWarning, stacklevel=2)
         return SpanFolder(spans, None, False)
     sums = manifest.get("slice_sha256")
     if not isinstance(sums, dict):
@@ -180,7 +181,7 @@ def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str
             "slice file cannot be detected; recorded as key_spans_verified: false. Precompute the folder again."
         )
         log.warning(msg)
-        warnings.warn(msg, stacklevel=2)
+        warnings.warn(msg, errors.LongctxWarning, stacklevel=2)
         return SpanFolder(spans, manifest, False)
     for i in range(n_docs):
         name = f"slice_{i}.txt"

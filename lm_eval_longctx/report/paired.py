@@ -10,11 +10,15 @@ is one document under one filter::
      "longppl": [nll_sum, n_key_tokens], "ppl": [nll_sum, n_tokens], "n_key_tokens": 12, ...}
 
 The values are what the task's ``process_results`` returned for that document (tuples become lists), so the
-corpus metric of any subset of documents can be recomputed from them. Which aggregation a metric uses is not in
-the files; it is found by recomputing the reported corpus value from all the documents with each aggregation
-that fits the values' shape (mean for numbers; token-weighted perplexity or a ratio of sums for pairs; the
-forgetting curve's memory lengths for (length, copy_acc, lm_acc) triples), and kept only when it reproduces the
-reported value. Samples that reproduce nothing are not used (the metric falls back to the unpaired test).
+corpus metric of any subset of documents can be recomputed from them. They are all the gate reads: ``resps``
+(lm-eval writes ``str()`` of every response: JSON text for this suite's, a repr such as
+``"SequenceScores(n=1403, long_nll=5.5488)"`` in files of earlier versions of the suite) and ``target`` (what is
+predicted; ``""`` in earlier files) are passed over, so the files of earlier versions, whose per-metric values have
+the same shape, are read alike. Which aggregation a metric uses is not in the files; it is found by recomputing the
+reported corpus value from all the documents with each aggregation that fits the values' shape (mean for numbers;
+token-weighted perplexity or a ratio of sums for pairs; the forgetting curve's memory lengths for
+(length, copy_acc, lm_acc) triples), and kept only when it reproduces the reported value. Samples that reproduce
+nothing are not used (the metric falls back to the unpaired test).
 """
 
 from __future__ import annotations

@@ -29,9 +29,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..metrics import directions
 from .gate import GateConfig, GateReport, compare, format_number, settings_differences
 from .leaderboard import Leaderboard
 from .paired import level_for_z
+from .pictures.names import display_name
 from .results import (
     DEFAULT_Z,
     Metric,
@@ -211,7 +213,7 @@ LONGEVAL_RUNS_PER_PICTURE = 3  # two legend entries a run, inside the axes
 class CardRun:
     """One run on the page: a model's results (one folder or file), its label and, in a series, its step."""
 
-    label: str  # what the page calls it: --label, else the model name (local paths: their last two parts)
+    label: str  # what the page calls it: --label, else the model's display name (pictures.names.display_name)
     run: Run
     results: dict[str, dict]  # task -> the parsed results file its numbers came from (the pictures read these)
     source: str  # the folder or file the run was read from
@@ -220,7 +222,7 @@ class CardRun:
 
 
 def short_name(name: str) -> str:
-    """Hub ids stay whole (``org/model``); local paths keep their last two parts."""
+    """A folder's last two parts (hub ids stay whole): what tells apart runs of one model read from two folders."""
     if name.startswith(("/", ".", "~")) or "\\" in name:
         return "/".join(Path(name).parts[-2:])
     return name
@@ -302,7 +304,7 @@ def load_runs(paths, labels=()) -> list[CardRun]:
         run = load_run(folder)
         parsed = {f: load_results(f) for f in sorted(set(run.sources.values()))}
         results = {task: parsed[f] for task, f in run.sources.items()}
-        label = labels[i] if labels else short_name(run.model)
+        label = labels[i] if labels else display_name(run.model)
         notes = {}
         for task, data in results.items():
             note = (data["results"].get(task) or {}).get("skipped_lengths,none")
@@ -785,10 +787,14 @@ def trend_png(runs: list[CardRun], name: str, z: float = DEFAULT_Z) -> bytes | N
     errs = [z * p[2] if p[2] is not None and math.isfinite(p[2]) else 0.0 for p in points]
     ax.errorbar(xs, ys, yerr=errs if any(errs) else None, marker="o", ms=4, capsize=3, color="tab:blue")
     task, metric, _ = split_name(name)
-    hib = next((r.run.metrics[name].higher_is_better for r in runs if name in r.run.metrics), None)
+    hib = directions.declared_direction(task, metric)
+    if isinstance(hib, directions.UnknownMetric):  # another suite's metric: the direction its results record
+        hib = next((r.run.metrics[name].higher_is_better for r in runs if name in r.run.metrics), None)
     arrow = " (higher is better)" if hib else " (lower is better)" if hib is False else ""
     ax.set_title(f"{task}\n{metric}{arrow}", fontsize=9)
     ax.set_xlabel("training step", fontsize=8)
+    if len(xs) <= 12:
+        ax.set_xticks(xs)  # the checkpoints themselves, not fractional steps between them
     ax.set_ylabel(metric, fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)

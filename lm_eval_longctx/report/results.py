@@ -31,6 +31,8 @@ EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 # metrics of the suite whose value is a text for the reader (which lengths were skipped, and why): not compared
 TEXT_NOTES = frozenset({"skipped_lengths"})
 DEFAULT_Z = 1.96
+# what lm-eval reports for every task of a --predict_only run (the value 999)
+PREDICT_ONLY_METRIC = "bypass"
 
 
 class UnusableInput(ValueError):
@@ -170,6 +172,8 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
             metric, filt = key.split(",", 1)
             if metric in TEXT_NOTES and isinstance(raw, str) and hib.get(metric) is None:
                 continue  # a note, shown in lm-eval's table
+            if metric == PREDICT_ONLY_METRIC:
+                continue  # --predict_only: lm-eval's placeholder (999), not a measurement
             value = _number(raw)
             invalid = None if value is not None else json.dumps(raw)
             se_key = f"{metric}_stderr,{filt}"

@@ -7,6 +7,9 @@ fonts) built from a per-token export of ``longppl_govreport`` (``data/export_fil
   diverging scale with a legend), key tokens outlined, greedy hits optionally underlined; hovering a
   token shows its numbers; a header with the document's LongPPL, PPL and key-token count; a document
   list to jump between documents (``#doc=K`` in the address opens document K);
+* a document opens at its first key token (the first K tokens cannot be key tokens: they have no truncated
+  context, so the start of a document shows none), unless the address names another place: ``&tok=N`` (token N)
+  or ``&top`` (the start);
 * with a second export of the same documents (another checkpoint, same tokenizer), a diff view: tokens
   coloured by the change in NLL (B - A), over all tokens or key tokens only (``&mode=dnll``, ``dnllkey`` or
   ``lsd`` in the address picks the colouring).
@@ -448,6 +451,7 @@ async function show(k, force) {
   if (k === current && !force) return;
   const t0 = performance.now();
   const d = await loadDoc(k);
+  const opened = k !== current;
   current = k;
   header(k);
   const frag = document.createDocumentFragment();
@@ -473,17 +477,50 @@ async function show(k, force) {
   document.body.dataset.keys = keys;
   document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
   if (!document.body.dataset.firstShownMs) document.body.dataset.firstShownMs = performance.now().toFixed(1);  // since navigation
+  if (opened) openAt(d);  // a new colouring of the same document keeps the reader's place
+}
+
+// Where a document opens: #doc=K&tok=N at token N, #doc=K&top at its start, else (#doc=K, #doc=K&key) at its first
+// key token: the first K tokens have no truncated context, so the start of a document holds no key token to see.
+function openAt(d) {
   keyAt = -1;
-  if (/[#&]key/.test(location.hash)) jumpKey(1);  // #doc=K&key opens document K at its first key token
+  const tok = /[#&]tok=(\d+)/.exec(location.hash), body = document.body.dataset;
+  let place = "start", shown = null;
+  if (tok) {
+    shown = $("text").querySelector('[data-i="' + Math.min(Number(tok[1]), d.n - 1) + '"]');
+    if (shown) { centre(shown); place = "token"; }
+  } else if (!/[#&]top(&|$)/.test(location.hash)) {
+    shown = jumpKey(1);
+    if (shown) place = "key";
+  }
+  if (!shown) $("main").scrollTop = 0;
+  body.openedAt = place;
+  body.shownToken = shown ? shown.dataset.i : "";
+  body.scrollTop = $("main").scrollTop;
+  body.firstKeyVisible = String(inView($("text").querySelector(DIFF ? ".t.k,.t.kb" : ".t.k")));
+}
+
+// scrolls the text pane only: scrollIntoView would also scroll a page that embeds this one (the report card)
+function centre(el) {
+  const main = $("main"), r = el.getBoundingClientRect(), m = main.getBoundingClientRect();
+  main.scrollTop += r.top - m.top - main.clientHeight / 2;
+}
+
+// on screen: below the sticky header, above the bottom of the text pane and of the window
+function inView(el) {
+  if (!el) return false;
+  const r = el.getBoundingClientRect(), pane = $("main").getBoundingClientRect();
+  return r.top >= $("top").getBoundingClientRect().bottom && r.bottom <= Math.min(pane.bottom, window.innerHeight);
 }
 
 let keyAt = -1;
 function jumpKey(step) {
   const keys = $("text").querySelectorAll(DIFF ? ".t.k,.t.kb" : ".t.k");
-  if (!keys.length) return;
+  if (!keys.length) return null;
   keyAt = (keyAt + step + keys.length) % keys.length;
-  keys[keyAt].scrollIntoView({block: "center"});
+  centre(keys[keyAt]);
   keys[keyAt].animate([{boxShadow: "0 0 0 4px #f5c400"}, {boxShadow: "0 0 0 0 #f5c400"}], 1200);
+  return keys[keyAt];
 }
 
 function tip(ev) {
@@ -519,7 +556,11 @@ function init() {
   $("text").addEventListener("mouseleave", () => { $("tip").hidden = true; });
   controls();
   legend();
-  const pick = () => { const m = /doc=(\d+)/.exec(location.hash); const k = m ? Math.min(Number(m[1]), META.docs.length - 1) : 0; show(k).catch(fail); };
+  const pick = () => {
+    const m = /doc=(\d+)/.exec(location.hash), k = m ? Math.min(Number(m[1]), META.docs.length - 1) : 0;
+    if (k === current && cache.has(k)) openAt(cache.get(k));  // another place in the open document
+    else show(k).catch(fail);
+  };
   window.addEventListener("hashchange", pick);
   pick();
 }

@@ -157,7 +157,8 @@ LONGPPL = Declaration(
             "short_batch_size",
             integer(1),
             None,
-            "truncated windows per forward (default: the harness --batch_size, or 8)",
+            "truncated windows per forward (default: the harness --batch_size; auto: up to --max_batch_size, "
+            "as memory allows)",
             optional=True,
             affects_numbers=False,
         ),
@@ -216,7 +217,7 @@ RETRIEVAL_GAIN = Declaration(
             None,
             "sequences per forward of the batched passes: the "
             "without-document sequences, and the continuations read on one prefix (default: the harness "
-            "--batch_size, or 8)",
+            "--batch_size; auto: up to --max_batch_size, as memory allows)",
             optional=True,
             affects_numbers=False,
         ),
@@ -324,7 +325,7 @@ RETRIEVAL_GAIN_MAP = Declaration(
             None,
             "sequences per forward of the batched passes: the "
             "without-document sequences, and the continuations read on one prefix (default: the harness "
-            "--batch_size, or 8)",
+            "--batch_size; auto: up to --max_batch_size, as memory allows)",
             optional=True,
             affects_numbers=False,
         ),
@@ -384,7 +385,7 @@ FORGETTING_CURVE = Declaration(
             "batch_size",
             integer(1),
             None,
-            "samples per forward (default: the harness --batch_size, or 8)",
+            "samples per forward (default: the harness --batch_size; auto: up to --max_batch_size, as memory allows)",
             optional=True,
             affects_numbers=False,
         ),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import weakref
 from dataclasses import dataclass
@@ -59,12 +60,16 @@ def resolve_settings(metadata: dict | None) -> dict:
     return s
 
 
-def load_tokenizer(s: dict):
+def load_tokenizer(s: dict, model: glue.EvaluatedModel | None = None):
+    """The tokenizer named by the ``tokenizer`` setting, else the evaluated model's own, else ``pretrained``'s."""
+    if not s["tokenizer"] and model is not None and model.tokenizer is not None:
+        return model.tokenizer
     name = s["tokenizer"] or s["pretrained"]
     if not isinstance(name, str) or not name:
         raise ValueError(
             "forgetting_curve builds its samples with the model's tokenizer: give "
-            '--model_args pretrained=... or --metadata \'{"tokenizer": "NAME_OR_PATH"}\''
+            '--model_args pretrained=... or --metadata \'{"tokenizer": "NAME_OR_PATH"}\' (Python API: '
+            'simple_evaluate(model=HFLM(...)) passes the model\'s own, or metadata={"tokenizer": ...})'
         )
     return documents.load_tokenizer(
         name,
@@ -101,10 +106,12 @@ def special_token_ids(tokenizer, bos_override: int | None = None, eos_override: 
     return bos, eos
 
 
-def resolve_model_max_length(s: dict, tokenizer) -> int:
-    """The model's maximum length, resolved as lm-eval's HFLM does: model_args ``max_length``, else
-    the config's ``n_positions`` / ``max_position_embeddings`` / ``n_ctx`` (of its ``text_config``
-    when it has one), else the tokenizer's ``model_max_length``, else 2048."""
+def resolve_model_max_length(s: dict, tokenizer, model: glue.EvaluatedModel | None = None) -> int:
+    """The evaluated model's ``max_length`` when the model is known; else resolved as lm-eval's HFLM does:
+    model_args ``max_length``, else the config's ``n_positions`` / ``max_position_embeddings`` / ``n_ctx`` (of
+    its ``text_config`` when it has one), else the tokenizer's ``model_max_length``, else 2048."""
+    if model is not None and model.max_length is not None:
+        return model.max_length
     if s["max_length"]:
         return int(s["max_length"])
     if isinstance(s["pretrained"], str) and s["pretrained"]:
@@ -128,7 +135,7 @@ def sample_tokens(length: int) -> int:
     return 2 * length + 3
 
 
-def resolve_lengths(s: dict, model_max_length: int) -> list[int]:
+def resolve_lengths(s: dict, model_max_length: int, model: glue.EvaluatedModel | None = None) -> list[int]:
     """The tested copy lengths; samples longer than the model's maximum need allow_beyond_max_length."""
     if s["lengths"]:
         lengths = list(s["lengths"])
@@ -147,7 +154,9 @@ def resolve_lengths(s: dict, model_max_length: int) -> list[int]:
     if beyond and not s["allow_beyond_max_length"]:
         raise ValueError(
             f"forgetting_curve: copy lengths {beyond} make samples of up to {sample_tokens(beyond[-1])} tokens "
-            f"(2l + 3), beyond the model's maximum length {model_max_length}. The longest copy length that fits "
+            f"(2l + 3), beyond the model's maximum length {model_max_length} "
+            f"({model.max_length_words() if model is not None else 'from --model_args max_length or the config'}). "
+            "The longest copy length that fits "
             f"is {(model_max_length - 3) // 2}. To probe beyond the maximum (as the paper does), pass "
             "--metadata '{\"allow_beyond_max_length\": true}'."
         )
@@ -200,10 +209,19 @@ class CurveSampleScore:
             str(state.get("error", "")),
         )
 
-    def __repr__(self) -> str:  # what --log_samples writes
+    def summary(self) -> dict:
+        """The sample's counts: scored tokens and greedy hits (a failed length: 0 and 0, and its error)."""
+        out: dict = {"mode": self.mode, "length": self.length, "n_scored": self.n_scored, "n_correct": self.n_correct}
         if self.error:
-            return f"CurveSampleScore({self.mode}, l={self.length}, failed: {self.error[:200]})"
-        return f"CurveSampleScore({self.mode}, l={self.length}, acc={self.accuracy:.4f}, n={self.n_scored})"
+            out["error"] = self.error[:200]
+        return out
+
+    def __str__(self) -> str:
+        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
+        return json.dumps(self.summary(), separators=(",", ":"))
+
+    def __repr__(self) -> str:
+        return f"CurveSampleScore({self})"
 
 
 def serve(ctx: glue.ScoringContext, items: list) -> list:
@@ -302,11 +320,13 @@ class ForgettingCurveTask(LongContextTask):
         import datasets
 
         s = self.settings
-        tokenizer = load_tokenizer(s)
-        self.tokenizer_name = str(s["tokenizer"] or s["pretrained"])
+        model = self.evaluated_model  # served as its requests will be: its tokenizer, its max_length
+        tokenizer = load_tokenizer(s, model)
+        own = model is not None and tokenizer is model.tokenizer
+        self.tokenizer_name = model.tokenizer_name if own and model else str(s["tokenizer"] or s["pretrained"])
         self.bos_id, self.eos_id = special_token_ids(tokenizer, s["bos_token_id"], s["eos_token_id"])
-        self.model_max_length = resolve_model_max_length(s, tokenizer)
-        self.lengths = resolve_lengths(s, self.model_max_length)
+        self.model_max_length = resolve_model_max_length(s, tokenizer, model)
+        self.lengths = resolve_lengths(s, self.model_max_length, model)
         self.width = metric_width(self.lengths)
 
         docs = documents.load_book_pieces(
@@ -402,6 +422,15 @@ class ForgettingCurveTask(LongContextTask):
 
     # ---------------------------------------------------------------- results
 
+    def doc_to_target(self, doc, doc_to_target=None):
+        # no answer string to compare with: what is predicted, with this document's numbers (hits in `resps`)
+        length, start = int(doc["length"]), int(doc["start"])
+        first, stop = documents.forgetting_curve_scored_targets(length)
+        return (
+            f"greedy predictions of the last {stop - first} tokens of S = stream[{start}:{start + length}], "
+            "read after S (copy) and after unrelated text (lm)"
+        )
+
     def _name(self, what: str, length: int) -> str:
         return f"{what}@{int(length):0{self.width}d}"
 
@@ -421,7 +450,8 @@ class ForgettingCurveTask(LongContextTask):
     def metric_declarations(self):
         s = self.settings
         names = [self._name(w, x) for x in self.lengths for w in ("copy_acc", "lm_acc")]
-        out = {name: self.declare("mean", name) for name in names}
+        # one length's documents each, by design
+        out = {name: self.declare("mean", name, subset=True) for name in names}
         # partials of module-level functions: they pickle; they get no stderr (a threshold statistic)
         out["fine_memory_length"] = self.declare(
             functools.partial(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import logging
 from dataclasses import dataclass
 
@@ -118,13 +119,20 @@ class AnswerScores:
             bool(state["skipped"]),
         )
 
-    def __repr__(self) -> str:  # compact: this is what --log_samples writes
-        if self.skipped:
-            return f"AnswerScores(n={self.n_tokens}, skipped: longer than the model's maximum)"
-        return (
-            f"AnswerScores(n={self.n_tokens}, prompt={self.prompt_tokens}, response={len(self.logprob)}, "
-            f"response_nll={-float(np.sum(self.logprob, dtype=np.float64)):.4f})"
-        )
+    def summary(self) -> dict:
+        """Token counts and the response's NLL sum (float64); a skipped case has no NLL. No per-token array."""
+        out: dict = {"n_tokens": self.n_tokens, "prompt_tokens": self.prompt_tokens, "skipped": self.skipped}
+        if not self.skipped:
+            out["response_tokens"] = int(len(self.logprob))
+            out["response_nll_sum"] = float(-np.sum(self.logprob.astype(np.float64))) + 0.0  # + 0.0: no -0.0
+        return out
+
+    def __str__(self) -> str:
+        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
+        return json.dumps(self.summary(), separators=(",", ":"))
+
+    def __repr__(self) -> str:
+        return f"AnswerScores({self})"
 
 
 def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None) -> AnswerScores:
@@ -183,9 +191,15 @@ class PromptLength:
         limit = state["limit"]
         return cls(int(state["n_tokens"]), None if limit is None else int(limit), bool(state["skipped"]))
 
+    def summary(self) -> dict:
+        return {"n_tokens": self.n_tokens, "limit": self.limit, "skipped": self.skipped}
+
+    def __str__(self) -> str:
+        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
+        return json.dumps(self.summary(), separators=(",", ":"))
+
     def __repr__(self) -> str:
-        tail = ", skipped: the harness would cut it" if self.skipped else ""
-        return f"PromptLength(n={self.n_tokens}, limit={self.limit}{tail})"
+        return f"PromptLength({self})"
 
 
 def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> PromptLength:
@@ -200,8 +214,8 @@ def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> P
             return PromptLength(n, limit, skipped=True)
         raise scoring.ScoringError(
             f"longeval_lines_acc: a {n}-token prompt plus {max_gen} generated tokens exceeds the model's maximum "
-            f"length {max_length}; the harness would silently cut the prompt's beginning. Raise --model_args "
-            "max_length=N if the model supports it, use fewer num_lines, or pass --metadata "
+            f"length {max_length}; the harness would silently cut the prompt's beginning. "
+            f"{text_scoring.RAISE_MAX_LENGTH}, use fewer num_lines, or pass --metadata "
             '\'{"over_length": "skip"}\' to record such cases as skipped.'
         )
     return PromptLength(n, limit)
@@ -228,6 +242,23 @@ class _LinesTask(LongContextTask):
     # metric stem -> aggregation name, reported per configuration and pooled (directions: metrics/directions.py)
     PER_CONFIG: dict[str, str] = {}
     POOLED: tuple[str, ...] = ()
+    SCORES_RAW_DOCUMENTS = False  # a prompt the model answers: --apply_chat_template, --system_instruction apply
+    NO_SHOTS_BECAUSE = "the prompt is LongChat's, fixed by the LongEval paper; shots would change what is measured"
+
+    def sampling_seed(self) -> int | None:
+        return None if self.settings["testcases"] else self.settings["seed"]  # files hold their cases
+
+    def build_all_requests(self, **kwargs) -> None:
+        # the prompt's form changes the numbers: recorded when a chat template or system instruction shapes it
+        given = {
+            "apply_chat_template": bool(kwargs.get("apply_chat_template")),
+            "system_instruction": kwargs.get("system_instruction") or None,
+        }
+        record = self.config.metadata["longctx_settings"]
+        record.pop("prompt_format", None)
+        if any(given.values()):
+            record["prompt_format"] = given
+        super().build_all_requests(**kwargs)
 
     # ---------------------------------------------------------------- data
 
@@ -245,9 +276,6 @@ class _LinesTask(LongContextTask):
 
     def doc_to_text(self, doc, doc_to_text=None):
         return doc["prompt"]
-
-    def doc_to_target(self, doc, doc_to_target=None):
-        return ""
 
     def config_key(self, num_lines: int) -> str:
         return f"{int(num_lines):0{self._width}d}"
@@ -288,7 +316,7 @@ class _LinesTask(LongContextTask):
         for n in self.configurations:
             for stem, agg in stems.items():
                 name = f"{stem}_{self.config_key(n)}"
-                out[name] = self.declare(agg, name)
+                out[name] = self.declare(agg, name, subset=True)  # one configuration's cases, by design
         return out
 
     def _skipped(self, key: str, skipped: bool) -> dict:
@@ -331,6 +359,10 @@ class LongEvalLinesPPLTask(_LinesTask):
         }
         return [Instance(glue.REQUEST_TYPE, doc, (ctx + sep + doc["response"], spec), 0, **kwargs)]
 
+    def doc_to_target(self, doc, doc_to_target=None):
+        # the reference response, the text read teacher-forced after the prompt
+        return doc["response"]
+
     def process_results(self, doc, results):
         scores: AnswerScores = results[0]
         key = self.config_key(doc["num_lines"])
@@ -354,6 +386,10 @@ class LongEvalLinesAccTask(_LinesTask):
     SUITE_TASK_NAME = "longeval_lines_acc"
     PER_CONFIG = {"acc": "mean", "prompt_tokens": "mean"}
     POOLED = ("acc",)
+    REQUEST_TYPE_NOTE = (
+        f"generate_until, after one {glue.REQUEST_TYPE} request per case (this plugin's type: the prompt's token "
+        "count, checked before any generation)"
+    )
 
     def _extra_settings(self) -> dict:
         return {"correct": "last integer of the output (re.findall(r'\\d+')[-1]) == expected_number"}
@@ -373,6 +409,10 @@ class LongEvalLinesAccTask(_LinesTask):
             Instance(glue.REQUEST_TYPE, doc, (ctx, length_spec), 0, **kwargs),
             Instance("generate_until", doc, (ctx, gen_kwargs), 1, **kwargs),
         ]
+
+    def doc_to_target(self, doc, doc_to_target=None):
+        # the expected answer: correct iff the output's last integer is this number
+        return str(int(doc["expected_number"]))
 
     def process_results(self, doc, results):
         length, output = results

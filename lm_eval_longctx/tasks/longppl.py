@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from lm_eval.api.instance import Instance
 
+from .. import errors
 from ..engine import scoring
 from ..harness import glue
 from ..keytokens import cache, evaluator, span_files, spans_to_tokens, text_scoring
@@ -191,7 +192,10 @@ class LongPPLTask(LongContextTask):
             # evaluated text without: two sequences, two requests.
             reqs.append(Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec(judge=True)), 1, **kwargs))
         elif self.settings["key_source"] == "evaluator":
-            self._judgements[doc["doc_id"]] = self._judge_with_evaluator(doc["text"])
+            try:
+                self._judgements[doc["doc_id"]] = self._judge_with_evaluator(doc["text"])
+            except scoring.ScoringError as err:  # e.g. the evaluator's length check: named with the task
+                raise glue.task_error(str(self.config.task), err) from err
         return reqs
 
     # ---------------------------------------------------------------- evaluator
@@ -291,6 +295,10 @@ class LongPPLTask(LongContextTask):
 
     # ---------------------------------------------------------------- results
 
+    def doc_to_target(self, doc, doc_to_target=None):
+        # no answer string to compare with: what is predicted (the counts and NLL sums are in the metric fields)
+        return "every token of doc.text but the first, each predicted from all the tokens before it (teacher forced)"
+
     def _judgement(self, doc, results) -> evaluator.EvaluatorJudgement:
         src = self.settings["key_source"]
         if src == "self":
@@ -313,7 +321,7 @@ class LongPPLTask(LongContextTask):
                 "longppl and kept in ppl (as the reference does)"
             )
             log.warning(msg)
-            warnings.warn(msg, stacklevel=2)
+            warnings.warn(msg, errors.LongctxWarning, stacklevel=2)
         out = {
             "longppl": (per_token.nll_sum(lp[key_idx]), n_key),
             "ppl": (per_token.nll_sum(lp), int(len(lp))),

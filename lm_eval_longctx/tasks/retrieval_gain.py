@@ -21,6 +21,7 @@ batched (``engine.score_sequence_ends``).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -207,12 +208,27 @@ class RetrievalScores:
             np.asarray(state["without_logprob"]),
         )
 
-    def __repr__(self) -> str:  # compact: this is what --log_samples writes
-        gain = per_token.retrieval_gain_per_pair(self.with_logprob, self.without_logprob)[0]
-        return (
-            f"RetrievalScores(doc_tokens={self.n_doc_tokens}/{self.n_source_tokens}, "
-            f"anchors={self.anchors.tolist()}, gain=[{', '.join(f'{g:+.4f}' for g in gain)}])"
-        )
+    def summary(self) -> dict:
+        """The document's token counts and, per anchor, the answer's mean NLL with and without the document and
+        their difference (the gain); no per-token array."""
+        gain, nll_with, nll_without = per_token.retrieval_gain_per_pair(self.with_logprob, self.without_logprob)
+        return {
+            "n_doc_tokens": self.n_doc_tokens,
+            "n_source_tokens": self.n_source_tokens,
+            "n_with_tokens": self.n_with_tokens,
+            "answer_tokens": int(self.with_logprob.shape[1]),
+            "anchors": [int(a) for a in self.anchors],
+            "nll_with": nll_with.tolist(),
+            "nll_without": nll_without.tolist(),
+            "gain": gain.tolist(),
+        }
+
+    def __str__(self) -> str:
+        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
+        return json.dumps(self.summary(), separators=(",", ":"))
+
+    def __repr__(self) -> str:
+        return f"RetrievalScores({self})"
 
 
 def _without_with_backoff(model, sequences, n_scored, batch_size):
@@ -320,6 +336,10 @@ class RetrievalGainTask(LongContextTask):
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
         return [Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec()), 0, **kwargs)]
+
+    def doc_to_target(self, doc, doc_to_target=None):
+        # no answer string to compare with: what is predicted (the anchors and values are in `resps`)
+        return "the answer tokens after each anchor's query in doc.text, predicted with and without the document"
 
     def process_results(self, doc, results):
         scores = results[0]

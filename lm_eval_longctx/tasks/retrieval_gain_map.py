@@ -25,6 +25,7 @@ The without-document sequences of all documents are deduplicated and batched.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from dataclasses import dataclass
 from fractions import Fraction
@@ -196,12 +197,29 @@ class GainMapScores:
             np.asarray(state["without_logprob"]),
         )
 
-    def __repr__(self) -> str:  # compact: what --log_samples writes
-        per_length = self.gain().mean(axis=1)
-        return (
-            f"GainMapScores(tokens={self.n_source_tokens}, gain per length="
-            f"{{{', '.join(f'{int(L)}: {g:+.4f}' for L, g in zip(self.lengths, per_length))}}})"
-        )
+    def summary(self) -> dict:
+        """The document's token counts, the ladder, and per cell [length][depth] the answer's mean NLL with and
+        without the context (mean over the cell's anchors) and the gain; no per-token array."""
+        nll_with = -np.asarray(self.with_logprob, dtype=np.float64).mean(axis=-1).mean(axis=-1)
+        nll_without = -np.asarray(self.without_logprob, dtype=np.float64).mean(axis=-1).mean(axis=-1)
+        return {
+            "n_source_tokens": self.n_source_tokens,
+            "n_with_tokens": self.n_with_tokens,
+            "answer_tokens": int(self.with_logprob.shape[-1]),
+            "anchors_per_cell": int(self.anchors.shape[-1]),
+            "lengths": [int(x) for x in self.lengths],
+            "depths": [int(x) for x in self.depths],
+            "nll_with": nll_with.tolist(),
+            "nll_without": nll_without.tolist(),
+            "gain": self.gain().tolist(),
+        }
+
+    def __str__(self) -> str:
+        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
+        return json.dumps(self.summary(), separators=(",", ":"))
+
+    def __repr__(self) -> str:
+        return f"GainMapScores({self})"
 
 
 def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
@@ -318,20 +336,25 @@ class RetrievalGainMapTask(LongContextTask):
         else:
             from .forgetting_curve import resolve_model_max_length
 
+            model = self.evaluated_model  # its tokenizer and max_length, as its requests will be served
             name = s["tokenizer"] or s["pretrained"]
-            if not isinstance(name, str) or not name:
+            if not s["tokenizer"] and model is not None and model.tokenizer is not None:
+                tok = model.tokenizer
+            elif not isinstance(name, str) or not name:
                 raise SettingsError(
                     "retrieval_gain_map: the default ladder counts the documents' tokens with the "
                     "model's tokenizer: give --model_args pretrained=... or --metadata "
-                    "'{\"context_lengths\": [1024, 2048, ...]}'"
+                    "'{\"context_lengths\": [1024, 2048, ...]}' (Python API: simple_evaluate(model=HFLM(...)) "
+                    "passes the model's own)"
                 )
-            tok = documents.load_tokenizer(
-                name,
-                "the tokenizer that sets the retrieval_gain_map ladder",
-                revision=s["revision"],
-                trust_remote_code=s["trust_remote_code"],
-            )
-            self.model_max_length = resolve_model_max_length(s, tok)
+            else:
+                tok = documents.load_tokenizer(
+                    name,
+                    "the tokenizer that sets the retrieval_gain_map ladder",
+                    revision=s["revision"],
+                    trust_remote_code=s["trust_remote_code"],
+                )
+            self.model_max_length = resolve_model_max_length(s, tok, model)
             n_tokens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in self.dataset["test"]["text"]]
             sep = len(tok(s["separator"], add_special_tokens=False)["input_ids"]) if s["separator"] else 0
             extra = len(lead_token_ids(tok, s["bos"])) + sep + s["query_tokens"] + s["answer_tokens"]
@@ -379,6 +402,13 @@ class RetrievalGainMapTask(LongContextTask):
 
     def length_name(self, length: int) -> str:
         return gain_map.length_metric(length, self.width)
+
+    def doc_to_target(self, doc, doc_to_target=None):
+        # no answer string to compare with: what is predicted (the ladder and values are in `resps`)
+        return (
+            "per cell (L, depth): the answer tokens after each anchor's query in doc.text, predicted with and without "
+            "the document's first L tokens"
+        )
 
     def process_results(self, doc, results):
         scores = results[0]

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .names import model_label
+
 log = logging.getLogger("lm_eval_longctx")
 
 _METRIC = re.compile(r"^(copy_acc|lm_acc)@(\d+),(.+)$")
@@ -45,13 +47,6 @@ def forgetting_curve_tasks(results: dict) -> list[str]:
     return [task for task, res in (results.get("results") or {}).items() if any(_METRIC.match(key) for key in res)]
 
 
-def _short(name: str) -> str:
-    """Hub ids stay whole (``org/model``); local paths keep their last two parts."""
-    if name.startswith(("/", ".", "~")) or "\\" in name:
-        return "/".join(Path(name).parts[-2:])
-    return name
-
-
 def labelled_from_results(paths, task, find_tasks, build, labels, what: str, error) -> list:
     """What the plot scripts draw, one item per (results file, task): ``build(results, task, label)`` for the
     ``task`` given or every task ``find_tasks(results)`` finds; ``labels`` (one per item) replace the model
@@ -74,20 +69,6 @@ def labelled_from_results(paths, task, find_tasks, build, labels, what: str, err
         for item, label in zip(items, labels):
             item.label = label
     return items
-
-
-def model_label(results: dict, default: str = "model") -> str:
-    """The model's name as the harness recorded it (results saved by the CLI carry ``model_name``)."""
-    if results.get("model_name"):
-        return _short(str(results["model_name"]))
-    model_args = (results.get("config") or {}).get("model_args")
-    if isinstance(model_args, dict) and model_args.get("pretrained"):
-        return _short(str(model_args["pretrained"]))
-    if isinstance(model_args, str):
-        for part in model_args.split(","):
-            if part.strip().startswith("pretrained="):
-                return _short(part.split("=", 1)[1])
-    return default
 
 
 def _samples_per_length(n_docs: int, n_lengths: int) -> list[int]:
@@ -181,12 +162,21 @@ _REGIONS = (
 def plot_forgetting_curves(
     curves: list[ForgettingCurve], out_path, title: str | None = None, log_x: bool | None = None
 ):
-    """Write a PNG: copy and LM accuracy (+-1 std bands) against copy length.
+    """Write a PNG of :func:`forgetting_curve_figure`; return its path."""
+    fig = forgetting_curve_figure(curves, title, log_x)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=fig.dpi)
+    return out_path
 
-    One curve: the fine-grained, coarse-grained and amnesia regions are shaded, as in the paper's
-    Figure 1. Several curves share the axes, one colour per model (copy solid, LM dashed), each
-    model's fine / coarse memory lengths as dotted / dash-dotted lines. The claimed length T is
-    marked, and the copy length whose samples (2l + 3 tokens) fill it.
+
+def forgetting_curve_figure(curves: list[ForgettingCurve], title: str | None = None, log_x: bool | None = None):
+    """The figure (on an Agg canvas): copy and LM accuracy (+-1 std bands) against copy length.
+
+    One curve: the fine-grained, coarse-grained and amnesia regions are shaded, as in the paper's Figure 1 (amnesia
+    only where a tested length lies beyond the coarse memory length). Several curves share the axes, one colour per
+    model (copy solid, LM dashed), each model's fine / coarse memory lengths as dotted / dash-dotted lines. The
+    claimed length T is marked, and the copy length whose samples (2l + 3 tokens) fill it.
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -205,8 +195,7 @@ def plot_forgetting_curves(
     x_min = min(float(c.lengths.min()) for c in curves if len(c.lengths))
     if log_x is None:
         log_x = all(c.spacing == "geometric" for c in curves)
-    left = x_min if log_x else 0.0
-    right = x_max * (1.05 if log_x else 1.02)
+    left, right = _x_limits(x_min, x_max, log_x)
 
     palette = [f"C{i}" for i in range(10)]
     for i, c in enumerate(curves):
@@ -251,13 +240,21 @@ def plot_forgetting_curves(
     top = blended_transform_factory(ax.transData, ax.transAxes)
     if single:
         c = curves[0]
-        fine = c.fine or 0.0
-        coarse = max(fine, c.coarse or 0.0)
-        bounds = ((left, fine), (fine, coarse), (coarse, right))
+        fine = c.fine or left  # a region ends at its memory length; none when there is none
+        coarse = max(fine, c.coarse) if c.coarse else fine
+        tested = c.lengths[~c.failed]
+        longest = float(tested.max()) if len(tested) else 0.0
+        # amnesia is what was measured beyond the coarse memory length: no region where no length was tested
+        bounds = ((left, fine), (fine, coarse), (coarse, right if longest > coarse else coarse))
         for (name, shade, ink), (a, b), value in zip(_REGIONS, bounds, (c.fine, c.coarse, None)):
             if b <= a:
                 continue
-            label = name if value is None else f"{name} (<= {value:g})"
+            if value is None:
+                label = f"{name} (> {coarse:g})" if c.fine or c.coarse else name
+            elif value >= longest:  # the memory length is the longest length tested: a lower bound
+                label = f"{name} (<= {value:g}, longest tested)"
+            else:
+                label = f"{name} (<= {value:g})"
             ax.axvspan(a, b, color=shade, alpha=0.10, lw=0, label=label)
             lo = max(a, left)
             if log_x:
@@ -288,8 +285,13 @@ def plot_forgetting_curves(
 
     if log_x:
         ax.set_xscale("log")
+        tested = sorted({int(x) for c in curves for x in c.lengths})
+        if len(tested) <= 12:  # the lengths themselves as ticks, in plain numbers (not 3 x 10^1)
+            ax.set_xticks(tested)
+            ax.set_xticklabels([str(x) for x in tested])
+            ax.minorticks_off()
     ax.set_xlim(left, right)
-    ax.set_ylim(-0.03, 1.12)  # headroom above 100% for the region names
+    ax.set_ylim(*_y_limits(curves))
     ax.set_xlabel("copy length l (tokens of S; a sample [BOS] S [BOS] S [EOS] has 2l + 3 tokens)")
     ax.set_ylabel("accuracy on the last ceil(l/2) tokens of S")
     ax.set_title(
@@ -298,10 +300,30 @@ def plot_forgetting_curves(
     ax.grid(True, alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     fig.tight_layout()
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path)
-    return out_path
+    return fig
+
+
+def _x_limits(x_min: float, x_max: float, log_x: bool) -> tuple[float, float]:
+    """The length axis' range: a margin on both sides, so that the first and last points (markers, bands) are
+    whole; a linear axis starts at 0 unless the first length sits too close to it."""
+    if log_x:
+        pad = (x_max / x_min) ** 0.03 if x_max > x_min else 1.3  # 3% of the decades shown
+        return x_min / pad, x_max * pad
+    pad = 0.03 * (x_max if x_max > 0 else 1.0)
+    return min(0.0, x_min - pad), x_max + pad
+
+
+def _y_limits(curves: list[ForgettingCurve]) -> tuple[float, float]:
+    """The accuracy axis' range: 0 to 1 and every +-1 std band, a margin below (the failed-length crosses sit at 0)
+    and headroom above for the region names."""
+    lows, highs = [0.0], [1.0]
+    for c in curves:
+        ok = ~c.failed
+        for mean, std in ((c.copy_mean[ok], c.copy_std[ok]), (c.lm_mean[ok], c.lm_std[ok])):
+            if len(mean):
+                lows.append(float(np.nanmin(mean - std)))
+                highs.append(float(np.nanmax(mean + std)))
+    return min(lows) - 0.04, max(highs) + 0.12
 
 
 def save_beside_results(results: dict, results_file) -> list[Path]:

@@ -105,12 +105,36 @@ def shared_limit(maps: list[GainMap]) -> float:
     return max(float(np.abs(values).max()) if values.size else 0.0, 1e-3)
 
 
+# sizes at the saved size (points): cell values no smaller than this; the effective-length lines' width and the gap
+# that keeps two of them, or one and the axes' border, apart
+VALUE_FONT_PT = 8.0
+_MARK_WIDTH_PT = 2.0
+_MARK_GAP_PT = 2.5
+_MAX_DEPTH_TICKS = 21
+_NO_VALUE = "#c8c8c8"  # a cell without a value: grey, not the white of a zero gain
+
+
 def plot_gain_maps(
     maps: list[GainMap], out_path, title: str | None = None, limit: float | None = None, annotate: bool | None = None
 ):
-    """Write a PNG: one heatmap per model, side by side (x: context length, log scale; y: depth),
+    """Write a PNG of :func:`gain_map_figure` at its own size (the sizes it reads in points hold); return its path."""
+    fig = gain_map_figure(maps, title, limit, annotate)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=fig.dpi, bbox_inches="tight")
+    return out_path
+
+
+def gain_map_figure(
+    maps: list[GainMap], title: str | None = None, limit: float | None = None, annotate: bool | None = None
+):
+    """The figure (on an Agg canvas): one heatmap per model, side by side (x: context length, log scale; y: depth),
     on ONE diverging colour scale centred at 0 (red: the context hurts, blue: it helps), the
-    effective lengths marked (dashed: relative, dotted: absolute) at the right edge of their cells."""
+    effective lengths marked (dashed: relative, dotted: absolute) at the right edge of their cells, inside the axes
+    and named in a legend under each panel; cells without a value are grey.
+
+    Cell values are printed (at ``VALUE_FONT_PT``, with 2 decimals or 1) where they fit in the cells, else left
+    out with a note; ``annotate=False`` leaves them out always."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.colors import TwoSlopeNorm
@@ -128,61 +152,141 @@ def plot_gain_maps(
     mesh = None
     for ax, m in zip(axes, maps):
         xe, ye = _edges(m.lengths), _depth_edges(m.depths)
+        ax.set_facecolor(_NO_VALUE)
         mesh = ax.pcolormesh(xe, ye, np.ma.masked_invalid(m.gain.T), cmap="RdBu", norm=norm, shading="flat")
         ax.set_xscale("log")
         ax.set_xticks(m.lengths)
         ax.set_xticklabels([f"{L // 1024}k" if L % 1024 == 0 else str(L) for L in m.lengths], fontsize=8)
         ax.minorticks_off()
-        ax.set_yticks(m.depths)
+        # every depth a tick, but no more than fit beside the rows (every k-th of a fine grid)
+        ax.set_yticks(m.depths[:: math.ceil(len(m.depths) / _MAX_DEPTH_TICKS)])
         ax.set_xlim(xe[0], xe[-1])
         ax.set_ylim(ye[-1], ye[0])  # depth 0 (start of the context) at the top, as needle grids draw it
         ax.set_xlabel("context length L (tokens of the document before Q A)")
-        show_values = annotate if annotate is not None else m.gain.size <= 80
-        if show_values:
-            for i, L in enumerate(m.lengths):
-                for j, d in enumerate(m.depths):
-                    g = m.gain[i, j]
-                    if np.isfinite(g):
-                        ax.text(
-                            L,
-                            d,
-                            f"{g:.2f}",
-                            ha="center",
-                            va="center",
-                            fontsize=6,
-                            color="white" if abs(g) > 0.6 * vmax else "black",
-                        )
-        marks = []
-
-        def right_edge(length):  # the line closes the cell of that length: every cell left of it passes
-            i = int(np.searchsorted(m.lengths, length))
-            return xe[i + 1] if i < len(m.lengths) and m.lengths[i] == length else length
-
-        if m.effective_length:
-            ax.axvline(right_edge(m.effective_length), color="black", lw=2.0, ls="--")
-            rel = f"> {m.fraction:g} x gain at {int(m.lengths[0])}" if m.fraction is not None else "relative"
-            marks.append(f"effective length {int(m.effective_length)} ({rel})")
-        else:
-            marks.append("effective length: none")
-        if m.effective_length_abs:
-            ax.axvline(right_edge(m.effective_length_abs), color="dimgray", lw=1.5, ls=":")
-            thr = f"gain > {m.threshold:g}" if m.threshold is not None else "absolute"
-            marks.append(f"absolute {int(m.effective_length_abs)} ({thr})")
-        else:
-            marks.append("absolute: none")
-        ax.set_title("\n".join([m.label, *marks]), fontsize=8.5)
+        if n > 1 or title:  # else the figure's title names the one model
+            ax.set_title(m.label, fontsize=10)
     axes[0].set_ylabel("depth of the anchor (% of L - q - r)")
     assert mesh is not None  # every panel draws one
     cbar = fig.colorbar(mesh, ax=list(axes), fraction=0.035 if n > 1 else 0.05, pad=0.02)
     cbar.set_label("retrieval gain (nats / answer token)\nblue: context helps, red: it hurts")
-    # above the three-line panel titles (bbox_inches="tight" keeps it in the picture)
+    # the axes are placed now (the colour bar took its share): cell sizes, hence which values fit, are final
+    decimals = _value_decimals(fig, axes, maps) if annotate is not False else None
+    for ax, m in zip(axes, maps):
+        if decimals is not None:
+            _print_values(ax, m, decimals, vmax)
+        handles = _effective_length_marks(fig, ax, m)
+        if np.isnan(m.gain).any():
+            handles.append(_patch(_NO_VALUE, "no value in the results"))
+        if decimals is None and annotate is not False:
+            handles.append(_note("cells too small to print their values"))
+        ax.legend(
+            handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8, frameon=False, handlelength=3
+        )
     fig.suptitle(
-        title or ("Retrieval-gain map" if n == 1 else f"Retrieval-gain maps of {n} models"), fontsize=11, y=1.06
+        title or (f"Retrieval-gain map: {maps[0].label}" if n == 1 else f"Retrieval-gain maps of {n} models"),
+        fontsize=11,
     )
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, bbox_inches="tight")
-    return out_path
+    return fig
+
+
+def _value_decimals(fig, axes, maps: list[GainMap]) -> int | None:
+    """The decimals (2, else 1) at which every panel's cell values fit their cells at ``VALUE_FONT_PT``; None when
+    even 1 does not (one choice for the picture: the panels compare)."""
+    from matplotlib.font_manager import FontProperties
+
+    renderer = fig.canvas.get_renderer()
+    font = FontProperties(size=VALUE_FONT_PT)
+    cell_w = cell_h = math.inf
+    for ax, m in zip(axes, maps):
+        xs = ax.transData.transform(np.column_stack([_edges(m.lengths), np.zeros(len(m.lengths) + 1)]))[:, 0]
+        ys = ax.transData.transform(np.column_stack([np.ones(len(m.depths) + 1), _depth_edges(m.depths)]))[:, 1]
+        cell_w = min(cell_w, float(np.abs(np.diff(xs)).min()))
+        cell_h = min(cell_h, float(np.abs(np.diff(ys)).min()))
+    for decimals in (2, 1):
+        texts = [f"{g:.{decimals}f}" for m in maps for g in m.gain[np.isfinite(m.gain)]]
+        if not texts:
+            return None
+        w, h, _ = renderer.get_text_width_height_descent(max(texts, key=len), font, ismath=False)
+        if w <= 0.85 * cell_w and 1.35 * h <= cell_h:
+            return decimals
+    return None
+
+
+def _print_values(ax, m: GainMap, decimals: int, vmax: float) -> None:
+    for i, L in enumerate(m.lengths):
+        for j, d in enumerate(m.depths):
+            g = m.gain[i, j]
+            if np.isfinite(g):
+                ax.text(
+                    L,
+                    d,
+                    f"{g:.{decimals}f}",
+                    ha="center",
+                    va="center",
+                    fontsize=VALUE_FONT_PT,
+                    color="white" if abs(g) > 0.6 * vmax else "black",
+                )
+
+
+def _effective_length_marks(fig, ax, m: GainMap) -> list:
+    """Draw the effective lengths inside the axes at the right edge of their cells (every cell left of the line
+    passes): white-cased, so they show on dark and light cells; one on the axes' border is moved inside it, and
+    two on one edge are drawn side by side. Return their legend handles."""
+    from matplotlib import patheffects
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import ScaledTranslation
+
+    xe = _edges(m.lengths)
+
+    def right_edge(length):
+        i = int(np.searchsorted(m.lengths, length))
+        return xe[i + 1] if i < len(m.lengths) and m.lengths[i] == length else length
+
+    relative = f"gain > {m.fraction:g} × gain at {int(m.lengths[0])}" if m.fraction is not None else "relative rule"
+    absolute = f"gain > {m.threshold:g}" if m.threshold is not None else "absolute rule"
+    # (length, name, rule, colour, dashes)
+    marks = [
+        (m.effective_length, "effective length", relative, "black", (0, (4, 2))),
+        (m.effective_length_abs, "absolute effective length", absolute, "#404040", (0, (1, 1.5))),
+    ]
+    edges = [right_edge(length) if length else None for length, *_ in marks]  # 0: no length passes
+    shared = edges[0] is not None and edges[0] == edges[1]
+    casing = [patheffects.withStroke(linewidth=_MARK_WIDTH_PT + 2, foreground="white")]
+    handles = []
+    for k, ((length, name, rule, colour, dashes), edge) in enumerate(zip(marks, edges)):
+        if edge is None or length is None:
+            handles.append(_note(f"{name}: none (no length passes {rule})"))
+            continue
+        step = _MARK_WIDTH_PT / 2 + _MARK_GAP_PT
+        if np.isclose(edge, xe[-1]):  # on the border: inside it, the second one further in
+            shift = -step * (1 + k if shared else 1)
+        elif shared:  # one edge, two lines: one either side of it
+            shift = -step / 2 if k == 0 else step / 2
+        else:
+            shift = 0.0
+        transform = ax.get_xaxis_transform() + ScaledTranslation(shift / 72, 0, fig.dpi_scale_trans)
+        line = Line2D(
+            [edge, edge], [0, 1], color=colour, ls=dashes, lw=_MARK_WIDTH_PT, transform=transform, path_effects=casing
+        )
+        line.set_clip_on(False)  # never lost to the axes' edge
+        ax.add_line(line)
+        handles.append(
+            Line2D([], [], color=colour, ls=dashes, lw=_MARK_WIDTH_PT, label=f"{name} {int(length)} ({rule})")
+        )
+    return handles
+
+
+def _patch(colour: str, label: str):
+    from matplotlib.patches import Patch
+
+    return Patch(facecolor=colour, edgecolor="none", label=label)
+
+
+def _note(label: str):
+    """A legend line without a sample: a statement, not a drawn thing."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], ls="none", label=label)
 
 
 def save_beside_results(results: dict, results_file) -> list[Path]:

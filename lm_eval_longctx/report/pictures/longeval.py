@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .names import model_label
+
 CURVE_METRICS = ("acc", "answer_ppl", "non_answer_ppl")
 _KEY = re.compile(r"^(?P<stem>acc|answer_ppl|non_answer_ppl|prompt_tokens)_(?P<n>\d+),(?P<filter>[^,]+)$")
 
@@ -90,35 +92,41 @@ def load_results(path: str | Path) -> dict:
 
 
 def run_label(results: dict, fallback: str) -> str:
-    """The model's name from a results JSON (``model_name`` or ``pretrained=`` in ``config.model_args``)."""
-    if results.get("model_name"):
-        return str(results["model_name"])
-    args = (results.get("config") or {}).get("model_args")
-    if isinstance(args, dict) and args.get("pretrained"):
-        return str(args["pretrained"])
-    if isinstance(args, str):
-        m = re.search(r"pretrained=([^,]+)", args)
-        if m:
-            return m.group(1)
-    return fallback
+    """The model's name from a results JSON (``model_name`` or ``pretrained=`` in ``config.model_args``), as every
+    picture names it (:func:`.names.display_name`)."""
+    return model_label(results, fallback)
 
 
 def plot_runs(
     runs: dict[str, dict[str, Curve]], out_path: str | Path, title: str | None = None, ppl_limits: dict | None = None
 ) -> Path:
-    """Draw (b) accuracy + answer-token PPL and (c) accuracy + non-answer PPL for every run; save a PNG/PDF.
+    """Save :func:`longeval_figure` (PNG, PDF or SVG, by the suffix); return its path."""
+    fig = longeval_figure(runs, title, ppl_limits)
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    return out
+
+
+def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None, ppl_limits: dict | None = None):
+    """The figure (on an Agg canvas; no pyplot, so the caller's backend is never switched): (b) accuracy +
+    answer-token PPL and (c) accuracy + non-answer PPL for every run (label -> curves).
 
     ``ppl_limits``: ``{"answer_ppl": (low, high), ...}``, the perplexity axes' ranges (default: each picture's own),
     so that pictures of other runs can share them."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    try:
+        from matplotlib import rcParams
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("plotting needs matplotlib: pip install 'lm_eval_longctx[plot]'") from e
 
     if not any(runs.values()):
         raise ValueError("no LongEval lines metrics (acc_N, answer_ppl_N, non_answer_ppl_N) in the results")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2)
+    colors = rcParams["axes.prop_cycle"].by_key()["color"]
     panels = (("answer_ppl", "(b) answer tokens"), ("non_answer_ppl", "(c) non-answer tokens"))
     x_tokens = all(c.x_is_tokens for curves in runs.values() for c in curves.values())
     for ax, (ppl_metric, panel_title) in zip(axes, panels):
@@ -154,18 +162,26 @@ def plot_runs(
         twin.set_ylabel("perplexity (dashed)")
         if ppl_limits and ppl_metric in ppl_limits:
             twin.set_ylim(*ppl_limits[ppl_metric])
+        _readable_range(twin)
         ax.set_title(panel_title)
         ax.grid(alpha=0.3)
         handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
         if handles:
-            ax.legend(handles=handles, fontsize=7, loc="best")
-    if title:
-        fig.suptitle(title)
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
-    return out
+            ax.legend(handles=handles, fontsize=8, loc="best")
+    fig.suptitle(
+        title or (f"LongEval lines: {next(iter(runs))}" if len(runs) == 1 else f"LongEval lines of {len(runs)} models")
+    )
+    return fig
+
+
+def _readable_range(ax) -> None:
+    """Ticks in plain numbers (no "1e-6 + 1.000001" offset) over a range of at least 2% of its centre: perplexities
+    that all round to one number (1.0 when every answer is found) are drawn flat, not stretched to fill the axis."""
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+    low, high = ax.get_ylim()
+    centre, least = (low + high) / 2, 0.02 * max(abs((low + high) / 2), 1.0)
+    if high - low < least:
+        ax.set_ylim(centre - least / 2, centre + least / 2)
 
 
 def _finite(values: list[float]):

@@ -1,0 +1,65 @@
+"""What lm-eval's run options do for these tasks: the ones they refuse, with the way out, and the seed notice.
+
+lm-eval 0.4.13 (``simple_evaluate``) builds the tasks first and then applies some options through the Task API,
+before any request is sent: ``--predict_only`` calls ``override_metric("bypass")``, ``--num_fewshot N`` calls
+``set_config("num_fewshot", N)``, ``--seed`` (its fourth value, ``fewshot_random_seed``) calls
+``set_fewshot_seed(seed)``; ``--apply_chat_template`` and ``--system_instruction`` arrive as arguments of
+``build_all_requests``. ``tasks/base.py`` overrides those methods and calls the checks below.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("lm_eval_longctx")
+
+# lm-eval's default fewshot_random_seed (lm_eval/defaults.py DEFAULT_OTHER_SEED; --seed's fourth value)
+LM_EVAL_DEFAULT_FEWSHOT_SEED = 1234
+
+
+class UnsupportedOptionError(ValueError):
+    """An lm-eval option that a task cannot follow; refused before any request is sent."""
+
+
+def check_num_fewshot(task_name: str, value, why_no_shots: str) -> None:
+    """Refuse a number of shots other than 0: none of these tasks has examples to show as shots."""
+    if value in (None, 0):
+        return
+    raise UnsupportedOptionError(
+        f"{task_name}: --num_fewshot {value} does not apply: {why_no_shots}. Leave --num_fewshot out (or pass 0)."
+    )
+
+
+def check_prompt_options(task_name: str, apply_chat_template: bool, system_instruction: str | None) -> None:
+    """Refuse a chat template or system instruction for a task that scores raw documents."""
+    given = [
+        flag
+        for flag, on in (
+            ("--apply_chat_template", bool(apply_chat_template)),
+            ("--system_instruction", bool(system_instruction)),  # an empty one changes nothing
+        )
+        if on
+    ]
+    if not given:
+        return
+    raise UnsupportedOptionError(
+        f"{task_name}: {' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply: the task scores raw "
+        "documents token by token, and a chat template or system text would change what is measured. Leave "
+        f"{' and '.join(given)} out for this task (longeval_lines, a prompt the model answers, takes "
+        f"{'it' if len(given) == 1 else 'them'}: run it in a separate lm_eval call)."
+    )
+
+
+def note_lm_eval_seed(task_name: str, lm_eval_seed, task_seed: int | None) -> None:
+    """One line when lm-eval's --seed was given and the task draws samples with its own seed, which lm-eval's
+    seed does not change (the task's seed reproduces the same samples across lm-eval versions)."""
+    if task_seed is None or lm_eval_seed is None or lm_eval_seed == LM_EVAL_DEFAULT_FEWSHOT_SEED:
+        return
+    log.warning(
+        "%s: lm-eval's --seed (fewshot seed %s) does not change this task's samples: they are drawn with the "
+        "task's own seed %s (recorded in the results' longctx_settings); change it with --metadata "
+        "'{\"seed\": N}'.",
+        task_name,
+        lm_eval_seed,
+        task_seed,
+    )

@@ -1,0 +1,61 @@
+"""Our own errors print as their message block; anything else keeps Python's traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from lm_eval_longctx import errors
+from lm_eval_longctx.settings import SettingsError
+
+
+def _raise(err):
+    try:
+        raise err
+    except Exception as e:  # noqa: BLE001
+        return e
+
+
+def test_which_errors_are_ours():
+    assert errors.user_error(_raise(SettingsError("bad key"))) is not None
+    assert errors.user_error(_raise(errors.ResourceUnavailableError("no data"))) is not None
+    assert errors.user_error(_raise(KeyError("x"))) is None  # a bug, not a message for the user
+    assert errors.user_error(_raise(ValueError("raised here, in a test module"))) is None
+    try:
+        import json
+
+        json.loads("{")
+    except ValueError as e:  # raised inside the standard library: keeps its traceback
+        assert errors.user_error(e) is None
+    wrapped = RuntimeError("the harness wrapped it")
+    wrapped.__cause__ = _raise(SettingsError("the cause"))
+    assert str(errors.user_error(wrapped)) == "the cause"
+
+
+def test_a_plain_value_error_raised_in_the_package_is_ours(tmp_path):
+    from lm_eval_longctx.data import documents
+
+    try:
+        documents.copy_lengths(max_len=4, min_len=8)
+    except ValueError as e:
+        assert errors.user_error(e) is e
+    else:
+        pytest.fail("no error")
+
+
+@pytest.mark.parametrize("debug", ["", "1"])
+def test_excepthook_prints_the_block(debug):
+    code = (
+        "from lm_eval_longctx import errors; from lm_eval_longctx.settings import SettingsError; "
+        "errors.install_excepthook(); errors.install_excepthook(); raise SettingsError('what, why, ways out')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "LM_EVAL_LONGCTX_DEBUG": debug, "PYTHONPATH": sys.path[0] or "."},
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "what, why, ways out" in proc.stderr
+    assert ("Traceback" in proc.stderr) == bool(debug)
+    assert proc.stderr.count("what, why, ways out") == 1
