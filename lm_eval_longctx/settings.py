@@ -392,7 +392,8 @@ class Declaration:
             if meant is not None:
                 raise SettingsError(
                     f"{self.owner}: unknown setting {key!r} in the task metadata (--metadata, the YAML or "
-                    f"--model_args). Did you mean {meant!r}? Known settings of this task: {', '.join(self.names())}. "
+                    "--model_args; in Python, the metadata given to TaskManager or simple_evaluate). "
+                    f"Did you mean {meant!r}? Known settings of this task: {', '.join(self.names())}. "
                     f"If the key is meant for a task of another suite in the same run, list it in --metadata "
                     f'\'{{"{OTHER_TASKS_KEYS}": ["{key}"]}}\'.'
                 )

@@ -127,6 +127,15 @@ def test_chat_template_and_system_instruction_are_refused_by_the_document_tasks(
 
 
 @pytest.mark.integration
+def test_chat_template_is_refused_when_the_task_is_built(model_dirs, tmp_path, nothing_scored):
+    """The refusal comes when the task is built, before its documents are read (here: a data file that does not
+    exist would be the first error otherwise) and before simple_evaluate looks the model's chat template up."""
+    md = {"data_files": str(tmp_path / "absent.jsonl"), "evaluator": "self"}
+    with pytest.raises(UnsupportedOptionError, match=r"^longppl_govreport: --apply_chat_template does not apply"):
+        run_task(PER_TOKEN, model_dirs["a"], md, apply_chat_template=True)
+
+
+@pytest.mark.integration
 def test_longeval_applies_and_records_chat_template_and_system_instruction(model_dirs, tmp_path):
     from lm_eval.loggers import EvaluationTracker
 

@@ -550,24 +550,44 @@ def evaluated_model() -> EvaluatedModel | None:
     ``lm_eval.evaluator.evaluate``). lm-eval hands a task no model: simple_evaluate builds the model from
     --model_args, or takes the object passed in, before it builds the tasks, and keeps it in its local ``lm``
     (lm-eval 0.4.13; a CachingLM under --use_cache), which is read from that call's frame."""
+
+    from lm_eval.api.model import LM, CachingLM
+
+    frame = _simple_evaluate_frame()
+    if frame is None:
+        return None
+    lm = frame.f_locals.get("lm")
+    lm = lm.lm if isinstance(lm, CachingLM) else lm
+    if not isinstance(lm, LM):
+        return None
+    return EvaluatedModel(lm, python_api=not isinstance(frame.f_locals.get("model"), str))
+
+
+def _simple_evaluate_frame():
+    """The frame of the running ``lm_eval.simple_evaluate`` call (lm-eval 0.4.13), or None."""
     import sys
     import types
 
     import lm_eval.evaluator
-    from lm_eval.api.model import LM, CachingLM
 
     home = os.path.realpath(lm_eval.evaluator.__file__)
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "simple_evaluate" and os.path.realpath(code.co_filename) == home:
-            lm = frame.f_locals.get("lm")
-            lm = lm.lm if isinstance(lm, CachingLM) else lm
-            if not isinstance(lm, LM):
-                return None
-            return EvaluatedModel(lm, python_api=not isinstance(frame.f_locals.get("model"), str))
+            return frame
         frame = frame.f_back
     return None
+
+
+def prompt_options() -> tuple[bool, str | None] | None:
+    """``(apply_chat_template, system_instruction)`` of the running ``simple_evaluate`` call, or None outside one.
+    Read when a task is built, because simple_evaluate looks the chat template up (and fails on a model without
+    one) after it has built the tasks but before it hands them these options."""
+    frame = _simple_evaluate_frame()
+    if frame is None:
+        return None
+    return bool(frame.f_locals.get("apply_chat_template")), frame.f_locals.get("system_instruction")
 
 
 def note_evaluated_model(task_name: str) -> EvaluatedModel | None:

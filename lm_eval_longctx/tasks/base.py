@@ -60,6 +60,9 @@ class LongContextTask(ConfigurableTask):
         preflight.check_once(self.SUITE_TASK_NAME, cfg.get("metadata"), glue.task_load_in_progress())
         if export_files.SETTING in self.settings:
             self.settings[export_files.SETTING] = export_files.parse_setting(self.settings[export_files.SETTING])
+        options = glue.prompt_options()
+        if options is not None and self.SCORES_RAW_DOCUMENTS:  # before lm-eval looks a chat template up
+            run_options.check_prompt_options(str(cfg.get("task", "")), *options)
         # a YAML's own num_fewshot (--num_fewshot comes later, through set_config)
         run_options.check_num_fewshot(str(cfg.get("task", "")), cfg.get("num_fewshot"), self.NO_SHOTS_BECAUSE)
         super().__init__(config=cfg)
