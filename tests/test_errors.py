@@ -59,3 +59,26 @@ def test_excepthook_prints_the_block(debug):
     assert proc.returncode == 1 and "what, why, ways out" in proc.stderr
     assert ("Traceback" in proc.stderr) == bool(debug)
     assert proc.stderr.count("what, why, ways out") == 1
+
+
+def _help(*args) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm_eval_longctx", *args, "--help"], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_help_texts_describe_every_subcommand_and_option():
+    top = _help()
+    assert "``" not in top and "five lm-eval tasks" in " ".join(top.split())
+    for command in ("tasks-dir", "gate", "leaderboard", "correlate", "demo", "validate", "precompute-spans", "view"):
+        assert command in top
+    for command in ("tasks-dir", "correlate", "precompute-spans"):
+        text = _help(command)
+        description = text.split("\n\n")[1]  # argparse: usage, then the description
+        assert not description.startswith(("positional", "options")), (command, text[:300])
+    validate = _help("validate")
+    for option in ("--n-resamples", "--confidence"):
+        line = validate[validate.index(option) :].split("\n--")[0]
+        assert "default" in line, (option, line)
