@@ -681,17 +681,26 @@ def _pictures(items: list, size: int, draw, what: str, width=None) -> str:
     return "".join(out)
 
 
+def _built_per_run(runs: list[CardRun], task: str, build, what: str) -> list | str:
+    """``build(results, task, label)`` for every run that has ``task``; or, when one run's results cannot be drawn,
+    the page's note saying so."""
+    built = []
+    for r in runs:
+        if task in r.results:
+            try:
+                built.append(build(r.results[task], task, r.label))
+            except (ValueError, KeyError, TypeError) as e:
+                return f'<p class="muted">no {what} of {esc(r.label)}: {esc(e)}</p>'
+    return built
+
+
 def forgetting_curve_pictures(runs: list[CardRun], task: str = "forgetting_curve") -> str:
     """The forgetting curves of the runs (``plot_forgetting_curves``), a few runs to a picture."""
     from .pictures.forgetting_curve import curve_from_results, plot_forgetting_curves
 
-    curves = []
-    for r in runs:
-        if task in r.results:
-            try:
-                curves.append(curve_from_results(r.results[task], task, r.label))
-            except (ValueError, KeyError, TypeError) as e:
-                return f'<p class="muted">no forgetting curve of {esc(r.label)}: {esc(e)}</p>'
+    curves = _built_per_run(runs, task, curve_from_results, "forgetting curve")
+    if isinstance(curves, str):
+        return curves
     if not curves:
         return ""
     # one x scale for every picture: geometric lengths are drawn on a log axis only when every run has them
@@ -709,13 +718,9 @@ def gain_map_pictures(runs: list[CardRun], task: str = "retrieval_gain_map") -> 
     """The retrieval-gain maps of the runs (``plot_gain_maps``) on one colour scale, a few panels to a picture."""
     from .pictures.gain_map import map_from_results, plot_gain_maps, shared_limit
 
-    maps = []
-    for r in runs:
-        if task in r.results:
-            try:
-                maps.append(map_from_results(r.results[task], task, r.label))
-            except (ValueError, KeyError, TypeError) as e:
-                return f'<p class="muted">no retrieval-gain map of {esc(r.label)}: {esc(e)}</p>'
+    maps = _built_per_run(runs, task, map_from_results, "retrieval-gain map")
+    if isinstance(maps, str):
+        return maps
     if not maps:
         return ""
     limit = shared_limit(maps)  # one colour scale for every picture
