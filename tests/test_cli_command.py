@@ -23,6 +23,22 @@ def hook_active() -> bool:
     return out.stdout.strip() == "True"
 
 
+def run_lm_eval(tmp_path, tasks: str, model_dir: str, *args: str, **env_extra: str):
+    """``python -m lm_eval --tasks TASKS --model hf`` on a tiny model, offline, with the installed package (as a
+    user has it, no PYTHONPATH)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env_extra}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--tasks", tasks, "--model", "hf"]
+        + ["--model_args", f"pretrained={model_dir},dtype=float32", "--device", "cpu", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+
+
 @pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
 def test_bare_lm_eval_command_with_output_path_and_log_samples(tmp_path, model_dirs, corpus_texts):
     docs = write_docs(tmp_path / "docs.jsonl", [t[:1500] for t in corpus_texts[:3]])
@@ -82,17 +98,17 @@ def test_unwritable_output_path_fails_the_run(tmp_path, model_dirs, corpus_texts
     docs = write_docs(tmp_path / "docs.jsonl", [t[:1500] for t in corpus_texts[:2]])
     md = {"data_files": docs, "evaluator": "self", "trunc_len": 40, "sliding_window": 16, "alpha": 0.5, "beta": -10}
     (tmp_path / "a-file").write_text("not a folder")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--tasks", "longppl_govreport", "--model", "hf"]
-        + ["--model_args", f"pretrained={model_dirs['a']},dtype=float32", "--device", "cpu"]
-        + ["--metadata", json.dumps(md), "--output_path", str(tmp_path / "a-file" / "results"), "--limit", "1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
+    output = str(tmp_path / "a-file" / "results")
+    proc = run_lm_eval(
+        tmp_path,
+        "longppl_govreport",
+        model_dirs["a"],
+        "--metadata",
+        json.dumps(md),
+        "--output_path",
+        output,
+        "--limit",
+        "1",
     )
     assert proc.returncode != 0
     assert "the results file could not be written" in proc.stderr
@@ -118,20 +134,9 @@ def test_malformed_json_flag_is_one_line_naming_the_flag(tmp_path, flag):
 @pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
 @pytest.mark.parametrize("debug", [False, True])
 def test_our_errors_print_as_one_block_without_traceback(tmp_path, model_dirs, debug):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    env.pop("PYTHONPATH", None)
-    if debug:
-        env["LM_EVAL_LONGCTX_DEBUG"] = "1"
-    proc = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--tasks", "longppl_govreport", "--model", "hf"]
-        + ["--model_args", f"pretrained={model_dirs['a']},dtype=float32", "--device", "cpu"]
-        + ["--metadata", json.dumps({"trunc_lenn": 40})],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
+    debug_env = {"LM_EVAL_LONGCTX_DEBUG": "1"} if debug else {}
+    metadata = json.dumps({"trunc_lenn": 40})
+    proc = run_lm_eval(tmp_path, "longppl_govreport", model_dirs["a"], "--metadata", metadata, **debug_env)
     assert proc.returncode != 0
     assert "unknown setting 'trunc_lenn'" in proc.stderr and "Did you mean 'trunc_len'?" in proc.stderr
     if debug:
@@ -144,17 +149,7 @@ def test_our_errors_print_as_one_block_without_traceback(tmp_path, model_dirs, d
 
 @pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
 def test_every_missing_download_is_named_at_once(tmp_path, model_dirs):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--tasks", "longctx", "--model", "hf"]
-        + ["--model_args", f"pretrained={model_dirs['a']},dtype=float32", "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
+    proc = run_lm_eval(tmp_path, "longctx", model_dirs["a"], HF_HOME=str(tmp_path / "hf"))
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     err = proc.stderr
     assert "4 of the 4 resources this run fetches cannot be had" in err
