@@ -68,17 +68,45 @@ def format_user_error(err: BaseException) -> str:
     )
 
 
+# The exit status of a run stopped by an error of ours (bad input, refused before or while it ran), as argparse
+# exits for a bad flag; 1 stays for everything else (a bug, an error of torch or lm-eval).
+USER_ERROR_EXIT = 2
+
+
+def _exit(status: int) -> None:
+    """End the process with ``status`` from inside the excepthook, where Python would exit 1: the exit handlers
+    run and the output is flushed first, as on a normal exit."""
+    import atexit
+    import logging
+
+    try:
+        atexit._run_exitfuncs()
+        logging.shutdown()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+
+
 def install_excepthook() -> None:
-    """Print an uncaught error of ours as its message block, without the traceback (idempotent)."""
+    """Print an uncaught error of ours as its message block, without the traceback (unless LM_EVAL_LONGCTX_DEBUG
+    asks for it), and exit with status 2 (idempotent)."""
     previous = sys.excepthook
     if getattr(previous, "_lm_eval_longctx", False):
         return
 
     def excepthook(kind, value, tb):
-        ours = None if debug_wanted() else user_error(value)
+        ours = user_error(value)
         if ours is None:
             return previous(kind, value, tb)
-        print(format_user_error(ours), file=sys.stderr)
+        if debug_wanted():
+            previous(kind, value, tb)
+        else:
+            print(format_user_error(ours), file=sys.stderr)
+        _exit(USER_ERROR_EXIT)
 
     excepthook._lm_eval_longctx = True  # type: ignore[attr-defined]
     sys.excepthook = excepthook

@@ -129,6 +129,8 @@ def test_auto_takes_full_when_it_fits_else_chunked_where_exact_else_says_how_muc
         engine.choose_long_pass(llama, "chunky", 1000)
     # an auto pass that falls back to chunks gives the same numbers
     ids = torch.randint(3, 97, (120,), generator=torch.Generator().manual_seed(1))
+    need = memory.full_forward_bytes(llama, 120, 1)
+    monkeypatch.setattr(memory, "free_bytes", lambda device: need)
     with engine.recording(llama) as record:
         chunked = engine.score_long(llama, ids, chunk_size=16)
     assert record.summary()["passes"] == {"long": {"chunked": 1}}

@@ -361,10 +361,10 @@ def test_samples_file_holds_per_length_hits_and_counts(run, tmp_path):
 def test_a_length_the_engine_cannot_score_ends_the_run_with_its_error(trained_dir, corpus, monkeypatch):
     real = engine.score_long_batch
 
-    def fails_at_50(model, seqs, chunk_size=1024, score_from=1, long_pass="auto"):
+    def fails_at_50(model, seqs, **kwargs):
         if len(seqs[0]) == 2 * 50 + 3:
             raise engine.ScoringError("simulated failure")
-        return real(model, seqs, chunk_size=chunk_size, score_from=score_from, long_pass=long_pass)
+        return real(model, seqs, **kwargs)
 
     monkeypatch.setattr(engine, "score_long_batch", fails_at_50)
     with pytest.raises(engine.ScoringError, match=r"copy length 50 \(103-token samples\): simulated failure"):
@@ -377,10 +377,10 @@ def test_a_length_out_of_memory_is_skipped_and_named_with_its_reason(
 ):
     real = engine.score_long_batch
 
-    def oom_at_50(model, seqs, chunk_size=1024, score_from=1, long_pass="auto"):
-        if len(seqs[0]) == 2 * 50 + 3:
-            raise torch.cuda.OutOfMemoryError("simulated")
-        return real(model, seqs, chunk_size=chunk_size, score_from=score_from, long_pass=long_pass)
+    def oom_at_50(model, seqs, **kwargs):
+        if len(seqs[0]) == 2 * 50 + 3:  # what the engine raises when every plan ran out of memory
+            raise engine.OutOfMemoryScoringError("simulated")
+        return real(model, seqs, **kwargs)
 
     monkeypatch.setattr(engine, "score_long_batch", oom_at_50)
     cache = str(tmp_path / "cache")
@@ -405,6 +405,7 @@ def test_a_length_out_of_memory_is_skipped_and_named_with_its_reason(
 
 
 def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, monkeypatch):
+    from lm_eval_longctx.engine import plans
     from lm_eval_longctx.harness import glue as harness
     from lm_eval_longctx.tasks import forgetting_curve as fc
 
@@ -412,15 +413,19 @@ def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, 
     fc._STREAMS["test-stream"] = stream
     model = AutoModelForCausalLM.from_pretrained(trained_dir, dtype=torch.float32).eval()
     calls = []
-    real = engine.score_long_batch
 
-    def oom(model, seqs, chunk_size=1024, score_from=1, long_pass="auto"):
-        calls.append((len(seqs[0]), len(seqs)))
-        if len(seqs[0]) == 2 * 30 + 3 or (len(seqs[0]) == 2 * 10 + 3 and len(seqs) > 1):
-            raise torch.cuda.OutOfMemoryError("simulated")
-        return real(model, seqs, chunk_size=chunk_size, score_from=score_from, long_pass=long_pass)
+    def oom_for(real):
+        def scores(self, ids_dev, ids, first):
+            calls.append((self.strategy, ids.shape[1], ids.shape[0]))
+            if ids.shape[1] == 2 * 30 + 3 or (ids.shape[1] == 2 * 10 + 3 and ids.shape[0] > 1):
+                raise torch.cuda.OutOfMemoryError("simulated")
+            return real(self, ids_dev, ids, first)
 
-    monkeypatch.setattr(engine, "score_long_batch", oom)
+        return scores
+
+    real_full, real_chunked = plans.FullPlan.scores, plans.ChunkedPlan.scores
+    monkeypatch.setattr(plans.FullPlan, "scores", oom_for(real_full))
+    monkeypatch.setattr(plans.ChunkedPlan, "scores", oom_for(real_chunked))
 
     def spec(length, start, mode):
         return {
@@ -439,14 +444,26 @@ def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, 
     ctx = harness.ScoringContext(model, None, 4096, 8)
     out = fc.serve(ctx, items)
     assert [o.error == "" for o in out] == [True] * 6 + [False] * 6
-    assert out[-1].error == "out of memory at one sample per forward (simulated)"
-    assert calls[:4] == [(23, 4), (23, 2), (23, 1), (23, 1)]  # halved to one sample per forward
-    monkeypatch.setattr(engine, "score_long_batch", real)
+    assert out[-1].error.startswith("out of memory at one sample per forward (model type 'llama': out of memory")
+    # halved to one sample per forward, then the rest of the length at one per forward
+    assert calls[:8] == [("full", 23, 4), ("full", 23, 2)] + [("full", 23, 1)] * 6
+    # the longer length tried every plan, one forward and chunks, before it was skipped
+    assert {(strategy, rows) for strategy, width, rows in calls if width == 63} == {
+        ("full", 4),
+        ("full", 2),
+        ("full", 1),
+        ("chunked", 4),
+        ("chunked", 2),
+        ("chunked", 1),
+    }
+    monkeypatch.setattr(plans.FullPlan, "scores", real_full)
+    monkeypatch.setattr(plans.ChunkedPlan, "scores", real_chunked)
     again = fc.serve(ctx, items[:6])
     assert [(o.n_scored, o.n_correct) for o in again] == [(o.n_scored, o.n_correct) for o in out[:6]]
     # a sample longer than the model's maximum stops the run before any length is scored, unless allowed
     short_ctx = harness.ScoringContext(model, None, 40, 8)
     scored = []
+    real = engine.score_long_batch
     monkeypatch.setattr(engine, "score_long_batch", lambda *a, **k: scored.append(1) or real(*a, **k))
     with pytest.raises(engine.ScoringError, match="maximum length 40"):
         fc.serve(short_ctx, items)

@@ -134,43 +134,6 @@ def test_bootstrap_stderr_skips_undefined_resamples():
     assert math.isnan(harness.bootstrap_stderr(harness.AGGREGATIONS["token_weighted_perplexity"], [(0.0, 0)] * 3, 50))
 
 
-def test_batch_backoff_halves_on_out_of_memory_and_fails_at_one(caplog):
-    import torch
-
-    tried = []
-
-    def score(bs):
-        tried.append(bs)
-        if bs > 2:
-            raise torch.cuda.OutOfMemoryError("simulated")
-        return f"scored with {bs}"
-
-    with caplog.at_level("WARNING", logger="lm_eval_longctx"):
-        assert engine.with_batch_backoff(score, 8, "a test pass") == "scored with 2"
-    assert tried == [8, 4, 2] and any("a test pass" in m for m in caplog.messages)
-
-    def never(bs):
-        raise torch.cuda.OutOfMemoryError("simulated")
-
-    with pytest.raises(torch.cuda.OutOfMemoryError):
-        engine.with_batch_backoff(never, 4, "a test pass")
-
-
-def test_in_batches_with_backoff_continues_at_the_smaller_batch():
-    import torch
-
-    calls = []
-
-    def score(part):
-        calls.append(len(part))
-        if len(part) > 2:
-            raise torch.cuda.OutOfMemoryError("simulated")
-        return [x * 10 for x in part]
-
-    assert engine.in_batches_with_backoff(list(range(7)), 8, score, "a test pass") == [x * 10 for x in range(7)]
-    assert calls == [7, 4, 2, 2, 2, 1]  # halved to 2, then the rest at 2 per forward
-
-
 def test_a_text_request_round_trips_through_its_spec_and_refuses_half_a_window_setting():
     request = text_scoring.TextRequest(
         add_special_tokens=True, offsets=True, trunc_len=64, stride=16, window_batch_size=2, long_pass="full"

@@ -18,17 +18,18 @@ import weakref
 
 import torch
 
+from . import attention
+from .attention import AttentionKernel, AttentionKernels
+from .memory import (
+    HEAD_BLOCK_BYTES,
+    HEAD_BLOCK_BYTES_ACCELERATOR,
+    LOGPROB_BLOCK_BYTES,
+    LOGPROB_BLOCK_BYTES_ACCELERATOR,
+    config_sizes,
+    dtype_bytes,
+)
 from .support import ModelSupport, describe
 
-# Logits are turned into float32 log-probs a block of rows at a time, the block about this many bytes, so no
-# [sequence x vocabulary] tensor exists; CPU blocks stay under glibc's mmap threshold (reused, not page-faulted
-# in afresh), GPU blocks are larger because there a block costs kernel launches (docs/architecture.md).
-LOGPROB_BLOCK_BYTES = 16 * 2**20
-LOGPROB_BLOCK_BYTES_ACCELERATOR = 256 * 2**20
-# Rows of the output head replayed at once (their logits, as float32, about this many bytes): on a CPU larger than
-# a log-prob block, because small head matmuls are slower per row (docs/architecture.md)
-HEAD_BLOCK_BYTES = 64 * 2**20
-HEAD_BLOCK_BYTES_ACCELERATOR = 256 * 2**20
 # rows of every full forward checked against the model's own logits
 CHECKED_ROWS = 1
 # tokens of the probe that checks, once per model, that the head replay reproduces a plain forward
@@ -37,6 +38,20 @@ PROBE_TOKENS = 8
 
 class ScoringError(ValueError):
     """A sequence or model the engine cannot score exactly."""
+
+
+# called with (model, token positions) after every forward of the decoder (recording.py counts them)
+_FORWARD_LISTENERS: list = []
+
+
+def on_forward(listener) -> None:
+    if listener not in _FORWARD_LISTENERS:
+        _FORWARD_LISTENERS.append(listener)
+
+
+def forwarded(model, ids: torch.Tensor) -> None:
+    for listener in _FORWARD_LISTENERS:
+        listener(model, int(ids.numel()))
 
 
 # ------------------------------------------------------------------ devices
@@ -235,12 +250,14 @@ class FullForward:
         if "logits_to_keep" not in forward_parameters(model):
             no_cache = {"use_cache": False} if "use_cache" in forward_parameters(self.decoder) else {}
             self.output = self.decoder(input_ids=ids, **no_cache)
+            forwarded(model, ids)
             head = model.get_output_embeddings()
             self.vocab = int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
             self.logits_device = (_module_device(head) if head is not None else None) or input_device(model)
             return
         with _captured_output(self.decoder) as box:
             out = model(input_ids=ids, use_cache=False, logits_to_keep=CHECKED_ROWS)
+        forwarded(model, ids)
         if "output" not in box:
             raise ScoringError(
                 f"{type(model).__name__} did not run its decoder module "
@@ -318,6 +335,7 @@ def own_logits(model, ids: torch.Tensor, keep: int, **kwargs):
     if "logits_to_keep" in forward_parameters(model):
         kwargs["logits_to_keep"] = keep
     out = model(input_ids=ids, **kwargs)
+    forwarded(model, ids)
     logits = out.logits
     if logits.shape[1] != keep:  # a model that accepts the argument but ignores it
         logits = logits[:, -keep:]
@@ -370,34 +388,23 @@ class KVCache:
             )
         self.length = length
 
-    def expand(self, batch: int) -> None:
-        """Repeat the (batch-1) cache ``batch`` times, so ``batch`` continuations read the same prefix."""
-        if batch > 1:
-            self.cache.batch_repeat_interleave(batch)
-
-    def keep_first_row(self, batch: int) -> None:
-        if batch > 1:
-            self.cache.batch_select_indices(torch.tensor([0], device=_cache_device(self.cache)))
-
-
-def _cache_device(cache) -> torch.device | str:
-    for layer in getattr(cache, "layers", []) or []:
-        keys = getattr(layer, "keys", None)
-        if isinstance(keys, torch.Tensor):
-            return keys.device
-    return "cpu"
-
 
 # ------------------------------------------------------------------ what a model allows, probed once
 
 
 class Capabilities:
-    """``describe(model)`` plus whether the full strategy reproduces a plain forward of the model (probed once)."""
+    """``describe(model)``, whether the full strategy reproduces a plain forward of the model, and the attention
+    kernels its forwards run (probed once)."""
 
     def __init__(self, model):
         self.support = describe(model)
         # a refused model is not run at all
         self.full_problem = self.support.refused or probe_full(model)
+        self.attention = (
+            probe_attention(model, self.support)
+            if not self.support.refused
+            else AttentionKernels(attention.NO_ATTENTION, attention.NO_ATTENTION)
+        )
 
     @property
     def full(self) -> bool:
@@ -436,3 +443,47 @@ def probe_full(model) -> str | None:
             f"({type(err).__name__}: {err})"
         )
     return None
+
+
+@torch.no_grad()
+def probe_attention(model, support: ModelSupport) -> AttentionKernels:
+    """The attention kernels of a forward with no cache and of a chunk fed onto a KV cache, from the SDPA calls the
+    model makes on a few tokens (``attention.py``); where the model's code fails on the probe, the costliest kernel
+    is assumed."""
+    sizes, elem = config_sizes(model), dtype_bytes(model)
+    has_attention = support.state != "recurrent"
+    fallback = attention.kernel_without_sdpa(model, elem, sizes["heads"], sizes["head_dim"], has_attention)
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 2 * PROBE_TOKENS)
+    ids = (torch.arange(2 * PROBE_TOKENS) % vocab)[None].to(input_device(model))
+
+    def kernel_of(run) -> AttentionKernel:
+        try:
+            with attention.recording_sdpa_calls() as calls:
+                run()
+        except Exception:  # noqa: BLE001  (the model's own code failed on the probe: assume the costliest kernel)
+            return attention.AttentionKernel(
+                "math", heads=sizes["heads"], head_dim=sizes["head_dim"], bytes_per_score=8
+            )
+        return attention.costliest_kernel(calls.calls, sizes["kv_heads"]) or fallback
+
+    if support.stateful_rope:
+        reset_rope_state(model, ids)
+    no_cache = kernel_of(lambda: model(input_ids=ids[:, :PROBE_TOKENS], use_cache=False))
+    with_cache = no_cache
+    if support.kv_cache_exact:
+        cache = KVCache(model)
+
+        def fed_on_cache():
+            cache.feed(ids[:, :PROBE_TOKENS], 1)
+            with attention.recording_sdpa_calls() as calls:
+                cache.feed(ids[:, PROBE_TOKENS:], 1)
+            return calls
+
+        try:
+            calls = fed_on_cache()
+            with_cache = attention.costliest_kernel(calls.calls, sizes["kv_heads"]) or fallback
+        except Exception:  # noqa: BLE001
+            with_cache = attention.AttentionKernel(
+                "math", heads=sizes["heads"], head_dim=sizes["head_dim"], bytes_per_score=8
+            )
+    return AttentionKernels(no_cache, with_cache)

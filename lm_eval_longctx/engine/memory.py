@@ -1,6 +1,6 @@
-"""Rough memory needs of the two long-pass strategies, and what the device has free: what ``long_pass: auto``
-decides by (``scoring.choose_long_pass``). Estimates from the config; ``scripts/bench_long_pass.py`` prints
-them beside measured peaks."""
+"""Memory a forward needs, counted from the config and the attention kernel it runs (``attention.py``), and what the
+device has free: what the plans are chosen by (``plans.py``). ``scripts/bench_long_pass.py`` prints the counts
+beside measured peaks."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import os
 
 import torch
 
-from .forward import (
-    HEAD_BLOCK_BYTES,
-    HEAD_BLOCK_BYTES_ACCELERATOR,
-    LOGPROB_BLOCK_BYTES,
-    LOGPROB_BLOCK_BYTES_ACCELERATOR,
-)
-
+# Logits are turned into float32 log-probs a block of rows at a time, the block about this many bytes, so no
+# [sequence x vocabulary] tensor exists; CPU blocks stay under glibc's mmap threshold (reused, not page-faulted
+# in afresh), GPU blocks are larger because there a block costs kernel launches (docs/architecture.md).
+LOGPROB_BLOCK_BYTES = 16 * 2**20
+LOGPROB_BLOCK_BYTES_ACCELERATOR = 256 * 2**20
+# Rows of the output head replayed at once (their logits, as float32, about this many bytes): on a CPU larger than
+# a log-prob block, because small head matmuls are slower per row (docs/architecture.md)
+HEAD_BLOCK_BYTES = 64 * 2**20
+HEAD_BLOCK_BYTES_ACCELERATOR = 256 * 2**20
 # auto takes the full strategy only when its estimate fits in this share of the free memory
 FREE_MEMORY_SHARE = 0.85
 
@@ -61,24 +63,45 @@ def dtype_bytes(model) -> int:
     return 4
 
 
-def _head_bytes(sizes: dict, device_type: str) -> int:
-    """One replayed head block and the float32 log-prob block made from it."""
-    head = HEAD_BLOCK_BYTES if device_type == "cpu" else HEAD_BLOCK_BYTES_ACCELERATOR
-    block = LOGPROB_BLOCK_BYTES if device_type == "cpu" else LOGPROB_BLOCK_BYTES_ACCELERATOR
-    return head + 2 * block + 4 * sizes["vocab"]
-
-
-def full_forward_bytes(model, n_tokens: int, batch: int, device_type: str = "cpu") -> int:
-    """One forward of ``batch`` sequences of ``n_tokens`` with no cache: the activations alive inside one layer
-    (residual stream, attention projections, the MLP's up and gate products), the decoder output kept for the
-    head, and one block of float32 logits. Attention without a mask runs in a fused kernel (no n x n scores)."""
+def activation_bytes_per_token(model) -> int:
+    """Bytes per token alive at the peak of one decoder layer of a forward without grad: the layer's input, the
+    residual, the normed input and the embedding output, the MLP's three intermediate products (gate, up and their
+    product), the key/value projections; state-space layers without fused kernels add their [expand x hidden x
+    state] scan in float32."""
     s, b = config_sizes(model), dtype_bytes(model)
-    per_token = b * (8 * s["hidden"] + 2 * s["kv_heads"] * s["head_dim"] + 4 * s["intermediate"])
-    per_token += 4 * 3 * s["ssm_inner"] * s["ssm_state"]
-    total = batch * n_tokens * per_token
-    if getattr(getattr(model, "config", None), "_attn_implementation", "sdpa") == "eager":
-        total += batch * s["heads"] * n_tokens * n_tokens * 4
-    return int(total + _head_bytes(s, device_type))
+    per_token = b * (3 * s["intermediate"] + 4 * s["hidden"] + 2 * s["kv_heads"] * s["head_dim"])
+    return int(per_token + 4 * 3 * s["ssm_inner"] * s["ssm_state"])
+
+
+def logprob_block_bytes(model, rows: int, device_type: str) -> int:
+    """The float32 blocks the log-softmax makes of ``rows`` rows of logits: the exponentials, and the float32 copy of
+    half-precision logits."""
+    s, b = config_sizes(model), dtype_bytes(model)
+    block = LOGPROB_BLOCK_BYTES if device_type == "cpu" else LOGPROB_BLOCK_BYTES_ACCELERATOR
+    block_rows = min(max(rows, 1), max(1, block // (4 * s["vocab"])))
+    return int(block_rows * s["vocab"] * 4 * (1 if b == 4 else 2))
+
+
+def head_bytes(model, batch: int, kept_tokens: int, device_type: str) -> int:
+    """The output head replayed on ``kept_tokens`` hidden states of ``batch`` sequences: those states, one head block
+    of logits in the model's dtype, and the log-softmax's float32 blocks."""
+    s, b = config_sizes(model), dtype_bytes(model)
+    head = HEAD_BLOCK_BYTES if device_type == "cpu" else HEAD_BLOCK_BYTES_ACCELERATOR
+    rows = min(max(kept_tokens, 1), max(1, head // (4 * s["vocab"] * max(1, batch))))
+    logits = max(1, batch) * rows * s["vocab"] * b
+    # one more log-prob block: the gather, argmax and maximum temporaries and the allocator's slack around them
+    blocks = 2 * logprob_block_bytes(model, rows, device_type)
+    return int(batch * kept_tokens * s["hidden"] * b + logits + blocks)
+
+
+def full_forward_bytes(model, n_tokens: int, batch: int, device_type: str = "cpu", kernel=None) -> int:
+    """One forward of ``batch`` sequences of ``n_tokens`` with no cache, then the head on its rows: the larger of the
+    decoder's peak (activations, and the attention kernel's score matrices when it builds them) and the head phase."""
+    b = dtype_bytes(model)
+    decoder = batch * n_tokens * activation_bytes_per_token(model)
+    if kernel is not None:
+        decoder += kernel.workspace_bytes(batch, n_tokens, n_tokens, b)
+    return int(max(decoder, head_bytes(model, batch, n_tokens, device_type)))
 
 
 def kv_cache_bytes(model, n_tokens: int, batch: int) -> int:
@@ -86,15 +109,40 @@ def kv_cache_bytes(model, n_tokens: int, batch: int) -> int:
     return int(batch * n_tokens * s["layers"] * 2 * s["kv_heads"] * s["head_dim"] * b)
 
 
-def chunked_bytes(model, n_tokens: int, batch: int, chunk_size: int, device_type: str = "cpu") -> int:
-    """The KV cache of the whole sequence, one chunk's activations, its attention scores against the cache
-    (a chunk with a cache offset needs an explicit mask, so no fused kernel) and its logits."""
+def layer_cache_bytes(model, n_tokens: int, batch: int) -> int:
+    """One layer's keys and values: the copy a cache makes of a layer when a forward appends to it."""
+    s = config_sizes(model)
+    return kv_cache_bytes(model, n_tokens, batch) // max(1, s["layers"])
+
+
+def cached_forward_bytes(model, held: int, fed: int, batch: int, kept: int, device_type: str, kernel=None) -> int:
+    """``fed`` tokens fed onto a cache of ``held``: the cache as it grows (one layer copied as it is appended to), the
+    chunk's activations, its mask against every cached key, the attention kernel's workspace, and the logits of the
+    ``kept`` positions with their float32 blocks."""
     s, b = config_sizes(model), dtype_bytes(model)
+    total = held + fed
+    need = kv_cache_bytes(model, total, batch) + layer_cache_bytes(model, total, batch)
+    need += batch * fed * activation_bytes_per_token(model) + batch * fed * total
+    if kernel is not None:
+        need += kernel.workspace_bytes(batch, fed, total, b)
+    need += batch * kept * s["vocab"] * b + 2 * logprob_block_bytes(model, kept, device_type)
+    return int(need)
+
+
+def fill_bytes(model, n_tokens: int, batch: int, device_type: str = "cpu", kernel=None) -> int:
+    """A prefix's KV cache filled in one forward (its last row's logits only): the decoder's peak with the cache
+    it leaves behind."""
+    b = dtype_bytes(model)
+    decoder = batch * n_tokens * activation_bytes_per_token(model)
+    if kernel is not None:
+        decoder += kernel.workspace_bytes(batch, n_tokens, n_tokens, b)
+    return int(decoder + kv_cache_bytes(model, n_tokens, batch) + head_bytes(model, batch, 1, device_type))
+
+
+def chunked_bytes(model, n_tokens: int, batch: int, chunk_size: int, device_type: str = "cpu", kernel=None) -> int:
+    """A sequence fed in chunks of ``chunk_size``: its last chunk, on the cache of everything before it, costs most."""
     chunk = min(chunk_size, n_tokens)
-    activations = batch * chunk * b * (8 * s["hidden"] + 4 * s["intermediate"])
-    scores = batch * s["heads"] * chunk * n_tokens * 4 + chunk * n_tokens
-    logits = batch * chunk * s["vocab"] * (b + 4)
-    return int(kv_cache_bytes(model, n_tokens, batch) + activations + scores + logits + _head_bytes(s, device_type))
+    return cached_forward_bytes(model, n_tokens - chunk, chunk, batch, chunk, device_type, kernel)
 
 
 def free_bytes(device: torch.device) -> int | None:

@@ -108,11 +108,7 @@ def score_tokens(
     short = None
     if request.truncated:
         windows = request.window_batch_size or batch_size
-        short = scoring.with_batch_backoff(
-            lambda bs: scoring.score_truncated(model, [ids], request.trunc_len, request.stride, batch_size=bs)[0],
-            windows,
-            "the truncated pass (windows)",
-        )
+        short = scoring.score_truncated(model, [ids], request.trunc_len, request.stride, batch_size=windows)[0]
     return scoring.SequenceScores(np.asarray(ids, dtype=np.int64), offsets if request.offsets else None, long, short)
 
 

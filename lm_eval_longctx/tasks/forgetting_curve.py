@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import weakref
 from dataclasses import dataclass
@@ -30,16 +29,24 @@ from ..data import documents
 from ..engine import scoring
 from ..harness import glue
 from ..metrics import per_token
-from ..settings import BOOLEAN, SettingsError, integer
-from . import declarations
-from .base import LongContextTask
+from ..records import StateRecord
+from ..settings import SettingsError
+from . import declarations, preflight
+from .base import (
+    HUB_ONLY_SETTINGS,
+    LongContextTask,
+    ReportSection,
+    add_model_settings,
+    inert_settings,
+    refuse_inert_settings,
+    resolve_model_max_length,
+    settings_tokenizer,
+    zero_padded_width,
+)
 
 log = logging.getLogger("lm_eval_longctx")
 
 KIND = "forgetting_curve"
-# lm-eval's fallback when neither the model_args nor the config give a maximum length (HFLM)
-HFLM_DEFAULT_MAX_LENGTH = 2048
-TOKENIZER_UNSET_MAX_LENGTH = 1000000000000000019884624838656  # transformers' "no limit" marker
 
 SETTINGS = declarations.FORGETTING_CURVE
 DEFAULTS = SETTINGS.defaults()
@@ -50,32 +57,19 @@ _STREAMS: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictio
 
 
 def resolve_settings(metadata: dict | None) -> dict:
-    md = dict(metadata or {})
-    s = SETTINGS.parse(md)
-    # the model's own settings, from the model_args the harness merges into the metadata
-    s["pretrained"] = md.get("pretrained")
-    s["revision"] = md.get("revision")
-    s["trust_remote_code"] = BOOLEAN.convert(md.get("trust_remote_code", False))
-    s["max_length"] = None if md.get("max_length") in (None, "", "None") else integer(1).convert(md["max_length"])
-    return s
+    # with the model's own settings, from the model_args the harness merges into the metadata
+    return add_model_settings(SETTINGS.parse(metadata), metadata)
 
 
 def load_tokenizer(s: dict, model: glue.EvaluatedModel | None = None):
     """The tokenizer named by the ``tokenizer`` setting, else the evaluated model's own, else ``pretrained``'s."""
-    if not s["tokenizer"] and model is not None and model.tokenizer is not None:
-        return model.tokenizer
-    name = s["tokenizer"] or s["pretrained"]
-    if not isinstance(name, str) or not name:
-        raise ValueError(
-            "forgetting_curve builds its samples with the model's tokenizer: give "
-            '--model_args pretrained=... or --metadata \'{"tokenizer": "NAME_OR_PATH"}\' (Python API: '
-            'simple_evaluate(model=HFLM(...)) passes the model\'s own, or metadata={"tokenizer": ...})'
-        )
-    return documents.load_tokenizer(
-        name,
+    return settings_tokenizer(
+        s,
+        model,
         "the tokenizer that builds the forgetting-curve samples",
-        revision=s["revision"],
-        trust_remote_code=s["trust_remote_code"],
+        "forgetting_curve builds its samples with the model's tokenizer: give "
+        '--model_args pretrained=... or --metadata \'{"tokenizer": "NAME_OR_PATH"}\' (Python API: '
+        'simple_evaluate(model=HFLM(...)) passes the model\'s own, or metadata={"tokenizer": ...})',
     )
 
 
@@ -104,30 +98,6 @@ def special_token_ids(tokenizer, bos_override: int | None = None, eos_override: 
                 f"(ids 0..{vocab - 1})"
             )
     return bos, eos
-
-
-def resolve_model_max_length(s: dict, tokenizer, model: glue.EvaluatedModel | None = None) -> int:
-    """The evaluated model's ``max_length`` when the model is known; else resolved as lm-eval's HFLM does:
-    model_args ``max_length``, else the config's ``n_positions`` / ``max_position_embeddings`` / ``n_ctx`` (of
-    its ``text_config`` when it has one), else the tokenizer's ``model_max_length``, else 2048."""
-    if model is not None and model.max_length is not None:
-        return model.max_length
-    if s["max_length"]:
-        return int(s["max_length"])
-    if isinstance(s["pretrained"], str) and s["pretrained"]:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(
-            s["pretrained"], revision=s["revision"], trust_remote_code=s["trust_remote_code"]
-        )
-        config = getattr(config, "text_config", None) or config
-        for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
-            if getattr(config, attr, None) is not None:
-                return int(getattr(config, attr))
-    limit = getattr(tokenizer, "model_max_length", None)
-    if limit is not None and int(limit) != TOKENIZER_UNSET_MAX_LENGTH:
-        return int(limit)
-    return HFLM_DEFAULT_MAX_LENGTH
 
 
 def sample_tokens(length: int) -> int:
@@ -163,16 +133,11 @@ def resolve_lengths(s: dict, model_max_length: int, model: glue.EvaluatedModel |
     return lengths
 
 
-def metric_width(lengths: list[int]) -> int:
-    """Digits of the zero-padded lengths in metric names (lm-eval sorts metric names as strings)."""
-    return max(5, len(str(max(lengths))))
-
-
 # ---------------------------------------------------------------- the request kind
 
 
-@dataclass
-class CurveSampleScore:
+@dataclass(repr=False)
+class CurveSampleScore(StateRecord):
     """One sample's result: scored and correctly predicted tokens, or the error of its length."""
 
     length: int
@@ -190,38 +155,12 @@ class CurveSampleScore:
         """A failure (e.g. out of memory) may not happen again: never store it in --use_cache."""
         return not self.error
 
-    def to_state(self) -> dict:
-        return {
-            "length": self.length,
-            "mode": self.mode,
-            "n_scored": self.n_scored,
-            "n_correct": self.n_correct,
-            "error": self.error,
-        }
-
-    @classmethod
-    def from_state(cls, state: dict) -> CurveSampleScore:
-        return cls(
-            int(state["length"]),
-            str(state["mode"]),
-            int(state["n_scored"]),
-            int(state["n_correct"]),
-            str(state.get("error", "")),
-        )
-
     def summary(self) -> dict:
         """The sample's counts: scored tokens and greedy hits (a failed length: 0 and 0, and its error)."""
         out: dict = {"mode": self.mode, "length": self.length, "n_scored": self.n_scored, "n_correct": self.n_correct}
         if self.error:
             out["error"] = self.error[:200]
         return out
-
-    def __str__(self) -> str:
-        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
-        return json.dumps(self.summary(), separators=(",", ":"))
-
-    def __repr__(self) -> str:
-        return f"CurveSampleScore({self})"
 
 
 def serve(ctx: glue.ScoringContext, items: list) -> list:
@@ -232,8 +171,6 @@ def serve(ctx: glue.ScoringContext, items: list) -> list:
     forward is skipped: its samples are failed results (NaN accuracies), the log and the results' ``skipped_lengths``
     name it with the reason, and the other lengths still run.
     """
-    import torch
-
     groups: dict[tuple, list[int]] = {}
     for i, (_, spec) in enumerate(items):
         key = (
@@ -269,24 +206,20 @@ def serve(ctx: glue.ScoringContext, items: list) -> list:
             for s in specs
         ]
         try:
-            scores = scoring.in_batches_with_backoff(
+            scores = scoring.score_long_batch(
+                ctx.model,
                 seqs,
-                batch_size or ctx.batch_size,
-                lambda part: scoring.score_long_batch(
-                    ctx.model, part, chunk_size=chunk_size, score_from=first, long_pass=long_pass
-                ),
-                "forgetting_curve samples",
+                chunk_size=chunk_size,
+                score_from=first,
+                long_pass=long_pass,
+                batch_size=batch_size or ctx.batch_size,
             )
             # target t lives at array index t - 1
             results = [
                 CurveSampleScore(length, s["mode"], stop - first, int(sc.greedy[first - 1 : stop - 1].sum()))
                 for s, sc in zip(specs, scores, strict=True)
             ]
-        except scoring.ScoringError as e:
-            raise scoring.ScoringError(
-                f"forgetting_curve: copy length {length} ({sample_tokens(length)}-token samples): {e}"
-            ) from e
-        except torch.cuda.OutOfMemoryError as e:
+        except scoring.OutOfMemoryScoringError as e:
             msg = f"out of memory at one sample per forward ({e})"
             log.warning(
                 "forgetting_curve: copy length %d (%d-token samples) is skipped: %s; it is named in the "
@@ -296,8 +229,10 @@ def serve(ctx: glue.ScoringContext, items: list) -> list:
                 msg,
             )
             results = [CurveSampleScore(length, s["mode"], 0, 0, error=msg) for s in specs]
-        if results[0].error and torch.cuda.is_available():
-            torch.cuda.empty_cache()  # after the except block: the failed forward's tensors are gone
+        except scoring.ScoringError as e:
+            raise scoring.ScoringError(
+                f"forgetting_curve: copy length {length} ({sample_tokens(length)}-token samples): {e}"
+            ) from e
         for i, res in zip(idx, results, strict=True):
             out[i] = res
         ctx.progress(len(idx))
@@ -313,6 +248,58 @@ glue.register_request_kind(KIND, serve, CurveSampleScore.from_state, n_tokens=la
 class ForgettingCurveTask(LongContextTask):
     SUITE_TASK_NAME = "forgetting_curve"
     resolve_settings = staticmethod(resolve_settings)
+    # copy_acc@00512 and lm_acc@00512: one per copy length, zero-padded (self._name)
+    METRIC_DIRECTIONS = (
+        ("copy_acc@[0-9]*", True),
+        ("lm_acc@[0-9]*", True),
+        ("fine_memory_length", True),
+        ("coarse_memory_length", True),
+        ("n_failed_lengths", False),
+        ("skipped_lengths", None),  # a text note: which lengths were skipped, and why
+    )
+    REPORT = ReportSection(
+        section="forgetting_curve",
+        title="Forgetting curve (forgetting_curve)",
+        lead="Copy accuracy (the text S was read once before) against LM accuracy (unrelated text before) by copy "
+        "length l: the model still holds S where copy accuracy stays above LM accuracy.",
+        order=2,
+        headlines=(
+            (
+                "fine_memory_length",
+                "longest copy length copied almost perfectly (copy accuracy above fine_threshold); higher is better, "
+                "a lower bound when it equals the longest length tested",
+            ),
+            (
+                "coarse_memory_length",
+                "longest copy length at which copying still beats LM accuracy by coarse_margin; higher is better",
+            ),
+            ("n_failed_lengths", "copy lengths that could not run (the reason is in the log); 0 expected"),
+        ),
+        settings=(
+            "lengths",
+            "spacing",
+            "samples_per_length",
+            "fine_threshold",
+            "coarse_margin",
+            "claimed_length",
+            "tokenizer.name_or_path",
+            "dataset_path",
+            "data_files",
+            "data.texts_sha256",
+            "data.stream_sha256",
+        ),
+        pictures=("forgetting_curve",),
+    )
+
+    @classmethod
+    def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
+        s = settings
+        out = []
+        if not s.get("data_files"):
+            out.append(preflight.Resource("dataset", s["dataset_path"], s.get("dataset_revision")))
+        if not preflight.is_local(s.get("tokenizer")):
+            out.append(preflight.Resource("tokenizer", s["tokenizer"]))
+        return out
 
     # ---------------------------------------------------------------- data
 
@@ -322,12 +309,11 @@ class ForgettingCurveTask(LongContextTask):
         s = self.settings
         model = self.evaluated_model  # served as its requests will be: its tokenizer, its max_length
         tokenizer = load_tokenizer(s, model)
-        own = model is not None and tokenizer is model.tokenizer
-        self.tokenizer_name = model.tokenizer_name if own and model else str(s["tokenizer"] or s["pretrained"])
+        self.samples_tokenizer = documents.tokenizer_identity(tokenizer)
         self.bos_id, self.eos_id = special_token_ids(tokenizer, s["bos_token_id"], s["eos_token_id"])
         self.model_max_length = resolve_model_max_length(s, tokenizer, model)
         self.lengths = resolve_lengths(s, self.model_max_length, model)
-        self.width = metric_width(self.lengths)
+        self.width = zero_padded_width(self.lengths, 5)
 
         docs = documents.load_book_pieces(
             dataset_path=s["dataset_path"],
@@ -335,6 +321,9 @@ class ForgettingCurveTask(LongContextTask):
             split=s["dataset_split"],
             data_files=s["data_files"],
         )
+        # a data_files file replaces the hub dataset, its revision and split
+        self.inert = inert_settings(s, docs.provenance, hub_only=(*HUB_ONLY_SETTINGS, "dataset_split"))
+        refuse_inert_settings(KIND, s, self.inert)
         self.stream = documents.token_stream(tokenizer, docs.texts, add_special_tokens=s["corpus_add_special_tokens"])
         self.stream_sha256 = hashlib.sha256(self.stream.tobytes()).hexdigest()
         # the key names the tokens and the ids that frame them: cached results are reused only for both
@@ -356,13 +345,17 @@ class ForgettingCurveTask(LongContextTask):
         """Everything that changes the numbers, and what the plot needs, goes into the results JSON."""
         s = self.settings
         rec = SETTINGS.record(s)
+        for name in self.inert:  # did nothing on these rows
+            rec.pop(name, None)
+        # `tokenizer` is the evaluated model's (base class); the samples are built with this one
+        rec.pop("tokenizer", None)
         rec.update(
             task_kind=KIND,
             lengths=self.lengths,
             metric_name_width=self.width,
             model_max_length=self.model_max_length,
             claimed_length=s["claimed_length"] or self.model_max_length,
-            tokenizer=self.tokenizer_name,
+            samples_tokenizer=self.samples_tokenizer,
             bos_token_id=self.bos_id,
             eos_token_id=self.eos_id,
             scored="last ceil(l/2) tokens of the second S, teacher-forced greedy",

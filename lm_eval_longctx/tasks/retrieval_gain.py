@@ -21,7 +21,6 @@ batched (``engine.score_sequence_ends``).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -33,15 +32,25 @@ from lm_eval.api.instance import Instance
 from ..engine import scoring
 from ..harness import glue
 from ..metrics import per_token
+from ..records import StateRecord
 from ..settings import SettingsError
-from . import declarations, token_export
-from .base import LongContextTask, govreport_documents
+from . import declarations, preflight, token_export
+from .base import (
+    ALLOW_BEYOND_WAY_OUT,
+    LongContextTask,
+    ReportSection,
+    evaluated_documents,
+    govreport_documents,
+    govreport_resources,
+    lead_token_ids,
+    model_limit,
+    refuse_too_long,
+)
 
 log = logging.getLogger("lm_eval_longctx")
 
 KIND = "retrieval_gain"
-# metric -> (aggregation, higher is better)
-# metric -> aggregation; the directions are in metrics/directions.py
+# metric -> aggregation (the directions: METRIC_DIRECTIONS of the task class)
 AGGREGATIONS = {"retrieval_gain": "mean", "nll_with": "mean", "nll_without": "mean"}
 ANCHOR_SPACINGS = ("endpoints", "centered")
 
@@ -154,19 +163,6 @@ def build_case(doc_ids: list[int], settings: dict, lead_ids: list[int], separato
     return RetrievalCase(anchors, len(doc), len(doc_ids), r, groups, continuations, without)
 
 
-def lead_token_ids(tokenizer, bos_mode: str) -> list[int]:
-    """[BOS] or []: ``always`` needs a BOS token; ``auto`` uses it when the tokenizer itself adds one."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    if bos_mode == "never":
-        return []
-    if bos_mode == "always":
-        if bos is None:
-            raise ValueError("bos: true, but the tokenizer has no BOS token")
-        return [int(bos)]
-    probe = tokenizer("retrieval gain", add_special_tokens=True)["input_ids"]
-    return [int(bos)] if bos is not None and len(probe) and probe[0] == bos else []
-
-
 def case_for_text(tokenizer, text: str, settings: dict) -> RetrievalCase:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     sep = tokenizer(settings["separator"], add_special_tokens=False)["input_ids"] if settings["separator"] else []
@@ -176,8 +172,8 @@ def case_for_text(tokenizer, text: str, settings: dict) -> RetrievalCase:
 # ------------------------------------------------------------------ the request kind
 
 
-@dataclass
-class RetrievalScores:
+@dataclass(repr=False)
+class RetrievalScores(StateRecord):
     """Answer log-probs of one document's anchors, with and without the document."""
 
     anchors: np.ndarray  # int64 [n_queries]
@@ -186,27 +182,6 @@ class RetrievalScores:
     n_with_tokens: int  # longest with-document sequence
     with_logprob: np.ndarray  # float32 [n_queries, answer_tokens]
     without_logprob: np.ndarray  # float32 [n_queries, answer_tokens]
-
-    def to_state(self) -> dict:
-        return {
-            "anchors": self.anchors,
-            "n_doc_tokens": self.n_doc_tokens,
-            "n_source_tokens": self.n_source_tokens,
-            "n_with_tokens": self.n_with_tokens,
-            "with_logprob": self.with_logprob,
-            "without_logprob": self.without_logprob,
-        }
-
-    @classmethod
-    def from_state(cls, state: dict) -> RetrievalScores:
-        return cls(
-            np.asarray(state["anchors"]),
-            int(state["n_doc_tokens"]),
-            int(state["n_source_tokens"]),
-            int(state["n_with_tokens"]),
-            np.asarray(state["with_logprob"]),
-            np.asarray(state["without_logprob"]),
-        )
 
     def summary(self) -> dict:
         """The document's token counts and, per anchor, the answer's mean NLL with and without the document and
@@ -222,21 +197,6 @@ class RetrievalScores:
             "nll_without": nll_without.tolist(),
             "gain": gain.tolist(),
         }
-
-    def __str__(self) -> str:
-        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
-        return json.dumps(self.summary(), separators=(",", ":"))
-
-    def __repr__(self) -> str:
-        return f"RetrievalScores({self})"
-
-
-def _without_with_backoff(model, sequences, n_scored, batch_size):
-    return scoring.with_batch_backoff(
-        lambda bs: scoring.score_sequence_ends(model, sequences, n_scored, batch_size=bs),
-        batch_size,
-        "the without-document pass (sequences)",
-    )
 
 
 def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
@@ -260,7 +220,7 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
     # without the document: every pair of every document, batched
     batch = min(int(spec.get("without_batch_size") or ctx.batch_size) for _, spec in items) if items else 1
     flat = [(i, j) for i, c in enumerate(cases) for j in range(len(c.without))]
-    without = _without_with_backoff(
+    without = scoring.score_sequence_ends(
         ctx.model, [cases[i].without[j] for i, j in flat], [cases[i].answer_tokens for i, _ in flat], batch
     )
     without_by_case: list[list] = [[None] * len(c.without) for c in cases]
@@ -272,18 +232,14 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
     for case, (_, spec), wo in zip(cases, items, without_by_case):
         with_lp: list = [None] * len(case.anchors)
         for prefix, idx in case.groups:
-            scored = scoring.with_batch_backoff(
-                lambda bs: scoring.score_continuations(
-                    ctx.model,
-                    prefix,
-                    [case.continuations[i] for i in idx],
-                    n_scored=case.answer_tokens,
-                    chunk_size=int(spec["chunk_size"]),
-                    long_pass=str(spec["long_pass"]),
-                    batch_size=bs,
-                ),
-                batch,
-                "the with-document pass (continuations)",
+            scored = scoring.score_continuations(
+                ctx.model,
+                prefix,
+                [case.continuations[i] for i in idx],
+                n_scored=case.answer_tokens,
+                chunk_size=int(spec["chunk_size"]),
+                long_pass=str(spec["long_pass"]),
+                batch_size=batch,
             )
             for i, res in zip(idx, scored, strict=True):
                 with_lp[i] = res.logprob
@@ -307,16 +263,98 @@ glue.register_request_kind(KIND, serve, RetrievalScores.from_state, n_tokens=lam
 # ------------------------------------------------------------------ the task
 
 
+# ------------------------------------------------------------------ the per-token export
+
+EXPORT_COLUMNS = {
+    "anchors": "anchor token positions in the document [q]",
+    "with_logprob": "answer tokens' log-probs read after the document [q, r]",
+    "without_logprob": "answer tokens' log-probs without the document [q, r]",
+    "gain, nll_with, nll_without": "per anchor [q] (gain = nll_without - nll_with)",
+    "n_doc_tokens, n_source_tokens, doc_id, text, text_sha256": "the document",
+}
+
+
+def retrieval_gain_arrays(doc: dict, scores: RetrievalScores) -> dict:
+    """One document's export file (EXPORT_COLUMNS)."""
+    gain, nll_with, nll_without = per_token.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
+    return {
+        "doc_id": np.asarray(int(doc["doc_id"])),
+        **token_export.text_fields(doc["text"]),
+        "anchors": np.asarray(scores.anchors, dtype=np.int64),
+        "n_doc_tokens": np.asarray(scores.n_doc_tokens),
+        "n_source_tokens": np.asarray(scores.n_source_tokens),
+        "with_logprob": np.asarray(scores.with_logprob, dtype=np.float32),
+        "without_logprob": np.asarray(scores.without_logprob, dtype=np.float32),
+        "gain": gain,
+        "nll_with": nll_with,
+        "nll_without": nll_without,
+    }
+
+
+# ------------------------------------------------------------------ the task
+
+
 class RetrievalGainTask(LongContextTask):
     SUITE_TASK_NAME = "retrieval_gain"
     resolve_settings = staticmethod(resolve_settings)
+    METRIC_DIRECTIONS = (("retrieval_gain", True), ("nll_with", False), ("nll_without", False))
+    REPORT = ReportSection(
+        section="retrieval_gain",
+        title="Retrieval gain (retrieval_gain)",
+        lead="How much reading the document lowers the NLL of a passage from it (a query Q, then its answer A): "
+        "whether the model looks things up in its own context.",
+        order=3,
+        headlines=(
+            (
+                "retrieval_gain",
+                "nats per answer token that reading the document saves (nll_without − nll_with); higher is better, "
+                "near 0 when the model does not look back",
+            ),
+            ("nll_with", "answer NLL (nats per token) with the document before the query; lower is better"),
+            ("nll_without", "answer NLL without the document"),
+        ),
+        settings=(
+            "doc_tokens",
+            "query_tokens",
+            "answer_tokens",
+            "n_queries",
+            "with_context",
+            "dataset_path",
+            "data_files",
+            "data.texts_sha256",
+        ),
+    )
+    EXPORT_COLUMNS = EXPORT_COLUMNS
+
+    @classmethod
+    def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
+        return govreport_resources(settings)
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        self.dataset, self.provenance = govreport_documents(self.settings)
+        self.dataset, self.provenance, self.inert = govreport_documents(self.settings, self.SUITE_TASK_NAME)
+        self._refuse_too_long()
+
+    def _refuse_too_long(self) -> None:
+        """Every document's with-document sequence, built as it is served, must fit the evaluated model; checked
+        now rather than after other documents were scored."""
+        model = self.evaluated_model
+        limit, limit_words = model_limit(model, self.settings["allow_beyond_max_length"])
+        if limit is None or model is None or model.tokenizer is None:
+            return
+        n_tokens = {}
+        for i, doc in evaluated_documents(self.dataset["test"], str(self.config.task)).items():
+            try:
+                n_tokens[i] = case_for_text(model.tokenizer, doc["text"], self.settings).max_with_length
+            except scoring.ScoringError as err:
+                raise glue.task_error(self.SUITE_TASK_NAME, err) from err
+        ways_out = f"lower --metadata doc_tokens (now {self.settings['doc_tokens']}), or {ALLOW_BEYOND_WAY_OUT}"
+        refuse_too_long(self.SUITE_TASK_NAME, n_tokens, limit, limit_words, "document", ways_out)
 
     def _record_settings(self) -> None:
         """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""
         rec = SETTINGS.record(self.settings)
+        for name in self.inert:  # did nothing on these rows
+            rec.pop(name, None)
         rec["data"] = self.provenance
         self._store_settings(rec)
 
@@ -344,7 +382,7 @@ class RetrievalGainTask(LongContextTask):
     def process_results(self, doc, results):
         scores = results[0]
         gain, nll_with, nll_without = per_token.retrieval_gain_per_pair(scores.with_logprob, scores.without_logprob)
-        token_export.write_document(self, doc, results)
+        token_export.write_document(self, doc, lambda: retrieval_gain_arrays(doc, scores))
         # every document has n_queries anchors, so the mean over documents of these per-document
         # means is the mean over (document, anchor) pairs
         return {

@@ -25,7 +25,6 @@ The without-document sequences of all documents are deduplicated and batched.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from dataclasses import dataclass
 from fractions import Fraction
@@ -33,14 +32,27 @@ from fractions import Fraction
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from ..data import documents
 from ..engine import scoring
 from ..harness import glue
 from ..metrics import gain_map
-from ..settings import BOOLEAN, SettingsError
-from . import declarations
-from .base import LongContextTask, govreport_documents
-from .retrieval_gain import lead_token_ids
+from ..records import StateRecord
+from ..settings import SettingsError
+from . import declarations, preflight
+from .base import (
+    ALLOW_BEYOND_WAY_OUT,
+    LongContextTask,
+    ReportSection,
+    add_model_settings,
+    evaluated_documents,
+    govreport_documents,
+    govreport_resources,
+    lead_token_ids,
+    model_limit,
+    refuse_too_long,
+    resolve_model_max_length,
+    settings_tokenizer,
+    zero_padded_width,
+)
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -52,17 +64,13 @@ SCORING_KEYS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_str
 
 
 def resolve_settings(metadata: dict | None) -> dict:
-    md = dict(metadata or {})
-    s = SETTINGS.parse(md)
+    s = SETTINGS.parse(metadata)
     if any(d > 100 for d in s["depths"]):
         raise SettingsError(f"retrieval_gain_map: depths are percents in 0..100, got {s['depths']}")
     if s["anchor_stride"] is None:
         s["anchor_stride"] = s["query_tokens"] + s["answer_tokens"]
     # the model's own settings, from the model_args the harness merges into the metadata
-    s["pretrained"] = md.get("pretrained")
-    s["revision"] = md.get("revision")
-    s["trust_remote_code"] = BOOLEAN.convert(md.get("trust_remote_code", False))
-    s["max_length"] = None if md.get("max_length") in (None, "", "None") else int(md["max_length"])
+    add_model_settings(s, metadata)
     if s["context_lengths"]:
         check_ladder(s["context_lengths"], s)
     return s
@@ -158,8 +166,8 @@ def case_for_text(tokenizer, text: str, s: dict, lengths: list[int]) -> MapCase:
 # ------------------------------------------------------------------ the request kind
 
 
-@dataclass
-class GainMapScores:
+@dataclass(repr=False)
+class GainMapScores(StateRecord):
     """Answer log-probs of one document's cells, with and without the context."""
 
     lengths: np.ndarray  # int64 [nL]
@@ -173,29 +181,6 @@ class GainMapScores:
     def gain(self) -> np.ndarray:
         """float64 [nL, nD]: per cell, the mean over its anchors of nll_without - nll_with."""
         return gain_map.cell_gains(self.with_logprob, self.without_logprob)
-
-    def to_state(self) -> dict:
-        return {
-            "lengths": self.lengths,
-            "depths": self.depths,
-            "anchors": self.anchors,
-            "n_source_tokens": self.n_source_tokens,
-            "n_with_tokens": self.n_with_tokens,
-            "with_logprob": self.with_logprob,
-            "without_logprob": self.without_logprob,
-        }
-
-    @classmethod
-    def from_state(cls, state: dict) -> GainMapScores:
-        return cls(
-            np.asarray(state["lengths"]),
-            np.asarray(state["depths"]),
-            np.asarray(state["anchors"]),
-            int(state["n_source_tokens"]),
-            int(state["n_with_tokens"]),
-            np.asarray(state["with_logprob"]),
-            np.asarray(state["without_logprob"]),
-        )
 
     def summary(self) -> dict:
         """The document's token counts, the ladder, and per cell [length][depth] the answer's mean NLL with and
@@ -213,13 +198,6 @@ class GainMapScores:
             "nll_without": nll_without.tolist(),
             "gain": self.gain().tolist(),
         }
-
-    def __str__(self) -> str:
-        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
-        return json.dumps(self.summary(), separators=(",", ":"))
-
-    def __repr__(self) -> str:
-        return f"GainMapScores({self})"
 
 
 def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
@@ -245,32 +223,20 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
                 distinct.setdefault((tuple(w), case.answer_tokens), len(distinct))
     seqs = [list(w) for w, _ in distinct]
     counts = [r for _, r in distinct]
-    scored = (
-        scoring.with_batch_backoff(
-            lambda bs: scoring.score_sequence_ends(ctx.model, seqs, counts, batch_size=bs),
-            batch,
-            "the without-context pass (sequences)",
-        )
-        if seqs
-        else []
-    )
+    scored = scoring.score_sequence_ends(ctx.model, seqs, counts, batch_size=batch) if seqs else []
 
     out = []
     for case, (_, spec) in zip(cases, items):
         nL, nD, n = case.anchors.shape
         rungs = [(len(case.lead) + L, case.continuations[i]) for i, L in enumerate(case.lengths)]
-        ladder = scoring.with_batch_backoff(
-            lambda bs: scoring.score_prefix_ladder(
-                ctx.model,
-                case.prefix,
-                rungs,
-                n_scored=case.answer_tokens,
-                chunk_size=int(spec["chunk_size"]),
-                long_pass=str(spec["long_pass"]),
-                batch_size=bs,
-            ),
-            batch,
-            "the with-context pass (ladder)",
+        ladder = scoring.score_prefix_ladder(
+            ctx.model,
+            case.prefix,
+            rungs,
+            n_scored=case.answer_tokens,
+            chunk_size=int(spec["chunk_size"]),
+            long_pass=str(spec["long_pass"]),
+            batch_size=batch,
         )
         w = np.stack([np.stack([res.logprob for res in rung]) for rung in ladder])
         wo = np.stack(
@@ -326,46 +292,98 @@ def default_ladder(s: dict, n_tokens: list[int], extra_tokens: int, model_max_le
 class RetrievalGainMapTask(LongContextTask):
     SUITE_TASK_NAME = "retrieval_gain_map"
     resolve_settings = staticmethod(resolve_settings)
+    # gain@L01024_d50 (a cell) and gain@L01024 (a length's mean over depths): gain_map.cell_metric, length_metric
+    METRIC_DIRECTIONS = (
+        ("gain@L[0-9]*", True),
+        ("gain", True),
+        ("effective_length", True),
+        ("effective_length_abs", True),
+    )
+    REPORT = ReportSection(
+        section="retrieval_gain_map",
+        title="Retrieval-gain map (retrieval_gain_map)",
+        lead="The retrieval gain cell by cell over context length L and depth of the passage: up to which length, "
+        "and from which depth, the model uses what it reads.",
+        order=4,
+        headlines=(
+            ("gain", "retrieval gain averaged over every cell (context length × depth); higher is better"),
+            (
+                "effective_length",
+                "largest context length up to which the gain stays above effective_fraction of its value at the "
+                "shortest length (relative rule); higher is better",
+            ),
+            (
+                "effective_length_abs",
+                "largest context length up to which the gain stays above effective_threshold nats (absolute rule)",
+            ),
+        ),
+        settings=(
+            "context_lengths",
+            "depths",
+            "query_tokens",
+            "answer_tokens",
+            "anchors_per_cell",
+            "effective_fraction",
+            "effective_threshold",
+            "effective_rule",
+            "data.texts_sha256",
+        ),
+        pictures=("gain_map",),
+    )
+
+    @classmethod
+    def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
+        return govreport_resources(settings)
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        self.dataset, self.provenance = govreport_documents(self.settings)
+        self.dataset, self.provenance, self.inert = govreport_documents(self.settings, self.SUITE_TASK_NAME)
         s = self.settings
+        model = self.evaluated_model  # its tokenizer and max_length, as its requests will be served
         self.model_max_length = None
         if s["context_lengths"]:
             self.lengths = list(s["context_lengths"])
         else:
-            from .forgetting_curve import resolve_model_max_length
-
-            model = self.evaluated_model  # its tokenizer and max_length, as its requests will be served
-            name = s["tokenizer"] or s["pretrained"]
-            if not s["tokenizer"] and model is not None and model.tokenizer is not None:
-                tok = model.tokenizer
-            elif not isinstance(name, str) or not name:
-                raise SettingsError(
-                    "retrieval_gain_map: the default ladder counts the documents' tokens with the "
-                    "model's tokenizer: give --model_args pretrained=... or --metadata "
-                    "'{\"context_lengths\": [1024, 2048, ...]}' (Python API: simple_evaluate(model=HFLM(...)) "
-                    "passes the model's own)"
-                )
-            else:
-                tok = documents.load_tokenizer(
-                    name,
-                    "the tokenizer that sets the retrieval_gain_map ladder",
-                    revision=s["revision"],
-                    trust_remote_code=s["trust_remote_code"],
-                )
+            tok = settings_tokenizer(
+                s,
+                model,
+                "the tokenizer that sets the retrieval_gain_map ladder",
+                "retrieval_gain_map: the default ladder counts the documents' tokens with the "
+                "model's tokenizer: give --model_args pretrained=... or --metadata "
+                "'{\"context_lengths\": [1024, 2048, ...]}' (Python API: simple_evaluate(model=HFLM(...)) "
+                "passes the model's own)",
+            )
             self.model_max_length = resolve_model_max_length(s, tok, model)
             n_tokens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in self.dataset["test"]["text"]]
             sep = len(tok(s["separator"], add_special_tokens=False)["input_ids"]) if s["separator"] else 0
             extra = len(lead_token_ids(tok, s["bos"])) + sep + s["query_tokens"] + s["answer_tokens"]
             self.lengths = default_ladder(s, n_tokens, extra, self.model_max_length)
             check_ladder(self.lengths, s)
-        self.width = max(5, len(str(max(self.lengths))))
-        self.depth_width = max(2, len(str(max(s["depths"]))))
+        self.width = zero_padded_width(self.lengths, 5)
+        self.depth_width = zero_padded_width(s["depths"], 2)
+        self._refuse_too_long(model)
+
+    def _refuse_too_long(self, model: glue.EvaluatedModel | None) -> None:
+        """Every document's ladder, built as it is served, must fit the evaluated model (and every document hold the
+        longest context); checked now rather than after other documents were scored."""
+        limit, limit_words = model_limit(model, self.settings["allow_beyond_max_length"])
+        if model is None or model.tokenizer is None:
+            return
+        n_tokens = {}
+        for i, doc in evaluated_documents(self.dataset["test"], str(self.config.task)).items():
+            try:
+                n_tokens[i] = case_for_text(model.tokenizer, doc["text"], self.settings, self.lengths).max_with_length
+            except scoring.ScoringError as err:
+                raise glue.task_error(self.SUITE_TASK_NAME, err) from err
+        ways_out = (
+            f"lower --metadata max_context / context_lengths (now up to {self.lengths[-1]}), or {ALLOW_BEYOND_WAY_OUT}"
+        )
+        refuse_too_long(self.SUITE_TASK_NAME, n_tokens, limit, limit_words, "document", ways_out)
 
     def _record_settings(self) -> None:
         s = self.settings
         rec = SETTINGS.record(s)
+        for name in self.inert:  # did nothing on these rows
+            rec.pop(name, None)
         rec.update(
             task_kind=KIND,
             lengths_used=self.lengths,

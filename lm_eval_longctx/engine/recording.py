@@ -1,0 +1,86 @@
+"""What a model was scored with, while a ``recording`` is open: the harness writes it into the results
+(``runtime.scoring``): the sequences per pass and strategy, the plans that ran (with their memory counts) and every
+retry after an out-of-memory error, the model's dtype and device, and the support facts the strategies rest on."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+
+from .forward import capabilities, causal_lm, input_device, on_forward
+
+_RECORDINGS: list[ScoringRecord] = []
+
+
+class ScoringRecord:
+    """How the engine scored one model inside a ``recording`` block."""
+
+    def __init__(self, model):
+        self.model = causal_lm(model)
+        self.counts: Counter = Counter()
+        self.plans: Counter = Counter()
+        self.retries: list[dict] = []
+        self.tokens_forwarded = 0
+
+    def summary(self) -> dict:
+        passes: dict = {}
+        for (what, how), n in sorted(self.counts.items()):
+            passes.setdefault(what, {})[how] = n
+        model = self.model
+        dtype = next((str(p.dtype).replace("torch.", "") for p in model.parameters() if p.is_floating_point()), None)
+        out = {
+            "passes": passes,
+            "dtype": dtype,
+            "device": str(input_device(model)),
+            **capabilities(model).support.summary(),
+            "tokens_forwarded": self.tokens_forwarded,
+        }
+        if self.plans:
+            out["plans"] = [{**dict(key), "times": n} for key, n in sorted(self.plans.items())]
+        if self.retries:
+            out["retries"] = list(self.retries)
+        return out
+
+
+@contextlib.contextmanager
+def recording(model):
+    """Count how ``model`` is scored inside the block (``ScoringRecord``)."""
+    record = ScoringRecord(model)
+    _RECORDINGS.append(record)
+    try:
+        yield record
+    finally:
+        _RECORDINGS.remove(record)
+
+
+def _records_of(model):
+    model = causal_lm(model)
+    return [record for record in _RECORDINGS if record.model is model]
+
+
+def count(model, what: str, how: str, n: int = 1) -> None:
+    """``n`` sequences of pass ``what`` scored by strategy ``how``."""
+    for record in _records_of(model):
+        record.counts[(what, how)] += n
+
+
+def count_tokens(model, n: int) -> None:
+    """``n`` token positions run through the model's decoder (a forward of [batch, length] counts batch x length)."""
+    for record in _records_of(model):
+        record.tokens_forwarded += int(n)
+
+
+def note_plan(model, what: str, plan_summary: dict) -> None:
+    """A plan chosen for pass ``what`` (its strategy, sequences per forward, chunk, attention kernel, memory)."""
+    key = tuple(sorted({"pass": what, **plan_summary}.items()))
+    for record in _records_of(model):
+        record.plans[key] += 1
+
+
+def note_retry(model, what: str, failed: dict, next_plan: dict, error: str) -> None:
+    """An out-of-memory error in pass ``what`` under ``failed``, retried under ``next_plan``."""
+    for record in _records_of(model):
+        record.retries.append({"pass": what, "failed": failed, "retried_with": next_plan, "error": error[:200]})
+
+
+on_forward(count_tokens)
