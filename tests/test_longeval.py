@@ -316,7 +316,7 @@ def test_perplexities_equal_brute_force(ppl_run, model_dirs):
 def test_over_long_prompts_are_an_error(model_dirs):
     with pytest.raises(engine.ScoringError, match="longer than the model's maximum length 200"):
         run_task("longeval_lines_ppl", model_dirs["a"], MD, model_args={"max_length": 200})
-    with pytest.raises(engine.ScoringError, match="silently cut"):
+    with pytest.raises(engine.ScoringError, match="maximum length 200 less the 2 generated tokens"):
         run_task("longeval_lines_acc", model_dirs["a"], MD, model_args={"max_length": 200}, gen_kwargs="max_gen_toks=2")
 
 
@@ -339,7 +339,7 @@ def skip_run(ppl_run, model_dirs):
 
 
 @pytest.mark.integration
-def test_acc_through_generate_until_and_skips_recorded(skip_run, ppl_run):
+def test_acc_through_the_engines_generation_and_skips_recorded(skip_run, ppl_run):
     """The group with a maximum between the two configurations' lengths: short cases are scored,
     long ones recorded as skipped (never cut)."""
     r_ppl = ppl_run["results"]["longeval_lines_ppl"]
@@ -355,7 +355,11 @@ def test_acc_through_generate_until_and_skips_recorded(skip_run, ppl_run):
     assert abs(acc["prompt_tokens_0004,none"] - ppl["prompt_tokens_0004,none"]) <= 1
     samples = res["samples"]["longeval_lines_acc"]
     generated = [s for s in samples if s["doc"]["num_lines"] == 4]
-    assert len(generated) == 2 and all(isinstance(s["filtered_resps"][1], str) for s in generated)
+    assert len(generated) == 2 and all(isinstance(s["filtered_resps"][0].text, str) for s in generated)
+    assert all(s["filtered_resps"][0].generated_tokens <= 6 for s in generated)  # --gen_kwargs max_gen_toks=6
+    assert res["configs"]["longeval_lines_acc"]["metadata"]["longctx_settings"]["runtime"]["scoring"]["passes"][
+        "generation"
+    ] == {"generate": 2}
 
 
 @pytest.mark.integration
@@ -373,14 +377,15 @@ def test_samples_files_hold_the_expected_number_and_per_case_numbers(skip_run, p
     for line in acc:
         doc, key = line["doc"], f"{line['doc']['num_lines']:04d}"
         assert line["target"] == str(doc["expected_number"])
-        length = json.loads(line["resps"][0][0])
-        assert length == {"n_tokens": length["n_tokens"], "limit": limit, "skipped": doc["num_lines"] == 11}
-        if length["skipped"]:
-            assert line[f"skipped_{key}"] == 1.0 and "acc" not in line
+        answer = json.loads(line["resps"][0][0])
+        assert set(answer) == {"prompt_tokens", "limit", "generated_tokens", "skipped", "text"}
+        assert answer["limit"] == limit and answer["skipped"] == (doc["num_lines"] == 11)
+        if answer["skipped"]:
+            assert line[f"skipped_{key}"] == 1.0 and "acc" not in line and answer["text"] == ""
         else:
-            assert line[f"prompt_tokens_{key}"] == length["n_tokens"] <= limit
-            assert isinstance(line["resps"][1][0], str)  # the generated text, as generated
-            assert line["acc"] == float(longeval_data.last_integer(line["resps"][1][0]) == doc["expected_number"])
+            assert line[f"prompt_tokens_{key}"] == answer["prompt_tokens"] <= limit
+            assert 0 <= answer["generated_tokens"] <= 6
+            assert line["acc"] == float(longeval_data.last_integer(answer["text"]) == doc["expected_number"])
     for line in ppl:
         doc, key = line["doc"], f"{line['doc']['num_lines']:04d}"
         assert line["target"] == doc["response"]
@@ -395,7 +400,7 @@ def test_samples_files_hold_the_expected_number_and_per_case_numbers(skip_run, p
 
 
 def test_acc_scores_the_last_integer_of_the_output():
-    from lm_eval_longctx.tasks.longeval import LongEvalLinesAccTask, PromptLength
+    from lm_eval_longctx.tasks.longeval import GeneratedAnswer, LongEvalLinesAccTask
 
     task = LongEvalLinesAccTask(
         config={
@@ -408,8 +413,8 @@ def test_acc_scores_the_last_integer_of_the_output():
     )
     doc = task.test_docs()[0]
     n = doc["expected_number"]
-    right = task.process_results(doc, [PromptLength(50, 100), f"Line 3 ... The value is <{n}>."])
-    wrong = task.process_results(doc, [PromptLength(50, 100), f"<{n}> or maybe 7"])
+    right = task.process_results(doc, [GeneratedAnswer(50, 100, f"Line 3 ... The value is <{n}>.", 9)])
+    wrong = task.process_results(doc, [GeneratedAnswer(50, 100, f"<{n}> or maybe 7", 6)])
     assert right == {"acc": 1.0, "acc_0003": 1.0, "prompt_tokens_0003": 50}
     assert wrong["acc"] == 0.0
 
@@ -427,7 +432,7 @@ def test_chat_template_reaches_both_tasks(model_dirs, tmp_path):
     md = {"num_lines": [3], "num_cases": 1}
     res = run_task("longeval_lines", str(chat_dir), md, apply_chat_template=True, gen_kwargs="max_gen_toks=2")
     s = res["samples"]["longeval_lines_acc"][0]
-    prompt = s["arguments"][1][0]  # (context, generation kwargs) of the generate_until request
+    prompt = s["arguments"][0][0]  # (context, generation spec) of the generation request
     assert prompt.startswith("<|user|>Below is a record") and prompt.endswith("<|assistant|>")
     n_chat = res["results"]["longeval_lines_acc"]["prompt_tokens_0003,none"]
     assert n_chat > len(tok(s["doc"]["prompt"])["input_ids"])
@@ -514,3 +519,33 @@ def test_picture_names_the_model_and_draws_flat_perplexities_flat():
     low, high = answer_ppl.get_ylim()
     assert answer_ppl.yaxis.get_offset_text().get_text() == ""  # plain ticks, no "1e-6 + 1.000001"
     assert high - low >= 0.02 and low < 1.0 < high
+
+
+@pytest.mark.integration
+def test_acc_answers_are_the_same_at_any_batch_size(model_dirs):
+    """--batch_size 1 and 4: the same generated text for every case (prompts of one size go together, left-padded)."""
+    md = {"num_lines": [3, 4], "num_cases": 3}
+    texts = []
+    for batch_size in (1, 4):
+        res = run_task("longeval_lines_acc", model_dirs["a"], md, gen_kwargs="max_gen_toks=8", batch_size=batch_size)
+        samples = sorted(res["samples"]["longeval_lines_acc"], key=lambda s: s["doc_id"])
+        texts.append([(s["filtered_resps"][0].text, s["filtered_resps"][0].generated_tokens) for s in samples])
+    assert len(texts[0]) == 6 and texts[0] == texts[1]
+    assert any(n > 0 for _, n in texts[0])
+
+
+def test_acc_refuses_generation_settings_it_does_not_apply():
+    from lm_eval_longctx.tasks.longeval import LongEvalLinesAccTask
+    from lm_eval_longctx.tasks.run_options import UnsupportedOptionError
+
+    task = LongEvalLinesAccTask(
+        config={
+            "task": "t",
+            "test_split": "test",
+            "output_type": "generate_until",
+            "generation_kwargs": {"until": [], "max_gen_toks": 100, "repetition_penalty": 1.3},
+            "metadata": {"num_lines": [3], "num_cases": 1},
+        }
+    )
+    with pytest.raises(UnsupportedOptionError, match="repetition_penalty .* are not applied by this task's generation"):
+        task.construct_requests(task.test_docs()[0], "prompt")

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import errors
-from . import longeval_words
+from . import documents, longeval_words
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -323,7 +323,10 @@ def read_text(location: str) -> str:
 
 def _read_text(location: str) -> str:
     if not _is_url(location):
-        return Path(location).expanduser().read_text(encoding="utf-8")
+        path = Path(location).expanduser()
+        if path.exists():  # a folder or a FIFO is refused without being opened (a missing file: the OSError below)
+            documents.check_regular_file(path, "testcases", "LongChat's {N}_lines.jsonl files or a folder of them")
+        return path.read_text(encoding="utf-8")
     if location.startswith(("http://", "https://")):
         import urllib.request
 

@@ -7,9 +7,11 @@ Two tasks over the same test cases (``lm_eval_longctx.data.longeval_cases``), ru
   ``The <REGISTER_CONTENT> in line {name} is <{n}>.`` is read teacher-forced after the prompt, one
   request per case; ``answer_ppl`` is the perplexity of the tokens of the number, ``non_answer_ppl``
   that of the response's other tokens (LongPPL paper, section 2.1, Table 9).
-* ``longeval_lines_acc`` (the harness's ``generate_until``, so ``--apply_chat_template``,
-  ``--system_instruction`` and ``--gen_kwargs`` work as for any task): greedy generation of at most
-  100 new tokens; correct iff the last integer of the output equals the expected number (LongChat).
+* ``longeval_lines_acc`` (our ``longctx_scores`` requests; the YAML says ``generate_until``, so
+  ``--apply_chat_template``, ``--system_instruction`` and ``--gen_kwargs`` work as for any generating task):
+  greedy generation of at most 100 new tokens by the engine (``engine/generation.py``: batched, on the
+  model's own cache, each case stopping at the end-of-sequence token); correct iff the last integer of the
+  output equals the expected number (LongChat).
 
 Two tasks because a task has one OUTPUT_TYPE, the request type the harness pads under data
 parallelism. Each reports every configuration (number of lines N) separately, N zero-padded so the
@@ -26,8 +28,7 @@ no digit is ever in a non-answer token. Special (zero-width) tokens are in neith
 
 A prompt longer than the model allows is an error (default) or, with ``over_length: skip``, a skip
 recorded as ``skipped_{N}``; never a silent truncation. For accuracy the limit is the model's
-maximum length minus ``max_gen_toks``, where the harness would cut the prompt's left end: a cheap
-``longctx_scores`` request per case counts the prompt's tokens before any generation runs.
+maximum length minus ``max_gen_toks``; every prompt's tokens are counted before any generation runs.
 """
 
 from __future__ import annotations
@@ -43,17 +44,27 @@ import numpy as np
 from lm_eval.api.instance import Instance
 
 from ..data import longeval_cases, longeval_words
-from ..engine import scoring
+from ..engine import generation, scoring
 from ..harness import glue
 from ..keytokens import text_scoring
 from ..metrics import per_token
-from . import declarations, token_export
-from .base import LongContextTask
+from ..records import StateRecord
+from . import declarations, run_options, token_export
+from .base import (
+    LongContextTask,
+    ReportSection,
+    evaluated_documents,
+    model_limit,
+    refuse_inert_settings,
+    refuse_too_long,
+)
 
 log = logging.getLogger("lm_eval_longctx")
 
 ANSWER_KIND = "longeval_lines_answer"
-LENGTH_KIND = "longeval_lines_prompt_length"
+GENERATION_KIND = "longeval_lines_generation"
+# what --gen_kwargs may set for the accuracy task (the engine's generation takes these; anything else is refused)
+GENERATION_KEYS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p", "top_k")
 
 SETTINGS = declarations.LONGEVAL_LINES
 DEFAULTS = SETTINGS.defaults()
@@ -90,8 +101,8 @@ def _add_special_tokens(tokenizer, text: str, mode) -> bool:
     return not (isinstance(bos, str) and bos and text.startswith(bos))
 
 
-@dataclass
-class AnswerScores:
+@dataclass(repr=False)
+class AnswerScores(StateRecord):
     """Log-probs of the response tokens of one case, read after its prompt."""
 
     n_tokens: int  # prompt + response
@@ -100,25 +111,6 @@ class AnswerScores:
     logprob: np.ndarray  # float32 [m]
     skipped: bool = False  # longer than the model's maximum, over_length = skip: not scored
 
-    def to_state(self) -> dict:
-        return {
-            "n_tokens": self.n_tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "offsets": self.offsets,
-            "logprob": self.logprob,
-            "skipped": self.skipped,
-        }
-
-    @classmethod
-    def from_state(cls, state: dict) -> AnswerScores:
-        return cls(
-            int(state["n_tokens"]),
-            int(state["prompt_tokens"]),
-            np.asarray(state["offsets"]),
-            np.asarray(state["logprob"]),
-            bool(state["skipped"]),
-        )
-
     def summary(self) -> dict:
         """Token counts and the response's NLL sum (float64); a skipped case has no NLL. No per-token array."""
         out: dict = {"n_tokens": self.n_tokens, "prompt_tokens": self.prompt_tokens, "skipped": self.skipped}
@@ -126,13 +118,6 @@ class AnswerScores:
             out["response_tokens"] = int(len(self.logprob))
             out["response_nll_sum"] = float(-np.sum(self.logprob.astype(np.float64))) + 0.0  # + 0.0: no -0.0
         return out
-
-    def __str__(self) -> str:
-        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
-        return json.dumps(self.summary(), separators=(",", ":"))
-
-    def __repr__(self) -> str:
-        return f"AnswerScores({self})"
 
 
 def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None) -> AnswerScores:
@@ -175,37 +160,21 @@ def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None
     return AnswerScores(n, first, offsets[first:] - start, lp.astype(np.float32))
 
 
-@dataclass
-class PromptLength:
-    """How many tokens the harness's generate_until will read for a prompt, and whether they fit."""
+@dataclass(repr=False)
+class PromptLength(StateRecord):
+    """How many tokens generation reads for a prompt, and whether they fit."""
 
     n_tokens: int
     limit: int | None  # max_length - max_gen_toks (None: no known maximum)
     skipped: bool = False
 
-    def to_state(self) -> dict:
-        return {"n_tokens": self.n_tokens, "limit": self.limit, "skipped": self.skipped}
-
-    @classmethod
-    def from_state(cls, state: dict) -> PromptLength:
-        limit = state["limit"]
-        return cls(int(state["n_tokens"]), None if limit is None else int(limit), bool(state["skipped"]))
-
     def summary(self) -> dict:
         return {"n_tokens": self.n_tokens, "limit": self.limit, "skipped": self.skipped}
 
-    def __str__(self) -> str:
-        # lm-eval writes str() of every response into --log_samples files: make it JSON text a user can parse
-        return json.dumps(self.summary(), separators=(",", ":"))
-
-    def __repr__(self) -> str:
-        return f"PromptLength({self})"
-
 
 def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> PromptLength:
-    """The prompt's token count as HFLM.generate_until encodes it (the tokenizer's special tokens
-    unless the text starts with BOS; an ``add_bos_token`` model argument can only remove tokens, so
-    this count is never below the harness's), against max_length - max_gen_toks."""
+    """The prompt's token count as generation reads it (the tokenizer's special tokens unless the text starts
+    with BOS, as HFLM encodes a prompt), against max_length - max_gen_toks."""
     n = len(tokenizer(text, add_special_tokens=_add_special_tokens(tokenizer, text, "auto"))["input_ids"])
     max_gen = int(spec["max_gen_toks"])
     limit = max_length - max_gen if max_length else None
@@ -214,7 +183,7 @@ def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> P
             return PromptLength(n, limit, skipped=True)
         raise scoring.ScoringError(
             f"longeval_lines_acc: a {n}-token prompt plus {max_gen} generated tokens exceeds the model's maximum "
-            f"length {max_length}; the harness would silently cut the prompt's beginning. "
+            f"length {max_length}. "
             f"{text_scoring.RAISE_MAX_LENGTH}, use fewer num_lines, or pass --metadata "
             '\'{"over_length": "skip"}\' to record such cases as skipped.'
         )
@@ -224,11 +193,140 @@ def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> P
 serve_answers = glue.serve_each(
     lambda ctx, text, spec: score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length)
 )
-serve_prompt_lengths = glue.serve_each(lambda ctx, text, spec: prompt_length(ctx.tokenizer, text, spec, ctx.max_length))
 glue.register_request_kind(
     ANSWER_KIND, serve_answers, AnswerScores.from_state, n_tokens=lambda r: None if r.skipped else r.n_tokens
 )
-glue.register_request_kind(LENGTH_KIND, serve_prompt_lengths, PromptLength.from_state)
+
+
+@dataclass(repr=False)
+class GeneratedAnswer(StateRecord):
+    """What the model generated after one prompt (decoded, cut at the first stop string), or a skipped case."""
+
+    prompt_tokens: int
+    limit: int | None  # max_length - max_gen_toks (None: no known maximum)
+    text: str = ""
+    generated_tokens: int = 0
+    skipped: bool = False
+
+    def summary(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "limit": self.limit,
+            "generated_tokens": self.generated_tokens,
+            "skipped": self.skipped,
+            "text": self.text,
+        }
+
+
+def _stop_token_ids(model, tokenizer) -> tuple[int, ...]:
+    """The tokenizer's end of sequence and the model's own generation config's: where LongChat's generation stops."""
+    ids = {tokenizer.eos_token_id} if getattr(tokenizer, "eos_token_id", None) is not None else set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(configured if isinstance(configured, (list, tuple)) else [configured] if configured is not None else [])
+    return tuple(sorted(int(i) for i in ids))
+
+
+def generation_settings(model, tokenizer, spec: dict) -> generation.GenerationSettings:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    stops = _stop_token_ids(model, tokenizer)
+    return generation.GenerationSettings(
+        max_new_tokens=int(spec["max_gen_toks"]),
+        stop_token_ids=stops,
+        pad_token_id=int(pad if pad is not None else (stops[0] if stops else 0)),
+        stop_strings=tuple(spec.get("until") or ()),
+        do_sample=bool(spec.get("do_sample", False)),
+        temperature=spec.get("temperature"),
+        top_p=spec.get("top_p"),
+        top_k=spec.get("top_k"),
+    )
+
+
+def _cut_at_stop_strings(text: str, until) -> str:
+    """The text up to the first stop string, as lm-eval cuts generate_until's outputs."""
+    for stop in until or ():
+        if stop:
+            text = text.split(stop)[0]
+    return text
+
+
+def serve_generations(ctx: glue.ScoringContext, items: list) -> list[GeneratedAnswer]:
+    """Every prompt's length checked first (an over-long prompt stops the run before any generation, or is skipped
+    with over_length: skip), then the prompts of one set of generation settings generated together, up to
+    --batch_size per generate call (``engine/generation.py``)."""
+    lengths = [prompt_length(ctx.tokenizer, text, spec, ctx.max_length) for text, spec in items]
+    out: list[GeneratedAnswer | None] = [None] * len(items)
+    groups: dict[str, list[int]] = {}
+    for i, ((_, spec), length) in enumerate(zip(items, lengths, strict=True)):
+        if length.skipped:
+            out[i] = GeneratedAnswer(length.n_tokens, length.limit, skipped=True)
+            ctx.progress(1)
+            continue
+        groups.setdefault(json.dumps({k: v for k, v in spec.items() if k != "over_length"}, sort_keys=True), []).append(
+            i
+        )
+    for idx in groups.values():
+        spec = items[idx[0]][1]
+        prompts = [
+            ctx.tokenizer(text, add_special_tokens=_add_special_tokens(ctx.tokenizer, text, "auto"))["input_ids"]
+            for text, _ in (items[i] for i in idx)
+        ]
+        settings = generation_settings(ctx.model, ctx.tokenizer, spec)
+        generated = generation.generate(
+            ctx.model, prompts, settings, batch_size=ctx.batch_size, tokenizer=ctx.tokenizer
+        )
+        for i, tokens in zip(idx, generated, strict=True):
+            text = _cut_at_stop_strings(
+                ctx.tokenizer.decode(tokens.tolist(), skip_special_tokens=True), spec.get("until")
+            )
+            out[i] = GeneratedAnswer(lengths[i].n_tokens, lengths[i].limit, text, int(len(tokens)))
+            ctx.progress(1)
+    return [o for o in out if o is not None]
+
+
+glue.register_request_kind(
+    GENERATION_KIND,
+    serve_generations,
+    GeneratedAnswer.from_state,
+    n_tokens=lambda r: None if r.skipped else r.prompt_tokens,
+)
+
+
+# ------------------------------------------------------------------ the per-token export (answer-token PPL)
+
+EXPORT_COLUMNS = {
+    "char_start": "response token's start, relative to the response's first character [m]",
+    "char_end": "response token's end, relative to the response's first character [m]",
+    "logprob": "log p(response token | prompt and earlier response tokens) [m]",
+    "nll": "-logprob [m]",
+    "answer": "the token overlaps the number's digits (answer_ppl) [m]; others with width > 0: non_answer_ppl",
+    "doc_id, num_lines, response, answer_start, answer_end, prompt_tokens, n_tokens, skipped": "the case",
+}
+
+
+def longeval_arrays(doc: dict, scores: AnswerScores) -> dict:
+    """One case's export file (EXPORT_COLUMNS)."""
+    offsets = np.asarray(scores.offsets, dtype=np.int64).reshape(-1, 2)
+    lp = np.asarray(scores.logprob, dtype=np.float32)
+    answer = (
+        per_token.overlapping_token_mask(offsets, (doc["answer_start"], doc["answer_end"]))
+        if len(offsets)
+        else np.zeros(0, dtype=bool)
+    )
+    return {
+        "doc_id": np.asarray(int(doc["doc_id"])),
+        "num_lines": np.asarray(int(doc["num_lines"])),
+        "response": np.asarray(doc["response"]),
+        "answer_start": np.asarray(int(doc["answer_start"])),
+        "answer_end": np.asarray(int(doc["answer_end"])),
+        "prompt_tokens": np.asarray(scores.prompt_tokens),
+        "n_tokens": np.asarray(scores.n_tokens),
+        "skipped": np.asarray(bool(scores.skipped)),
+        "char_start": offsets[:, 0],
+        "char_end": offsets[:, 1],
+        "logprob": lp,
+        "nll": -lp,
+        "answer": np.asarray(answer, dtype=bool),
+    }
 
 
 # ------------------------------------------------------------------ the tasks
@@ -238,15 +336,62 @@ class _LinesTask(LongContextTask):
     """Shared: the cases as harness documents, per-configuration metric names, settings record."""
 
     resolve_settings = staticmethod(resolve_settings)
+    GROUP = "longeval_lines"
     SCORES_PER_TOKEN = False  # the scoring subclass says so; the accuracy task generates
-    # metric stem -> aggregation name, reported per configuration and pooled (directions: metrics/directions.py)
+    # metric stem -> aggregation name, reported per configuration and pooled (directions: METRIC_DIRECTIONS)
     PER_CONFIG: dict[str, str] = {}
     POOLED: tuple[str, ...] = ()
     SCORES_RAW_DOCUMENTS = False  # a prompt the model answers: --apply_chat_template, --system_instruction apply
     NO_SHOTS_BECAUSE = "the prompt is LongChat's, fixed by the LongEval paper; shots would change what is measured"
+    # the two tasks are one section of the report card
+    REPORT_SECTION = {
+        "section": "longeval_lines",
+        "title": "LongEval lines (longeval_lines_acc, longeval_lines_ppl)",
+        "lead": "LongChat's line lookup: a prompt lists N lines and asks for the number in one of them; accuracy "
+        "beside the perplexity of the answer's digits, by number of lines.",
+        "order": 5,
+        "settings": ("num_lines", "num_cases", "seed", "over_length", "testcases", "data.prompts_sha256"),
+        "pictures": ("longeval_curves", "longeval_by_size"),
+    }
+    # the settings that do nothing when LongChat's files give the cases
+    GENERATOR_ONLY_SETTINGS = ("seed", "trailing_space")
 
     def sampling_seed(self) -> int | None:
         return None if self.settings["testcases"] else self.settings["seed"]  # files hold their cases
+
+    def _text_limit(self) -> tuple[int | None, str]:
+        """The most tokens a prompt's sequence may have, and its words (None: nothing to check now)."""
+        raise NotImplementedError
+
+    def _sequence_tokens(self, tokenizer, ctx: str, doc: dict) -> int:
+        """Tokens of the sequence the task's request reads for a prompt ``ctx``."""
+        raise NotImplementedError
+
+    def _check_built(self) -> None:
+        """Every case's sequence must fit the model (unless over_length: skip), checked now rather than after other
+        requests of the run were scored. The prompt is built as lm-eval will build it; with a chat template the
+        check is left to the requests (the template is applied later)."""
+        model = self.evaluated_model
+        options = glue.prompt_options()
+        if model is None or model.tokenizer is None or self.settings["over_length"] == "skip":
+            return
+        if options is None or options[0]:
+            return
+        limit, limit_words = self._text_limit()
+        if limit is None:
+            return
+        n_tokens = {}
+        for i, doc in evaluated_documents(self.dataset["test"], str(self.config.task)).items():
+            # as lm-eval 0.4.13's build_all_requests calls it (num_fewshot is 0: run_options refuses others)
+            ctx = self.fewshot_context(
+                doc, num_fewshot=0, system_instruction=options[1], gen_prefix=self.doc_to_prefix(doc)
+            )
+            n_tokens[i] = self._sequence_tokens(model.tokenizer, ctx, doc)
+        ways_out = (
+            f"use fewer num_lines (now up to {self.configurations[-1]}), or pass --metadata "
+            '\'{"over_length": "skip"}\' to record such cases as skipped'
+        )
+        refuse_too_long(str(self.config.task), n_tokens, limit, limit_words, "case", ways_out)
 
     def build_all_requests(self, **kwargs) -> None:
         # the prompt's form changes the numbers: recorded when a chat template or system instruction shapes it
@@ -265,6 +410,11 @@ class _LinesTask(LongContextTask):
     def download(self, dataset_kwargs=None, **kwargs) -> None:
         import datasets
 
+        if self.settings["testcases"]:  # the files hold the cases
+            inert = {
+                name: f"testcases {self.settings['testcases']} give the cases" for name in self.GENERATOR_ONLY_SETTINGS
+            }
+            refuse_inert_settings(str(self.config.task or self.SUITE_TASK_NAME), self.settings, inert)
         cases = build_cases(self.settings)
         self.configurations = sorted({c.num_lines for c in cases})
         # zero-padded so that lm-eval's lexicographic metric sort is numeric
@@ -286,7 +436,7 @@ class _LinesTask(LongContextTask):
         rec = SETTINGS.record(s)
         rec["num_lines"] = self.configurations
         if s["testcases"]:
-            for unused in ("seed", "trailing_space"):  # the files hold the cases
+            for unused in self.GENERATOR_ONLY_SETTINGS:  # the files hold the cases
                 rec.pop(unused)
             rec["source"] = {"testcases": s["testcases"], "max_cases_per_file": s["num_cases"]}
         else:
@@ -332,6 +482,40 @@ class LongEvalLinesPPLTask(_LinesTask):
     }
     POOLED = ("answer_ppl", "non_answer_ppl")
     SCORES_PER_TOKEN = True
+    # answer_ppl_0200: one per number of lines, zero-padded (config_key)
+    METRIC_DIRECTIONS = (
+        ("answer_ppl", False),
+        ("non_answer_ppl", False),
+        ("answer_ppl_[0-9]*", False),
+        ("non_answer_ppl_[0-9]*", False),
+        ("prompt_tokens_[0-9]*", None),
+        ("skipped_[0-9]*", False),  # the share of cases skipped as over-long (over_length: skip)
+    )
+    REPORT = ReportSection(
+        **_LinesTask.REPORT_SECTION,
+        headlines=(
+            (
+                "answer_ppl",
+                "perplexity of the answer's digits in the reference response, read teacher-forced; near 1 when the "
+                "model finds the line",
+            ),
+            ("non_answer_ppl", "perplexity of the response's other tokens, which need no lookup, for comparison"),
+        ),
+    )
+    EXPORT_COLUMNS = EXPORT_COLUMNS
+
+    def _text_limit(self) -> tuple[int | None, str]:
+        return model_limit(self.evaluated_model, self.settings["allow_beyond_max_length"])
+
+    def _sequence_tokens(self, tokenizer, ctx: str, doc: dict) -> int:
+        text = ctx + self._separator(ctx, templated=False) + doc["response"]
+        return len(tokenizer(text, add_special_tokens=_add_special_tokens(tokenizer, text, "auto"))["input_ids"])
+
+    @staticmethod
+    def _separator(ctx: str, templated: bool) -> str:
+        # One space between "I need the number." and the response, whether or not the prompt brings it
+        # (the 200-680 files do), so every configuration reads the same response text.
+        return "" if templated or ctx[-1:].isspace() else " "
 
     def _extra_settings(self) -> dict:
         return {
@@ -345,9 +529,7 @@ class LongEvalLinesPPLTask(_LinesTask):
     def construct_requests(self, doc, ctx, **kwargs):
         templated = bool(kwargs.pop("apply_chat_template", False))
         kwargs.pop("chat_template", None)
-        # One space between "I need the number." and the response, whether or not the prompt brings it
-        # (the 200-680 files do), so every configuration reads the same response text.
-        sep = "" if templated or ctx[-1:].isspace() else " "
+        sep = self._separator(ctx, templated)
         spec = {
             "kind": ANSWER_KIND,
             "response_start": len(ctx) + len(sep),
@@ -366,7 +548,7 @@ class LongEvalLinesPPLTask(_LinesTask):
     def process_results(self, doc, results):
         scores: AnswerScores = results[0]
         key = self.config_key(doc["num_lines"])
-        token_export.write_document(self, doc, results)
+        token_export.write_document(self, doc, lambda: longeval_arrays(doc, scores))
         if scores.skipped:
             return self._skipped(key, True)
         answer, other = per_token.answer_nll_split(
@@ -386,43 +568,88 @@ class LongEvalLinesAccTask(_LinesTask):
     SUITE_TASK_NAME = "longeval_lines_acc"
     PER_CONFIG = {"acc": "mean", "prompt_tokens": "mean"}
     POOLED = ("acc",)
+    SCORES_PER_TOKEN = True  # its requests are longctx_scores: the engine's batched generation
     REQUEST_TYPE_NOTE = (
-        f"generate_until, after one {glue.REQUEST_TYPE} request per case (this plugin's type: the prompt's token "
-        "count, checked before any generation)"
+        f"{glue.REQUEST_TYPE} (this plugin's type): every prompt's length checked, then greedy generation by the "
+        "engine, batched, on the model's own cache; the YAML says generate_until so that --gen_kwargs and "
+        "--apply_chat_template apply as for any generating task"
     )
+
+    METRIC_DIRECTIONS = (
+        ("acc", True),
+        ("acc_[0-9]*", True),
+        ("prompt_tokens_[0-9]*", None),
+        ("skipped_[0-9]*", False),
+    )
+    REPORT = ReportSection(
+        **_LinesTask.REPORT_SECTION,
+        headlines=(
+            ("acc", "share of the questions answered with the right number (greedy generation); higher is better"),
+        ),
+    )
+
+    def _max_gen_toks(self) -> int:
+        """Tokens generated at most: the YAML's or --gen_kwargs' max_gen_toks, else HFLM's own default."""
+        gen_kwargs = {**(self.config.generation_kwargs or {}), **(glue.generation_options() or {})}
+        return int(gen_kwargs.get("max_gen_toks", 256))
+
+    def _text_limit(self) -> tuple[int | None, str]:
+        model = self.evaluated_model
+        if model is None or model.max_length is None:
+            return None, ""
+        max_gen = self._max_gen_toks()
+        return model.max_length - max_gen, (
+            f"the model's maximum length {model.max_length} less the {max_gen} generated tokens "
+            f"({model.max_length_words()})"
+        )
+
+    def _sequence_tokens(self, tokenizer, ctx: str, doc: dict) -> int:
+        return len(tokenizer(ctx, add_special_tokens=_add_special_tokens(tokenizer, ctx, "auto"))["input_ids"])
 
     def _extra_settings(self) -> dict:
         return {"correct": "last integer of the output (re.findall(r'\\d+')[-1]) == expected_number"}
 
+    def generation_spec(self) -> dict:
+        """The generation settings of the task's requests: the YAML's generation_kwargs with --gen_kwargs merged
+        in (lm-eval merges them), HFLM's default of 256 new tokens when none is given; other keys are refused."""
+        gen_kwargs = copy.deepcopy(self.config.generation_kwargs or {})
+        unknown = sorted(set(gen_kwargs) - set(GENERATION_KEYS))
+        if unknown:
+            raise run_options.UnsupportedOptionError(
+                f"{self.config.task}: generation setting(s) {', '.join(unknown)} (--gen_kwargs or the YAML's "
+                f"generation_kwargs) are not applied by this task's generation, which takes "
+                f"{', '.join(GENERATION_KEYS)}. Leave them out."
+            )
+        until = gen_kwargs.get("until") or []
+        return {
+            "kind": GENERATION_KIND,
+            "max_gen_toks": int(gen_kwargs.get("max_gen_toks", 256)),
+            "until": [until] if isinstance(until, str) else list(until),
+            "do_sample": bool(gen_kwargs.get("do_sample", False)),
+            "temperature": gen_kwargs.get("temperature"),
+            "top_p": gen_kwargs.get("top_p"),
+            "top_k": gen_kwargs.get("top_k"),
+            "over_length": self.settings["over_length"],
+        }
+
     def construct_requests(self, doc, ctx, **kwargs):
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
-        gen_kwargs = copy.deepcopy(self.config.generation_kwargs or {})
-        # HFLM's own default when the YAML or --gen_kwargs give none
-        max_gen = int(gen_kwargs.get("max_gen_toks", 256))
-        length_spec = {"kind": LENGTH_KIND, "max_gen_toks": max_gen, "over_length": self.settings["over_length"]}
-        # The length check comes first, so its request type runs before generate_until: an over-long
-        # prompt stops the run before any generation. (Under data parallelism the harness pads
-        # generate_until by the difference in instance counts, two per case: at most a few extra
-        # generations, no wrong numbers.)
-        return [
-            Instance(glue.REQUEST_TYPE, doc, (ctx, length_spec), 0, **kwargs),
-            Instance("generate_until", doc, (ctx, gen_kwargs), 1, **kwargs),
-        ]
+        return [Instance(glue.REQUEST_TYPE, doc, (ctx, self.generation_spec()), 0, **kwargs)]
 
     def doc_to_target(self, doc, doc_to_target=None):
         # the expected answer: correct iff the output's last integer is this number
         return str(int(doc["expected_number"]))
 
     def process_results(self, doc, results):
-        length, output = results
+        answer: GeneratedAnswer = results[0]
         key = self.config_key(doc["num_lines"])
-        if length.skipped:
+        if answer.skipped:
             return self._skipped(key, True)
-        correct = float(longeval_cases.last_integer(output) == int(doc["expected_number"]))
+        correct = float(longeval_cases.last_integer(answer.text) == int(doc["expected_number"]))
         return {
             "acc": correct,
             f"acc_{key}": correct,
-            f"prompt_tokens_{key}": length.n_tokens,
+            f"prompt_tokens_{key}": answer.prompt_tokens,
             **self._skipped(key, False),
         }
