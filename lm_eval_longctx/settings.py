@@ -25,8 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Keys lm-eval writes into every task's metadata besides the model_args: the YAML's version and
-# (lm-eval 0.4.13, tasks/_factory.py) where the config came from; and our own record of the settings.
-LM_EVAL_METADATA_KEYS = frozenset({"version", "config_source", "config", "_metadata", "longctx_settings"})
+# (lm-eval 0.4.13, tasks/_factory.py) where the config came from; and our own records of the settings and of the
+# task's report-card section.
+LM_EVAL_METADATA_KEYS = frozenset(
+    {"version", "config_source", "config", "_metadata", "longctx_settings", "longctx_report"}
+)
 # The escape hatch for keys meant for tasks of other suites in the same run (e.g. RULER's
 # max_seq_lengths): listed here, they are accepted and ignored.
 OTHER_TASKS_KEYS = "other_tasks_keys"

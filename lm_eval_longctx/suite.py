@@ -1,25 +1,31 @@
 """The suite as lm-eval loads it: the task classes the YAMLs name (``class: !function lm_eval_longctx.suite.X``),
 with the pictures the report layer draws beside a saved results file hooked in. The tasks know nothing of
-pictures; this module, above both, connects them."""
+pictures; this module, above both, connects them. It names no task: a YAML's ``X`` is looked up among the classes
+the task modules define (``tasks.base.suite_tasks``), and the drawers are registered under their own names."""
 
 from __future__ import annotations
 
 from .harness import glue
 from .report.pictures import forgetting_curve, gain_map
-from .tasks.forgetting_curve import ForgettingCurveTask
-from .tasks.longeval import LongEvalLinesAccTask, LongEvalLinesPPLTask
-from .tasks.longppl import LongPPLTask
-from .tasks.retrieval_gain import RetrievalGainTask
-from .tasks.retrieval_gain_map import RetrievalGainMapTask
+from .tasks import base
 
-__all__ = [
-    "ForgettingCurveTask",
-    "LongEvalLinesAccTask",
-    "LongEvalLinesPPLTask",
-    "LongPPLTask",
-    "RetrievalGainTask",
-    "RetrievalGainMapTask",
-]
 
+def task_classes() -> dict[str, type]:
+    """Every task class of the suite by its Python name (what a YAML's ``class:`` names)."""
+    return {cls.__name__: cls for cls in base.suite_tasks().values()}
+
+
+def __getattr__(name: str):
+    classes = task_classes()
+    if name in classes:
+        return classes[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}; its task classes: {sorted(classes)}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *task_classes()})
+
+
+# the report drawers that write a picture beside each saved results file, by drawer name
 glue.on_results_saved("forgetting_curve", forgetting_curve.save_beside_results)
-glue.on_results_saved("retrieval_gain_map", gain_map.save_beside_results)
+glue.on_results_saved("gain_map", gain_map.save_beside_results)

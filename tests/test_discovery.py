@@ -153,6 +153,9 @@ def test_real_index_contains_our_tasks_and_user_include_path_wins(tmp_path):
             "shadow": str(idx["longctx_discovery_shadow"].yaml_path),
             "builtin": "arc_easy" in idx,
             "finders": sum(bool(getattr(f, "_lm_eval_longctx_hook", False)) for f in sys.meta_path),
+            "finders_after_evaluator": __import__("lm_eval.evaluator") and sum(
+                bool(getattr(f, "_lm_eval_longctx_hook", False)) for f in sys.meta_path
+            ),
         }}))
         """,
         cwd=tmp_path,
@@ -164,7 +167,8 @@ def test_real_index_contains_our_tasks_and_user_include_path_wins(tmp_path):
     assert out["probe"] == str(ours / "probe.yaml")
     assert out["shadow"] == str(user / "shadow.yaml"), "a user --include_path must override our task"
     assert out["builtin"], "lm-eval's built-in tasks must still be indexed"
-    assert out["finders"] == 0, "the finder removes itself once lm_eval.tasks.manager is patched"
+    assert out["finders"] == 1, "the finder waits for lm_eval.evaluator too"
+    assert out["finders_after_evaluator"] == 0, "the finder removes itself once the manager and evaluator are patched"
 
 
 _RECORDER = """
@@ -191,6 +195,10 @@ def patched():
     init = m.TaskManager.__init__
     return getattr(init, "_lm_eval_longctx_hook", False) and not hasattr(init.__wrapped__, "_lm_eval_longctx_hook")
 
+def evaluator_wrapped():
+    import lm_eval.evaluator  # the finder's other module: it leaves once both are loaded
+    return getattr(lm_eval.evaluator.simple_evaluate, "_lm_eval_longctx_hook", False)
+
 defaults = str(m.Path(m.__file__).parent)
 """
 
@@ -203,6 +211,8 @@ def test_include_path_rules_and_idempotence(tmp_path):
         res = {
             "lm_eval_before": lm_eval_before,
             "patched": patched(),
+            "finders_before_evaluator": n_finders(),
+            "evaluator_wrapped": evaluator_wrapped(),
             "finders": n_finders(),
             "loader": type(m.__spec__.loader).__name__,
             "ours": ours,
@@ -226,7 +236,8 @@ def test_include_path_rules_and_idempotence(tmp_path):
     out = _run(code, cwd=tmp_path)
     ours, defaults = out["ours"], out["bare"][0]
     assert out["lm_eval_before"] is False
-    assert out["patched"] and out["finders"] == 0
+    assert out["patched"] and out["finders_before_evaluator"] == 1 and out["evaluator_wrapped"]
+    assert out["finders"] == 0
     assert out["loader"] != "_PatchingLoader", "the module keeps its real loader"
     assert Path(ours).resolve() == _expected_real_dir(), "the real task folder is what gets added"
     assert out["bare"] == [defaults, ours]
@@ -249,6 +260,7 @@ def test_env_var_disables_and_late_install_patches_at_once(tmp_path):
         del os.environ[d.DISABLE_ENV]
         res["install"] = d.install()
         res["patched_after"] = patched()
+        res["evaluator_wrapped"] = evaluator_wrapped()
         res["finders_after"] = n_finders()
         res["bare_after"] = scan()
         res["ours"] = d.task_configs_dir()
@@ -260,7 +272,7 @@ def test_env_var_disables_and_late_install_patches_at_once(tmp_path):
     assert out["finders"] == 0 and not out["patched"]
     assert len(out["bare"]) == 1, "disabled: only lm-eval's own folder is scanned"
     assert out["install"] is True
-    assert out["patched_after"] and out["finders_after"] == 0
+    assert out["patched_after"] and out["evaluator_wrapped"] and out["finders_after"] == 0
     assert out["bare_after"] == [out["bare"][0], out["ours"]]
 
 
@@ -431,7 +443,8 @@ def test_hook_steps_aside_when_lm_eval_reads_the_entry_point(tmp_path):
                           "finders": sum(getattr(f, "_lm_eval_longctx_hook", False) for f in sys.meta_path)}}))
         """
     out = _run(code, cwd=tmp_path)
-    assert out == {"include_path": "/user", "finders": 0}
+    # the finder still waits for lm_eval.evaluator (which the stand-in lm-eval lacks)
+    assert out == {"include_path": "/user", "finders": 1}
 
 
 def test_installed_entry_point_resolves_to_the_yaml_folder(tmp_path):
@@ -481,3 +494,108 @@ def test_installed_entry_point_resolves_to_the_yaml_folder(tmp_path):
     assert out["n"] == 1 and out["value"] == "lm_eval_longctx.task_configs"
     assert Path(out["folder"]).resolve() == (target / "lm_eval_longctx" / "task_configs").resolve()
     assert sorted(p.name for p in (ROOT / "task_configs").glob("*.yaml")) == out["yamls"]
+
+
+# ------------------------------------------------------------------ the harness is told, not peeking
+
+
+def test_simple_evaluate_is_wrapped_at_import_and_the_finder_leaves_after_both_modules(tmp_path):
+    """The start-up hook wraps lm_eval.evaluator.simple_evaluate when that module is loaded (whether the task manager
+    came first, as in the CLI, or later, as in the Python API), and leaves sys.meta_path once both are loaded."""
+    code = """
+        import json, sys
+        import lm_eval_longctx.harness.discovery as d
+        d.install()
+        import lm_eval.tasks.manager  # the CLI's order: the task manager first
+        after_manager = [type(f).__name__ for f in sys.meta_path if getattr(f, d._MARK, False)]
+        import lm_eval
+        from lm_eval import simple_evaluate
+        from lm_eval.evaluator import simple_evaluate as direct
+        print(json.dumps({
+            "after_manager": after_manager,
+            "after_both": [type(f).__name__ for f in sys.meta_path if getattr(f, d._MARK, False)],
+            "wrapped": [getattr(f, d._MARK, False) for f in (simple_evaluate, direct, lm_eval.simple_evaluate)],
+        }))
+    """
+    out = _run(code, cwd=tmp_path, **{DISABLE: ""})
+    assert out == {"after_manager": ["_ManagerImportHook"], "after_both": [], "wrapped": [True, True, True]}
+
+
+def test_lm_eval_still_has_what_the_wrapper_relies_on():
+    """lm-eval 0.4.13: simple_evaluate takes these parameters by these names, builds the model through
+    LM.create_from_arg_string / create_from_arg_obj (or takes the object passed) before it loads the tasks, and is
+    what `from lm_eval import simple_evaluate` resolves to. A change here must fail loudly, not make the tasks
+    silently blind to the model."""
+    import inspect
+
+    import lm_eval
+    import lm_eval.evaluator
+    from lm_eval.api.model import LM
+
+    from lm_eval_longctx.harness import discovery
+
+    params = inspect.signature(lm_eval.evaluator.simple_evaluate).parameters
+    assert set(discovery.RECORDED_ARGUMENTS) <= set(params), sorted(params)
+    source = inspect.getsource(inspect.unwrap(lm_eval.evaluator.simple_evaluate))
+    builds = [source.index(f".{name}(") for name in ("create_from_arg_obj", "create_from_arg_string")]
+    assert max(builds) < source.index("task_manager.load(")
+    assert "lm = model" in source and source.index("lm = model") < source.index("task_manager.load(")
+    for name in ("create_from_arg_string", "create_from_arg_obj"):
+        assert isinstance(inspect.getattr_static(LM, name), classmethod), name
+    assert lm_eval.simple_evaluate is lm_eval.evaluator.simple_evaluate  # the package resolves it at call time
+
+
+def test_the_wrapper_records_the_model_and_options_while_the_call_runs(tmp_path):
+    """What a task sees when it is built inside simple_evaluate: the LM object passed in, or the one built from a
+    registry name, the chat options, --gen_kwargs and --limit; nothing outside the call."""
+    code = """
+        import json, types
+        from lm_eval.api.model import LM
+        import lm_eval_longctx.harness.discovery as d
+        from lm_eval_longctx.harness import glue
+
+        d.watch_model_creation()
+
+        class Tiny(LM):
+            def loglikelihood(self, requests): return []
+            def loglikelihood_rolling(self, requests): return []
+            def generate_until(self, requests): return []
+
+        def simple_evaluate(model, model_args=None, tasks=None, apply_chat_template=False, system_instruction=None,
+                            gen_kwargs=None, limit=None, samples=None):
+            lm = model if isinstance(model, LM) else Tiny.create_from_arg_string(model_args or "")
+            seen = glue.evaluated_model()
+            return {
+                "same_object": seen is not None and seen.lm is lm,
+                "python_api": seen.python_api if seen else None,
+                "options": glue.prompt_options(),
+                "gen": glue.generation_options(),
+                "docs": glue.documents_evaluated(10, "t"),
+            }
+
+        module = types.SimpleNamespace(simple_evaluate=simple_evaluate)
+        assert d.wrap_simple_evaluate(module) and d.wrap_simple_evaluate(module)  # idempotent
+        print(json.dumps({
+            "object": module.simple_evaluate(Tiny(), apply_chat_template=True, system_instruction="Be brief.", limit=3),
+            "by_name": module.simple_evaluate("tiny", gen_kwargs="max_gen_toks=7", limit=0.25),
+            "samples": module.simple_evaluate("tiny", samples={"t": [8, 2, 99]}),
+            "outside": [glue.evaluated_model() is None, glue.prompt_options(), glue.documents_evaluated(3)],
+        }))
+    """
+    out = _run(code, cwd=tmp_path)
+    assert out["object"] == {
+        "same_object": True,
+        "python_api": True,
+        "options": [True, "Be brief."],
+        "gen": None,
+        "docs": [0, 1, 2],
+    }
+    assert out["by_name"] == {
+        "same_object": True,
+        "python_api": False,
+        "options": [False, None],
+        "gen": {"max_gen_toks": 7},
+        "docs": [0, 1, 2],
+    }
+    assert out["samples"]["docs"] == [2, 8]
+    assert out["outside"] == [True, None, [0, 1, 2]]

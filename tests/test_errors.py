@@ -44,8 +44,9 @@ def test_a_plain_value_error_raised_in_the_package_is_ours(tmp_path):
 
 
 @pytest.mark.parametrize("debug", ["", "1"])
-def test_excepthook_prints_the_block(debug):
+def test_excepthook_prints_the_block_and_exits_2(debug):
     code = (
+        "import atexit, sys; atexit.register(lambda: print('exit handlers ran', file=sys.stderr)); "
         "from lm_eval_longctx import errors; from lm_eval_longctx.settings import SettingsError; "
         "errors.install_excepthook(); errors.install_excepthook(); raise SettingsError('what, why, ways out')"
     )
@@ -56,9 +57,22 @@ def test_excepthook_prints_the_block(debug):
         env={"PATH": "/usr/bin:/bin", "LM_EVAL_LONGCTX_DEBUG": debug, "PYTHONPATH": sys.path[0] or "."},
         timeout=60,
     )
-    assert proc.returncode == 1 and "what, why, ways out" in proc.stderr
+    assert proc.returncode == 2 and "what, why, ways out" in proc.stderr
     assert ("Traceback" in proc.stderr) == bool(debug)
     assert proc.stderr.count("what, why, ways out") == 1
+    assert "exit handlers ran" in proc.stderr  # a normal exit otherwise
+
+
+def test_other_errors_keep_their_traceback_and_exit_1():
+    code = "from lm_eval_longctx import errors; errors.install_excepthook(); raise KeyError('a bug')"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": sys.path[0] or "."},
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "KeyError: 'a bug'" in proc.stderr
 
 
 def _help(*args) -> str:

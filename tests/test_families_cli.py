@@ -150,6 +150,7 @@ def test_a_run_without_key_tokens_says_why_instead_of_a_bare_nan(tmp_path, corpu
 
     from lm_eval_longctx.report import gate
     from lm_eval_longctx.report import results as report_results
+    from lm_eval_longctx.report import runs as report_runs
     from tests.harness_utils import run_task
 
     name = "mistral_window_16"
@@ -175,4 +176,4 @@ def test_a_run_without_key_tokens_says_why_instead_of_a_bare_nan(tmp_path, corpu
         )
     )
     with pytest.raises(report_results.UnusableInput, match="longppl.*n/a: no key tokens"):
-        gate.compare(report_results.load_run(path), report_results.load_run(path))
+        gate.compare(report_runs.load_run(path), report_runs.load_run(path))

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lm_eval_longctx"
 NAME = "lm_eval_longctx"
 
-BASICS = {"errors", "settings", "output_dirs"}
+BASICS = {"errors", "settings", "output_dirs", "records"}
 # layer -> the layers it may import (besides itself and the basics)
 LOWER = {
     "basics": set(),
@@ -200,3 +200,237 @@ def test_the_checker_reports_every_back_arrow(tmp_path, low, high):
     assert any(f"{low} imports lm_eval_longctx.{high}" in f and f"({high} is not below {low})" in f for f in found), (
         found
     )
+
+
+# ------------------------------------------------------------------ tasks own what is theirs (no shared module names one)
+
+
+def _module_name(rel: str) -> str:
+    """The dotted name of a module given by its path inside the package ('tasks/base.py', 'harness/__init__.py')."""
+    parts = rel[:-3].split("/")
+    return ".".join([NAME, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def _task_classes(package: Path) -> dict[str, set[str]]:
+    """module -> the suite names its task classes declare (``SUITE_TASK_NAME`` and ``GROUP`` string constants)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((package / "tasks").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for stmt in node.body:
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id in ("SUITE_TASK_NAME", "GROUP") for t in stmt.targets)
+                    and isinstance(stmt.value, ast.Constant)
+                    and isinstance(stmt.value.value, str)
+                    and stmt.value.value
+                ):
+                    found.setdefault(_module_name(path.relative_to(package).as_posix()), set()).add(stmt.value.value)
+    return found
+
+
+def _strings_compared(tree: ast.Module):
+    """(string constant, line) of every string that takes part in a comparison (==, !=, in, not in, ...)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    yield sub.value, node.lineno
+
+
+def task_name_violations(package: Path) -> list[str]:
+    """Imports of a task module by a module outside tasks/, and comparisons with a task's name outside the module
+    whose class owns that name."""
+    owners = _task_classes(package)
+    names = {name: module for module, owned in owners.items() for name in owned}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        module = _module_name(rel)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not rel.startswith("tasks/"):
+            dotted = f"{NAME}.{rel[:-3].replace('/', '.')}"
+            for target, line, _ in _imports(tree, dotted):
+                if any(target == m or target.startswith(f"{m}.") for m in owners):
+                    found.append(f"{rel}:{line}: imports the task module {target}")
+        for value, line in _strings_compared(tree):
+            if value in names and names[value] != module:
+                found.append(f"{rel}:{line}: compares a string to the task name {value!r} (owned by {names[value]})")
+    return found
+
+
+def test_no_module_outside_the_owning_task_imports_or_names_a_task():
+    assert task_name_violations(PACKAGE) == []
+
+
+@pytest.mark.parametrize(
+    "rel, source, expected",
+    [
+        ("suite.py", "from .tasks.longppl import LongPPLTask\n", "suite.py:1: imports the task module"),
+        ("report/bad.py", "def f():\n    from ..tasks import longppl\n", "imports the task module"),
+        ("report/bad.py", "def f(t):\n    return t == 'longppl_govreport'\n", "compares a string to the task name"),
+        ("tasks/base.py", "def f(t):\n    return t in ('x', 'longppl_govreport')\n", "(owned by"),
+    ],
+)
+def test_the_task_name_checker_reports_each_kind(tmp_path, rel, source, expected):
+    pkg = tmp_path / NAME
+    (pkg / "tasks").mkdir(parents=True)
+    (pkg / "report").mkdir()
+    (pkg / "tasks" / "longppl.py").write_text(
+        "class LongPPLTask:\n    SUITE_TASK_NAME = 'longppl_govreport'\n\n    def f(self, t):\n"
+        "        return t == 'longppl_govreport'\n"
+    )
+    assert task_name_violations(pkg) == []
+    (pkg / rel).write_text(source)
+    assert any(expected in f for f in task_name_violations(pkg)), task_name_violations(pkg)
+
+
+# ------------------------------------------------------------------ no import cycle, no peeking at the caller
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """module -> the package's modules it imports anywhere in its code (module level or inside a function); a
+    ``from X import name`` imports X's submodule ``name`` when there is one, else X."""
+    modules = {_module_name(p.relative_to(package).as_posix()): p for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        dotted = module + (".__init__" if path.name == "__init__.py" else "")
+        for target, _, _ in _imports(ast.parse(path.read_text(encoding="utf-8")), dotted):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (each holds an import cycle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_package_has_no_import_cycle():
+    assert import_cycles(import_graph(PACKAGE)) == []
+
+
+def test_the_cycle_checker_finds_a_cycle_through_a_function_level_import(tmp_path):
+    pkg = tmp_path / NAME
+    (pkg / "tasks").mkdir(parents=True)
+    (pkg / "tasks" / "base.py").write_text("from . import preflight\n")
+    (pkg / "tasks" / "other.py").write_text("from .base import X\n")
+    assert import_cycles(import_graph(pkg)) == []
+    (pkg / "tasks" / "preflight.py").write_text("def f():\n    from .other import Y\n")
+    assert import_cycles(import_graph(pkg)) == [
+        [f"{NAME}.tasks.base", f"{NAME}.tasks.other", f"{NAME}.tasks.preflight"]
+    ]
+
+
+# reading the caller's frames breaks silently when the caller renames a local: the harness is told instead
+FRAME_PEEKING = {"_getframe", "f_locals", "f_back", "currentframe", "stack"}
+
+
+def frame_peeking(package: Path) -> list[str]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = node.attr if isinstance(node, ast.Attribute) else None
+            if name in FRAME_PEEKING and not (name == "stack" and ast.unparse(node.value) != "inspect"):
+                found.append(f"{path.relative_to(package).as_posix()}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_package_reads_no_caller_frames(tmp_path):
+    assert frame_peeking(PACKAGE) == []
+    (tmp_path / "bad.py").write_text("import sys\n\ndef f():\n    return sys._getframe(1).f_locals['lm']\n")
+    assert len(frame_peeking(tmp_path)) == 2
+
+
+# ------------------------------------------------------------------ the report layer reads files, it names no task
+
+SUITE_TASK_NAMES = {
+    "longppl_govreport",
+    "forgetting_curve",
+    "retrieval_gain",
+    "retrieval_gain_map",
+    "longeval_lines",
+    "longeval_lines_acc",
+    "longeval_lines_ppl",
+}
+
+
+def task_name_literals(folder: Path) -> list[str]:
+    """Every string literal equal to one of the suite's task names in the modules under ``folder``, docstrings
+    excepted (comments are not in the syntax tree)."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value in SUITE_TASK_NAMES
+                and id(node) not in docstrings
+            ):
+                found.append(f"{path.relative_to(folder).as_posix()}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_no_report_module_holds_a_task_name():
+    """The report layer takes its sections, headlines, settings, pictures and directions from the results files
+    (longctx_report, higher_is_better) and its viewer's choice from the export's manifest: no task is named."""
+    assert task_name_literals(PACKAGE / "report") == []
+
+
+def test_the_task_name_literal_checker_reports_each_kind(tmp_path):
+    (tmp_path / "fine.py").write_text(
+        '"""forgetting_curve"""\n# retrieval_gain\ndef f():\n    """longeval_lines"""\n    return "retrieval gain"\n'
+    )
+    assert task_name_literals(tmp_path) == []
+    (tmp_path / "bad.py").write_text(
+        "SECTIONS = {'longppl_govreport': 1}\nx = ('longeval_lines_acc',)\n"
+        "def f(key):\n    return key == 'forgetting_curve'\n"
+    )
+    assert task_name_literals(tmp_path) == [
+        "bad.py:1: 'longppl_govreport'",
+        "bad.py:2: 'longeval_lines_acc'",
+        "bad.py:4: 'forgetting_curve'",
+    ]

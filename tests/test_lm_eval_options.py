@@ -65,7 +65,7 @@ def test_each_yaml_states_the_request_type_its_class_records():
     }
     for task, cls in classes.items():
         assert yaml_metadata(task)["request_type"] == cls.REQUEST_TYPE_NOTE, task
-        assert cls.REQUEST_TYPE_NOTE.startswith("generate_until" if task == "longeval_lines_acc" else glue.REQUEST_TYPE)
+        assert cls.REQUEST_TYPE_NOTE.startswith(glue.REQUEST_TYPE)
 
 
 def test_a_yaml_num_fewshot_is_refused_when_the_task_is_built():
@@ -103,7 +103,7 @@ def test_predict_only_writes_samples_and_no_metrics(model_dirs, docs, tmp_path):
     )
     assert metric_keys(acc, "longeval_lines_acc") == {"bypass,none", "bypass_stderr,none"}
     samples = acc["samples"]["longeval_lines_acc"]
-    assert len(samples) == 2 and all(isinstance(s["filtered_resps"][1], str) for s in samples)
+    assert len(samples) == 2 and all(isinstance(s["filtered_resps"][0].text, str) for s in samples)
     assert acc["n-shot"]["longeval_lines_acc"] == 0  # --num_fewshot 0 is what the task does
     meta = acc["configs"]["longeval_lines_acc"]["metadata"]
     assert meta["request_type"] == longeval.LongEvalLinesAccTask.REQUEST_TYPE_NOTE
@@ -157,7 +157,7 @@ def test_longeval_applies_and_records_chat_template_and_system_instruction(model
         gen_kwargs="max_gen_toks=2",
         evaluation_tracker=tracker,
     )
-    prompt = res["samples"]["longeval_lines_acc"][0]["arguments"][1][0]
+    prompt = res["samples"]["longeval_lines_acc"][0]["arguments"][0][0]
     assert prompt.startswith("<|system|>Answer with the number.<|user|>Below is a record")
     text, _spec = res["samples"]["longeval_lines_ppl"][0]["arguments"][0]
     assert text.startswith(prompt)

@@ -7,6 +7,7 @@ import pytest
 
 from lm_eval_longctx.data import documents
 from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.tasks.base import SequenceTooLongError
 from tests.harness_utils import TASK_DIR, run_task, write_docs
 
 # runs the harness: left out of the fast subset (-m 'not integration')
@@ -62,7 +63,8 @@ def test_forgetting_curve_takes_the_tokenizer_max_length_and_batch_size_of_the_o
     monkeypatch.setattr(documents, "load_tokenizer", refuse("a tokenizer was loaded by name"))
     res = evaluate(hflm(model_dirs["a"], max_length=100, batch_size=3), FC, md)
     rec = res["configs"][FC]["metadata"]["longctx_settings"]
-    assert rec["model_max_length"] == 100 and rec["tokenizer"] == model_dirs["a"]
+    assert rec["model_max_length"] == 100 and rec["tokenizer"]["name_or_path"] == model_dirs["a"]
+    assert rec["samples_tokenizer"] == rec["tokenizer"]  # the samples are built with the model's own
     assert rec["runtime"]["scoring"]["batch_size"] == {"asked": 3, "at_most": 3}
     # the same numbers as the command line's model (built from model_args)
     cli = run_task(FC, model_dirs["a"], md, model_args={"max_length": 100}, batch_size=3, bootstrap_iters=0)
@@ -114,10 +116,12 @@ def test_gain_map_refuses_a_ladder_beyond_the_objects_max_length_before_work(mod
     }
     monkeypatch.setattr(engine, "score_prefix_ladder", refuse("scored"))
     monkeypatch.setattr(engine, "score_sequence_ends", refuse("scored"))
+    # refused when the task is built, naming the longest of the documents --limit evaluates
     with pytest.raises(
-        engine.ScoringError,
-        match=r"^retrieval_gain_map: .*maximum length 250.* Build the model object "
-        r"passed to simple_evaluate \(Python API\) with a larger max_length",
+        SequenceTooLongError,
+        match=r"^retrieval_gain_map: document 0 makes a 253-token sequence \(the longest; 1 of the 1 evaluated is "
+        r"over 250\), longer than the model's maximum length 250 \(the max_length of the HFLM object passed to "
+        r"simple_evaluate \(Python API\); build it with HFLM\(\.\.\., max_length=N\)",
     ):
         evaluate(hflm(model_dirs["a"], max_length=250), MAP, md, limit=1)
 

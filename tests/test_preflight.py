@@ -4,7 +4,9 @@ in one message."""
 import pytest
 
 from lm_eval_longctx import errors, settings
-from lm_eval_longctx.tasks import preflight
+from lm_eval_longctx.tasks import base, preflight
+
+CLASSES = base.suite_tasks()
 
 
 @pytest.fixture(autouse=True)
@@ -14,7 +16,7 @@ def model_args_keys(monkeypatch):
 
 
 def test_what_lm_eval_was_asked_for_expands_to_our_tasks():
-    assert set(preflight.our_tasks(["longctx"])) == {
+    assert set(preflight.our_tasks(["longctx"], CLASSES)) == {
         "forgetting_curve",
         "longeval_lines_acc",
         "longeval_lines_ppl",
@@ -22,17 +24,18 @@ def test_what_lm_eval_was_asked_for_expands_to_our_tasks():
         "retrieval_gain",
         "retrieval_gain_map",
     }
-    assert preflight.our_tasks(["arc_easy", "longeval_lines", {"task": "retrieval_gain"}]) == [
+    assert preflight.our_tasks(["arc_easy", "longeval_lines", {"task": "retrieval_gain"}], CLASSES) == [
         "longeval_lines_acc",
         "longeval_lines_ppl",
         "retrieval_gain",
     ]
-    assert preflight.our_tasks(None) == []
+    assert preflight.our_tasks(None, CLASSES) == []
 
 
 def _names(task, metadata):
-    settings = preflight._task_classes()[task].resolve_settings(metadata)
-    return [(r.kind, r.name) for r in preflight.resources(task, settings)]
+    """The hub resources the task class declares for these settings."""
+    settings = CLASSES[task].resolve_settings(metadata)
+    return [(r.kind, r.name) for r in CLASSES[task].hub_resources(settings)]
 
 
 def test_resources_follow_the_settings(tmp_path):
@@ -58,7 +61,9 @@ def test_all_that_is_missing_is_one_message(monkeypatch):
 
     monkeypatch.setattr(preflight.Resource, "problem", problem)
     with pytest.raises(errors.ResourceUnavailableError) as info:
-        preflight.check(["longppl_govreport", "retrieval_gain", "forgetting_curve"], {"pretrained": "x"})
+        preflight.check(
+            {t: CLASSES[t] for t in ["longppl_govreport", "retrieval_gain", "forgetting_curve"]}, {"pretrained": "x"}
+        )
     message = str(info.value)
     assert "3 of the 4 resources" in message
     assert "the dataset 'emozilla/govreport-test-tokenized' (for longppl_govreport, retrieval_gain)" in message
@@ -71,7 +76,7 @@ def test_all_that_is_missing_is_one_message(monkeypatch):
 def test_checked_once_per_load_call(monkeypatch):
     calls = []
     monkeypatch.setattr(preflight, "check", lambda tasks, metadata: calls.append(tuple(tasks)))
-    preflight.check_once("retrieval_gain", {}, (10**9, ["longctx"]))
-    preflight.check_once("longppl_govreport", {}, (10**9, ["longctx"]))
-    preflight.check_once("retrieval_gain", {}, None)  # no load call known: this task alone, every time
+    preflight.check_once("retrieval_gain", {}, (10**9, ["longctx"]), CLASSES)
+    preflight.check_once("longppl_govreport", {}, (10**9, ["longctx"]), CLASSES)
+    preflight.check_once("retrieval_gain", {}, None, CLASSES)  # no load call known: this task alone, every time
     assert len(calls) == 2 and "forgetting_curve" in calls[0] and calls[1] == ("retrieval_gain",)

@@ -141,7 +141,7 @@ def test_longppl_length_error_starts_with_the_task_name(model_dirs, docs):
     md = {"data_files": docs, "trunc_len": 40, "sliding_window": 16, "evaluator": "self", "alpha": 0.5, "beta": -10.0}
     with pytest.raises(
         engine.ScoringError,
-        match=rf"^{LONGPPL}: a \d+-token sequence is longer than the model's "
+        match=rf"^{LONGPPL}: document \d+ makes a \d+-token sequence .* longer than the model's "
         "maximum length 64.*--model_args max_length=N",
     ):
         run_task(LONGPPL, model_dirs["a"], md, model_args={"max_length": 64})

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from lm_eval_longctx import output_dirs
 from lm_eval_longctx.engine import scoring as engine
 from lm_eval_longctx.keytokens import evaluator as key_tokens
 from lm_eval_longctx.keytokens import span_files
@@ -285,7 +286,9 @@ def test_manifest_counts_and_checksums(span_setup):
     assert sorted(manifest["slice_sha256"]) == [f"slice_{i}.txt" for i in range(4)]
     for name, digest in manifest["slice_sha256"].items():
         assert span_files.file_sha256(single / name) == digest
-    assert sorted(p.name for p in single.iterdir()) == sorted([span_files.MANIFEST, *manifest["slice_sha256"]])
+    # the span files, the manifest, and the marker of a folder this package wrote (what --overwrite may replace)
+    expected = [span_files.MANIFEST, output_dirs.MARKER, *manifest["slice_sha256"]]
+    assert sorted(p.name for p in single.iterdir()) == sorted(expected)
     assert not [p for p in single.parent.iterdir() if p.name.startswith(".single.")]
 
 

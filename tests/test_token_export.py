@@ -12,7 +12,7 @@ from lm_eval_longctx.data import export_files
 from lm_eval_longctx.report import gate as report_gate
 from lm_eval_longctx.report import results as reporting
 from lm_eval_longctx.report import viewer
-from lm_eval_longctx.tasks import token_export
+from lm_eval_longctx.tasks import longppl
 from tests.harness_utils import run_task, write_docs
 from tests.test_longppl_task import brute_force_doc, load
 
@@ -305,7 +305,7 @@ def test_judgements_without_per_token_numbers(tmp_path):
     ]
     key_idx = keyspans.key_target_indices(scored.offsets, spans)
     doc = {"doc_id": 0, "text": text}
-    from_files = token_export.longppl_arrays(doc, scored, key_tokens.EvaluatorJudgement(spans), key_idx, 2.0, -2.0)
+    from_files = longppl.longppl_arrays(doc, scored, key_tokens.EvaluatorJudgement(spans), key_idx, 2.0, -2.0)
     assert not any(k.startswith("evaluator_") for k in from_files)
     assert np.isnan(from_files["lsd"]).all() and np.isnan(from_files["lcl"]).all()
     assert np.flatnonzero(from_files["key"]).tolist() == [5, 6, 7, 20]
@@ -315,7 +315,7 @@ def test_judgements_without_per_token_numbers(tmp_path):
         np.float32
     )
     cached = key_tokens.EvaluatorJudgement(spans, ev_offsets, lsd)
-    arrays = token_export.longppl_arrays(doc, scored, cached, key_idx, 2.0, -2.0)
+    arrays = longppl.longppl_arrays(doc, scored, cached, key_idx, 2.0, -2.0)
     assert "evaluator_logprob_long" not in arrays and np.isnan(arrays["lcl"]).all()
     np.testing.assert_array_equal(arrays["lsd"], np.concatenate([[np.nan], lsd])[1:])  # token i is evaluator token i+1
     assert np.flatnonzero(arrays["evaluator_key"]).tolist() == [6, 7, 8, 21]

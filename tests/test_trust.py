@@ -14,6 +14,7 @@ import pytest
 
 from lm_eval_longctx import output_dirs
 from lm_eval_longctx import settings as settings_module
+from lm_eval_longctx.engine.scoring import SequenceScores, TokenLogprobs
 from lm_eval_longctx.harness import glue as harness
 from lm_eval_longctx.keytokens import cache as span_cache
 from lm_eval_longctx.keytokens import evaluator as key_tokens
@@ -518,18 +519,34 @@ def test_the_length_check_runs_on_cache_hits(model_dirs):
     spec = {"add_special_tokens": False, "chunk_size": 64}
     text = "word " * 20
     key = harness._spec_key(text, spec, harness.model_identity(Stub))
-    state = {
-        "token_ids": np.arange(40),
-        "offsets": None,
-        "long_logprob": np.zeros(39, np.float32),
-        "long_greedy": np.zeros(39, bool),
-        "short_logprob": None,
-        "short_greedy": None,
-    }
-    Stub.cache_hook.dbdict[key] = state
+    long = TokenLogprobs(np.zeros(39, np.float32), np.zeros(39, bool))
+    Stub.cache_hook.dbdict[key] = SequenceScores(np.arange(40), None, long).to_state()
     req = Instance("longctx_scores", {}, (text, spec), 0)
     with pytest.raises(ScoringError, match="40-token sequence is longer than the model's maximum length 16"):
         harness._hflm_longctx_scores(Stub, [req], disable_tqdm=True)
+
+
+def test_a_cached_result_of_another_layout_is_scored_again_and_rewritten(model_dirs):
+    """A --use_cache entry written by another version (another layout of the result record) is a cache miss."""
+    from lm_eval.api.instance import Instance
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    class Stub:
+        rank, batch_size, max_length = 0, 1, 4096
+        model = AutoModelForCausalLM.from_pretrained(model_dirs["a"])
+        tokenizer = AutoTokenizer.from_pretrained(model_dirs["a"])
+
+        class cache_hook:
+            dbdict = {}
+
+    spec = {"add_special_tokens": False, "chunk_size": 64}
+    text = "word " * 20
+    key = harness._spec_key(text, spec, harness.model_identity(Stub))
+    Stub.cache_hook.dbdict[key] = {"an_older_field": [1, 2, 3]}
+    (result,) = harness._hflm_longctx_scores(Stub, [Instance("longctx_scores", {}, (text, spec), 0)], True)
+    assert isinstance(result, SequenceScores) and len(result.token_ids) > 1
+    rewritten = SequenceScores.from_state(Stub.cache_hook.dbdict[key])
+    np.testing.assert_array_equal(rewritten.long.logprob, result.long.logprob)
 
 
 # ------------------------------------------------------------------ 5. fail early, say what to do

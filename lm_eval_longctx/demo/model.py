@@ -96,28 +96,28 @@ def training_texts(max_chars: int = 6_000_000) -> list[str]:
     Deterministic for one Python version (sorted paths). The evaluation corpus of the demo
     (``pydoc_data.topics``) is not part of it.
     """
-    lib = Path(sysconfig.get_paths()["stdlib"])
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
     skip = {"test", "tests", "idle_test", "site-packages", "pydoc_data", "lib2to3", "__pycache__"}
-    texts, total = [], 0
-    for path in sorted(lib.rglob("*.py")):
-        if skip & set(path.relative_to(lib).parts):
+    texts, total_chars = [], 0
+    for path in sorted(stdlib.rglob("*.py")):
+        if skip & set(path.relative_to(stdlib).parts):
             continue
         try:
             source = path.read_text(encoding="utf-8")
             tree = ast.parse(source)
         except (UnicodeDecodeError, SyntaxError, ValueError):
             continue
-        docs = [
-            ast.get_docstring(n)
-            for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        docstrings = [
+            ast.get_docstring(node)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
         ]
-        prose = "\n\n".join(d for d in docs if d)
-        for t in (prose, source):
-            if t:
-                texts.append(t)
-                total += len(t)
-        if total >= max_chars:
+        prose = "\n\n".join(docstring for docstring in docstrings if docstring)
+        for text in (prose, source):
+            if text:
+                texts.append(text)
+                total_chars += len(text)
+        if total_chars >= max_chars:
             break
     return texts
 
@@ -314,47 +314,52 @@ class Layout:
         return self.register[-1].stop if self.register else self.read.stop
 
     @classmethod
-    def for_recipe(cls, r: Recipe) -> Layout:
-        m = slice(0, r.match_dim)
-        c = slice(m.stop, m.stop + r.copy_code_dim) if r.copy_code_dim else m
-        o = slice(c.stop, c.stop + r.output_dim)
-        bos = o.stop
-        dim = r.copy_code_dim or r.match_dim
+    def for_recipe(cls, recipe: Recipe) -> Layout:
+        match_code = slice(0, recipe.match_dim)
+        copy_code = (
+            slice(match_code.stop, match_code.stop + recipe.copy_code_dim) if recipe.copy_code_dim else match_code
+        )
+        output_code = slice(copy_code.stop, copy_code.stop + recipe.output_dim)
+        bos = output_code.stop
+        slot_dim = recipe.copy_code_dim or recipe.match_dim
         prev, start = [], bos + 1
-        for _ in range(r.match_order):
-            prev.append(slice(start, start + dim))
-            start += dim
+        for _ in range(recipe.match_order):
+            prev.append(slice(start, start + slot_dim))
+            start += slot_dim
         prev_match = prev[0]
-        if r.lookup and r.copy_code_dim:
-            prev_match = slice(start, start + r.match_dim)
-            start += r.match_dim
-        read = slice(start, start + r.output_dim)
-        lay = cls(m, o, bos, prev, read, copy=c, prev_match=prev_match)
+        if recipe.lookup and recipe.copy_code_dim:
+            prev_match = slice(start, start + recipe.match_dim)
+            start += recipe.match_dim
+        read = slice(start, start + recipe.output_dim)
+        layout = cls(match_code, output_code, bos, prev, read, copy=copy_code, prev_match=prev_match)
         start = read.stop
-        if r.lookup:
-            lay.number_query, lay.number_value, lay.marker = start, start + 1, start + 2
-            lay.prev_marker = [start + 3, start + 4]
+        if recipe.lookup:
+            layout.number_query, layout.number_value, layout.marker = start, start + 1, start + 2
+            layout.prev_marker = [start + 3, start + 4]
             start += 5
-            lay.register = [slice(start, start + r.match_dim), slice(start + r.match_dim, start + 2 * r.match_dim)]
-            start += 2 * r.match_dim
-        if r.first_sink:
-            lay.unit, lay.filler = start, start + 1
+            layout.register = [
+                slice(start, start + recipe.match_dim),
+                slice(start + recipe.match_dim, start + 2 * recipe.match_dim),
+            ]
+            start += 2 * recipe.match_dim
+        if recipe.first_sink:
+            layout.unit, layout.filler = start, start + 1
             start += 2
-        return lay
+        return layout
 
 
-def _unit_rows(gen: torch.Generator, n: int, d: int) -> torch.Tensor:
-    x = torch.randn(n, d, generator=gen, dtype=torch.float64)
-    return (x / x.norm(dim=1, keepdim=True)).float()
+def _unit_rows(generator: torch.Generator, n_rows: int, dim: int) -> torch.Tensor:
+    rows = torch.randn(n_rows, dim, generator=generator, dtype=torch.float64)
+    return (rows / rows.norm(dim=1, keepdim=True)).float()
 
 
 def sphere_points(n: int) -> torch.Tensor:
     """n well-spread unit vectors in 3 dims (the Fibonacci lattice), float32."""
-    i = np.arange(n, dtype=np.float64) + 0.5
-    z = 1.0 - 2.0 * i / n
-    phi = i * math.pi * (3.0 - math.sqrt(5.0))
-    radius = np.sqrt(1.0 - z * z)
-    return torch.as_tensor(np.stack([radius * np.cos(phi), radius * np.sin(phi), z], axis=1)).float()
+    index = np.arange(n, dtype=np.float64) + 0.5
+    height = 1.0 - 2.0 * index / n
+    azimuth = index * math.pi * (3.0 - math.sqrt(5.0))
+    radius = np.sqrt(1.0 - height * height)
+    return torch.as_tensor(np.stack([radius * np.cos(azimuth), radius * np.sin(azimuth), height], axis=1)).float()
 
 
 def nearest_point_cosine(points: torch.Tensor) -> float:
@@ -369,13 +374,14 @@ def nearest_point_cosine(points: torch.Tensor) -> float:
 FIRST_SINK_MIN_SCALE = 0.95
 
 
-def first_sink_threshold(n: int, rho: float) -> tuple[float, float]:
+def first_sink_threshold(match_order: int, nearest_cosine: float) -> tuple[float, float]:
     """(threshold, margin) of a sink neuron's agreement score, in unit codes: the score is n * (point . c(x_t)) +
-    sum_h point . P_h. At the first position every P_h is c(x_0) (at >= FIRST_SINK_MIN_SCALE of its scale): at
-    least n + n * FIRST_SINK_MIN_SCALE. At the second (no BOS) the slots mostly hold c(x_0), so where x_1's
-    code is another point the score is at most n + 1 + (n - 1) * rho (rho: the nearest points' cosine)."""
-    true_min = n + n * FIRST_SINK_MIN_SCALE
-    false_max = n + 1 + (n - 1) * rho
+    sum_h point . P_h (n = ``match_order``). At the first position every P_h is c(x_0) (at >= FIRST_SINK_MIN_SCALE
+    of its scale): at least n + n * FIRST_SINK_MIN_SCALE. At the second (no BOS) the slots mostly hold c(x_0), so
+    where x_1's code is another point the score is at most n + 1 + (n - 1) * rho (rho = ``nearest_cosine``, the
+    nearest points' cosine)."""
+    true_min = match_order + match_order * FIRST_SINK_MIN_SCALE
+    false_max = match_order + 1 + (match_order - 1) * nearest_cosine
     return (true_min + false_max) / 2, (true_min - false_max) / 2
 
 
@@ -395,40 +401,42 @@ def _prev_token_amplitude(freqs: np.ndarray, offset: int, max_len: int, margin: 
     return math.sqrt(margin * math.sqrt(head_dim) / gap)
 
 
-def match_windows(r: Recipe) -> list[tuple[int, int]]:
+def match_windows(recipe: Recipe) -> list[tuple[int, int]]:
     """The induction heads' windows over the n matched tokens: (first offset, size), ``match_window`` each."""
-    size = r.match_window or r.match_order
-    return [(a, min(size, r.match_order - a)) for a in range(0, r.match_order, size)]
+    window_size = recipe.match_window or recipe.match_order
+    return [
+        (first, min(window_size, recipe.match_order - first)) for first in range(0, recipe.match_order, window_size)
+    ]
 
 
-def slow_dims(half: int, n_dims: int, offset: int = 0) -> list[int]:
+def slow_dims(pairs_per_head: int, n_dims: int, offset: int = 0) -> list[int]:
     """Head dims of the slowest RoPE pairs but the very slowest (the sink's): n_dims of them, first dims then second;
     ``offset`` pairs faster (``code_band_offset``)."""
-    pairs = list(range(half - 1 - n_dims // 2 - offset, half - 1 - offset))
-    return pairs + [p + half for p in pairs]
+    pairs = list(range(pairs_per_head - 1 - n_dims // 2 - offset, pairs_per_head - 1 - offset))
+    return pairs + [pair + pairs_per_head for pair in pairs]
 
 
-def _share_lookup_codes(codes: torch.Tensor, stripped: list[str], special: set) -> None:
+def _share_lookup_codes(codes: torch.Tensor, token_texts: list[str], special_ids: set) -> None:
     """In place: "line" / " line" and "<" / " <" share the first such token's code, ">" gets none (see the
-    comment where the match codes are drawn)."""
-    first = {}
-    for i, t in enumerate(stripped):
-        if t in ("line", "<") and i not in special:
-            codes[i] = codes[first.setdefault(t, i)]
-        elif t == ">":
-            codes[i] = 0
+    comment where the match codes are drawn). ``token_texts``: each token id's decoded text, stripped."""
+    first_with_text = {}
+    for token_id, text in enumerate(token_texts):
+        if text in ("line", "<") and token_id not in special_ids:
+            codes[token_id] = codes[first_with_text.setdefault(text, token_id)]
+        elif text == ">":
+            codes[token_id] = 0
 
 
-def _claim_head(fix, layer: int, rows: slice) -> None:
+def _claim_head(set_and_freeze, layer: int, rows: slice) -> None:
     """Zero and freeze one head's query, key and value rows (weights and biases): the circuit sets them."""
     for proj in ("q_proj", "k_proj", "v_proj"):
-        fix(f"model.layers.{layer}.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
-        fix(f"model.layers.{layer}.self_attn.{proj}.bias", rows, 0.0)
+        set_and_freeze(f"model.layers.{layer}.self_attn.{proj}.weight", (rows, slice(None)), 0.0)
+        set_and_freeze(f"model.layers.{layer}.self_attn.{proj}.bias", rows, 0.0)
 
 
 def _frozen(model) -> dict:
     """name -> bool mask of the entries that belong to the circuit (kept fixed in training)."""
-    return {n: torch.zeros_like(p, dtype=torch.bool) for n, p in model.named_parameters()}
+    return {name: torch.zeros_like(param, dtype=torch.bool) for name, param in model.named_parameters()}
 
 
 def build_model(tokenizer, recipe: Recipe):
@@ -439,29 +447,28 @@ def build_model(tokenizer, recipe: Recipe):
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    r = recipe
-    torch.manual_seed(r.seed)
-    cfg = LlamaConfig(
+    torch.manual_seed(recipe.seed)
+    config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=r.hidden_size,
-        intermediate_size=r.intermediate_size,
-        num_hidden_layers=r.num_layers,
-        num_attention_heads=r.num_heads,
-        num_key_value_heads=r.num_heads,
-        head_dim=r.head_dim or r.hidden_size // r.num_heads,
-        max_position_embeddings=r.max_position_embeddings,
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_layers,
+        num_attention_heads=recipe.num_heads,
+        num_key_value_heads=recipe.num_heads,
+        head_dim=recipe.head_dim or recipe.hidden_size // recipe.num_heads,
+        max_position_embeddings=recipe.max_position_embeddings,
         attention_bias=True,
         tie_word_embeddings=False,
-        rope_theta=r.rope_theta,
-        rope_parameters={"rope_type": "default", "rope_theta": r.rope_theta},
+        rope_theta=recipe.rope_theta,
+        rope_parameters={"rope_type": "default", "rope_theta": recipe.rope_theta},
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = LlamaForCausalLM(cfg).float()
+    model = LlamaForCausalLM(config).float()
     frozen = _frozen(model)
-    if r.copy_circuit:
-        _set_circuit(model, tokenizer, r, frozen)
+    if recipe.copy_circuit:
+        _set_circuit(model, tokenizer, recipe, frozen)
     model.eval()
     return model, frozen
 
@@ -470,459 +477,486 @@ def build_model(tokenizer, recipe: Recipe):
 class _CircuitSizes:
     """What the steps of ``_set_circuit`` share: the layout and the sizes derived from the recipe."""
 
-    lay: Layout
-    H: int  # hidden size
-    hd: int  # head size
-    half: int  # RoPE pairs per head
-    n: int  # matched tokens
+    layout: Layout
+    hidden_size: int
+    head_dim: int
+    pairs_per_head: int  # RoPE pairs per head
+    match_order: int  # n: the matched tokens
     windows: list  # (first offset, size) per induction head
-    w: int  # induction heads
-    size: int  # the widest window
-    cd: int  # dims per matched token in the induction heads
+    n_induction_heads: int  # w
+    widest_window: int
+    code_dim: int  # dims per matched token in the induction heads: the copy code's (the match code's without one)
     bigram_dims: int
 
 
-def _check_circuit(model, r: Recipe) -> _CircuitSizes:
+def _check_circuit(model, recipe: Recipe) -> _CircuitSizes:
     """Refuse a recipe whose circuit does not fit the model, before anything is set; the sizes the steps share."""
-    lay = Layout.for_recipe(r)
-    H, hd = r.hidden_size, model.config.head_dim
-    half = hd // 2
-    n = r.match_order
-    if r.match_window < 0 or (r.readout_final and r.readout <= 0):
+    layout = Layout.for_recipe(recipe)
+    head_dim = model.config.head_dim
+    pairs_per_head = head_dim // 2
+    match_order = recipe.match_order
+    if recipe.match_window < 0 or (recipe.readout_final and recipe.readout <= 0):
         raise ValueError(
-            f"match_window must be >= 0 (got {r.match_window}) and readout > 0 when readout_final "
-            f"is set (got {r.readout})"
+            f"match_window must be >= 0 (got {recipe.match_window}) and readout > 0 when readout_final "
+            f"is set (got {recipe.readout})"
         )
-    windows = match_windows(r)  # (first offset, size) per induction head
-    w = len(windows)
-    if n > r.num_heads:
+    windows = match_windows(recipe)  # (first offset, size) per induction head
+    n_induction_heads = len(windows)
+    if match_order > recipe.num_heads:
         raise ValueError("layer 0 needs one head per matched token")
-    if r.lookup and (r.num_layers < 3 or n < 2 or w + 2 > r.num_heads):
+    if recipe.lookup and (recipe.num_layers < 3 or match_order < 2 or n_induction_heads + 2 > recipe.num_heads):
         raise ValueError(
-            f"the line lookup needs num_layers >= 3 (got {r.num_layers}), match_order >= 2 (got {n}) "
-            f"and two heads beside the {w} induction heads in layer 1 (num_heads {r.num_heads})"
+            f"the line lookup needs num_layers >= 3 (got {recipe.num_layers}), match_order >= 2 (got {match_order}) "
+            f"and two heads beside the {n_induction_heads} induction heads in layer 1 (num_heads {recipe.num_heads})"
         )
-    size = max(k for _, k in windows)
-    cd = r.copy_code_dim or r.match_dim  # dims per matched token in the induction heads
-    if r.copy_code_dim < 0:
-        raise ValueError(f"copy_code_dim must be >= 0 (got {r.copy_code_dim}; 0: the match code)")
-    if not (r.code_scale > 0 and r.bos_flag > 0):  # 0 would erase the codes or the sink; < 0 would invert them
-        raise ValueError(f"code_scale and bos_flag must be > 0 (got {r.code_scale}, {r.bos_flag})")
-    if r.copy_code_points and (r.copy_code_dim != 3 or r.copy_code_points < 2):
+    widest_window = max(size for _, size in windows)
+    code_dim = recipe.copy_code_dim or recipe.match_dim
+    if recipe.copy_code_dim < 0:
+        raise ValueError(f"copy_code_dim must be >= 0 (got {recipe.copy_code_dim}; 0: the match code)")
+    if not (recipe.code_scale > 0 and recipe.bos_flag > 0):  # 0 would erase the codes or the sink; < 0 invert them
+        raise ValueError(f"code_scale and bos_flag must be > 0 (got {recipe.code_scale}, {recipe.bos_flag})")
+    if recipe.copy_code_points and (recipe.copy_code_dim != 3 or recipe.copy_code_points < 2):
         raise ValueError(
             f"copy_code_points draws copy codes from points of the sphere in 3 dims: it needs "
-            f"copy_code_dim 3 (got {r.copy_code_dim}) and >= 2 points (got {r.copy_code_points})"
+            f"copy_code_dim 3 (got {recipe.copy_code_dim}) and >= 2 points (got {recipe.copy_code_points})"
         )
-    if r.first_sink:
-        if not r.copy_code_points:
+    if recipe.first_sink:
+        if not recipe.copy_code_points:
             raise ValueError("first_sink tells the first position by its copy codes: set copy_code_points")
-        if first_sink_threshold(n, nearest_point_cosine(sphere_points(r.copy_code_points)))[1] <= 0:
+        if first_sink_threshold(match_order, nearest_point_cosine(sphere_points(recipe.copy_code_points)))[1] <= 0:
             raise ValueError(
-                f"first_sink: {r.copy_code_points} copy-code points lie too close together to tell "
-                f"the first position from the second with match_order {n}; use fewer points"
+                f"first_sink: {recipe.copy_code_points} copy-code points lie too close together to tell "
+                f"the first position from the second with match_order {match_order}; use fewer points"
             )
-        if not (math.isfinite(r.first_sink_sharpness) and r.first_sink_sharpness > 0):
-            raise ValueError(f"first_sink_sharpness must be a positive number (got {r.first_sink_sharpness})")
-        if r.intermediate_size < r.copy_code_points:
+        if not (math.isfinite(recipe.first_sink_sharpness) and recipe.first_sink_sharpness > 0):
+            raise ValueError(f"first_sink_sharpness must be a positive number (got {recipe.first_sink_sharpness})")
+        if recipe.intermediate_size < recipe.copy_code_points:
             raise ValueError(
                 f"first_sink needs one layer-0 MLP neuron per copy-code point: intermediate_size "
-                f"{r.intermediate_size} < copy_code_points {r.copy_code_points}"
+                f"{recipe.intermediate_size} < copy_code_points {recipe.copy_code_points}"
             )
-    if r.lookup and (3 * r.match_dim) // 2 + 1 > half:
+    if recipe.lookup and (3 * recipe.match_dim) // 2 + 1 > pairs_per_head:
         raise ValueError(
             f"the line lookup matches three match codes on slow RoPE pairs: 3 * match_dim / 2 + 1 must "
-            f"fit in head_dim / 2 pairs (match_dim {r.match_dim}, head_dim {hd})"
+            f"fit in head_dim / 2 pairs (match_dim {recipe.match_dim}, head_dim {head_dim})"
         )
-    if r.ngram_readout and not (r.lookup and r.copy_code_dim and r.match_order >= 3 and w + 3 <= r.num_heads):
+    if recipe.ngram_readout and not (
+        recipe.lookup and recipe.copy_code_dim and recipe.match_order >= 3 and n_induction_heads + 3 <= recipe.num_heads
+    ):
         raise ValueError(
             f"the n-gram head reads the lookup's match-code slot and three copy-code slots and takes "
             f"layer-1 head w + 2: it needs lookup, copy_code_dim > 0, match_order >= 3 and num_heads >= "
-            f"{w + 3} (ngram_readout {r.ngram_readout})"
+            f"{n_induction_heads + 3} (ngram_readout {recipe.ngram_readout})"
         )
-    if r.bigram_readout and not (r.ngram_readout and w + 4 <= r.num_heads):
+    if recipe.bigram_readout and not (recipe.ngram_readout and n_induction_heads + 4 <= recipe.num_heads):
         raise ValueError(
             f"the bigram head reads the n-gram head's slots and takes layer-1 head w + 3: it needs "
-            f"ngram_readout > 0 and num_heads >= {w + 4} (bigram_readout {r.bigram_readout})"
+            f"ngram_readout > 0 and num_heads >= {n_induction_heads + 4} (bigram_readout {recipe.bigram_readout})"
         )
-    if not (math.isfinite(r.bigram_readout) and r.bigram_readout >= 0 and 1.0 < r.bigram_sink < 2.0):
+    if not (math.isfinite(recipe.bigram_readout) and recipe.bigram_readout >= 0 and 1.0 < recipe.bigram_sink < 2.0):
         raise ValueError(
-            f"bigram_readout must be >= 0 nats (got {r.bigram_readout}) and bigram_sink between 1 and "
-            f"2 matching codes (got {r.bigram_sink})"
+            f"bigram_readout must be >= 0 nats (got {recipe.bigram_readout}) and bigram_sink between 1 and "
+            f"2 matching codes (got {recipe.bigram_sink})"
         )
-    if not (math.isfinite(r.ngram_readout) and r.ngram_readout >= 0 and 2.0 < r.ngram_sink < 3.0):
+    if not (math.isfinite(recipe.ngram_readout) and recipe.ngram_readout >= 0 and 2.0 < recipe.ngram_sink < 3.0):
         raise ValueError(
-            f"ngram_readout must be >= 0 nats (got {r.ngram_readout}) and ngram_sink between 2 and 3 "
-            f"matching tokens (got {r.ngram_sink})"
+            f"ngram_readout must be >= 0 nats (got {recipe.ngram_readout}) and ngram_sink between 2 and 3 "
+            f"matching tokens (got {recipe.ngram_sink})"
         )
-    if not (math.isfinite(r.trained_norm_init) and r.trained_norm_init > 0):
-        raise ValueError(f"trained_norm_init must be a positive number (got {r.trained_norm_init})")
-    if r.lookup and not (4.0 < r.lookup_sink < 6.0 and r.register_gap >= 1 and r.register_reach >= 0):
+    if not (math.isfinite(recipe.trained_norm_init) and recipe.trained_norm_init > 0):
+        raise ValueError(f"trained_norm_init must be a positive number (got {recipe.trained_norm_init})")
+    if recipe.lookup and not (
+        4.0 < recipe.lookup_sink < 6.0 and recipe.register_gap >= 1 and recipe.register_reach >= 0
+    ):
         raise ValueError(
-            f"lookup_sink must lie between 4 and 6 parts (got {r.lookup_sink}), register_gap >= 1 (got "
-            f"{r.register_gap}) and register_reach >= 0 (got {r.register_reach})"
+            f"lookup_sink must lie between 4 and 6 parts (got {recipe.lookup_sink}), register_gap >= 1 (got "
+            f"{recipe.register_gap}) and register_reach >= 0 (got {recipe.register_reach})"
         )
-    if (size * cd) % 2 or size * cd // 2 + 1 > half - r.prev_pairs:
+    if (widest_window * code_dim) % 2 or widest_window * code_dim // 2 + 1 > pairs_per_head - recipe.prev_pairs:
         raise ValueError("the induction codes and sink do not fit in the slow RoPE pairs")
-    bigram_dims = 2 * ((r.match_dim + cd + 1) // 2)  # m(x_t) and c(x_t), on whole RoPE pairs
-    widest = max(
-        [size * cd]
-        + ([3 * r.match_dim] if r.lookup else [])
-        + ([r.match_dim + 2 * cd] if r.ngram_readout else [])
-        + ([bigram_dims] if r.bigram_readout else [])
+    bigram_dims = 2 * ((recipe.match_dim + code_dim + 1) // 2)  # m(x_t) and c(x_t), on whole RoPE pairs
+    widest_codes = max(
+        [widest_window * code_dim]
+        + ([3 * recipe.match_dim] if recipe.lookup else [])
+        + ([recipe.match_dim + 2 * code_dim] if recipe.ngram_readout else [])
+        + ([bigram_dims] if recipe.bigram_readout else [])
     )
-    if not (isinstance(r.code_band_offset, int) and 0 <= r.code_band_offset <= half - 1 - widest // 2):
+    largest_offset = pairs_per_head - 1 - widest_codes // 2
+    if not (isinstance(recipe.code_band_offset, int) and 0 <= recipe.code_band_offset <= largest_offset):
         raise ValueError(
-            f"code_band_offset must be a whole number of RoPE pairs from 0 to {half - 1 - widest // 2} "
-            f"(the codes need {widest // 2} pairs below the sink's; got {r.code_band_offset!r})"
+            f"code_band_offset must be a whole number of RoPE pairs from 0 to {largest_offset} "
+            f"(the codes need {widest_codes // 2} pairs below the sink's; got {recipe.code_band_offset!r})"
         )
-    return _CircuitSizes(lay, H, hd, half, n, windows, w, size, cd, bigram_dims)
+    return _CircuitSizes(
+        layout,
+        recipe.hidden_size,
+        head_dim,
+        pairs_per_head,
+        match_order,
+        windows,
+        n_induction_heads,
+        widest_window,
+        code_dim,
+        bigram_dims,
+    )
 
 
 @torch.no_grad()
-def _set_circuit(model, tokenizer, r: Recipe, frozen: dict) -> None:
+def _set_circuit(model, tokenizer, recipe: Recipe, frozen: dict) -> None:
     """Set the copy circuit (and the lookup, the n-gram and bigram heads the recipe asks for) into ``model`` and mark
     its entries in ``frozen``, step by step."""
-    z = _check_circuit(model, r)
-    gen = torch.Generator().manual_seed(r.seed + 1)
+    sizes = _check_circuit(model, recipe)
+    generator = torch.Generator().manual_seed(recipe.seed + 1)
     params = dict(model.named_parameters())
 
-    def fix(name, index, value):
-        p = params[name]
-        p[index] = value
+    def set_and_freeze(name, index, value):
+        params[name][index] = value
         frozen[name][index] = True
 
-    o_codes, emb_units = _set_embedding(params, fix, tokenizer, r, z, gen)
-    _keep_reserved_dimensions(params, fix, r, z)
-    s0, s1, s2, s_lookup = _normed_scales(r, z, emb_units)
-    freqs = inverse_frequencies(r.rope_theta, z.hd)
-    _set_previous_token_heads(params, fix, r, z, freqs, r.code_scale, s0)
-    if r.first_sink:
-        _set_first_sink(params, fix, r, z.lay, s1)
-    _set_layer1_heads(params, fix, r, z, freqs, r.code_scale, s1, s_lookup)
-    _set_readout(params, frozen, r, z, o_codes, s2)
+    output_codes, embedding_units = _set_embedding(params, set_and_freeze, tokenizer, recipe, sizes, generator)
+    _keep_reserved_dimensions(params, set_and_freeze, recipe, sizes)
+    unit_scales = _normed_scales(recipe, sizes, embedding_units)
+    freqs = inverse_frequencies(recipe.rope_theta, sizes.head_dim)
+    _set_previous_token_heads(params, set_and_freeze, recipe, sizes, freqs, unit_scales.layer0)
+    if recipe.first_sink:
+        _set_first_sink(params, set_and_freeze, recipe, sizes.layout, unit_scales.layer1)
+    _set_layer1_heads(params, set_and_freeze, recipe, sizes, freqs, unit_scales.layer1, unit_scales.layer2)
+    _set_readout(params, frozen, recipe, sizes, output_codes, unit_scales.final_norm)
 
 
 def _set_embedding(
-    params, fix, tokenizer, r: Recipe, z: _CircuitSizes, gen: torch.Generator
+    params, set_and_freeze, tokenizer, recipe: Recipe, sizes: _CircuitSizes, generator: torch.Generator
 ) -> tuple[torch.Tensor, float]:
     """Every token's codes in the reserved columns of the input embedding, BOS's flag, nothing else there; returns
     the output codes and how many unit codes an ordinary token's reserved columns hold."""
-    lay = z.lay
-    V = params["model.embed_tokens.weight"].shape[0]
+    layout = sizes.layout
+    vocab_size = params["model.embed_tokens.weight"].shape[0]
     special = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
     special.discard(None)
-    m_codes = _unit_rows(gen, V, r.match_dim)
-    if r.lookup:
+    match_codes = _unit_rows(generator, vocab_size, recipe.match_dim)
+    if recipe.lookup:
         # The line marker and the brackets share their match code with their spaced forms ("line" / " line",
         # "<" / " <"): the record writes "line" at a line start and the question " line", and a prompt that ends
         # with a space is answered with "<" where the record has " <". (Only these: sharing every spaced form
         # would add chance matches to the copy windows.) ">" gets no match code at all: no copy window matches
         # through it, so after an answer's closing ">" nothing votes for the record's next line and the trained
         # layers end the answer (the lookup never needs ">" in a match, only as the piece it fetches).
-        stripped = [tokenizer.decode([i]).strip() for i in range(V)]
-        _share_lookup_codes(m_codes, stripped, special)
-        digits = [i for i, t in enumerate(stripped) if t.isdigit() and t.isascii()]
-        query_ids = digits + [i for i, t in enumerate(stripped) if t == "<"]
-        value_ids = digits + [i for i, t in enumerate(stripped) if t == ">"]
-        marker_ids = [i for i, t in enumerate(stripped) if t == "line"]
-    o_codes = _unit_rows(gen, V, r.output_dim)
-    c_codes = m_codes
-    if r.copy_code_dim:  # drawn after the others, so a recipe without it keeps its codes
-        c_codes = _unit_rows(gen, V, r.copy_code_dim)
-        if r.copy_code_points:  # each token gets one of the points (a random one)
-            c_codes = sphere_points(r.copy_code_points)[torch.randint(0, r.copy_code_points, (V,), generator=gen)]
-        if r.lookup:  # the same sharing as the match code's, for the same reasons
-            _share_lookup_codes(c_codes, stripped, special)
-    for s in special:
-        m_codes[s] = 0
-        o_codes[s] = 0
-        c_codes[s] = 0
-    emb = "model.embed_tokens.weight"
-    fix(emb, (slice(None), slice(0, lay.reserved)), 0.0)
-    S = r.code_scale
-    fix(emb, (slice(None), lay.match), S * m_codes)
-    fix(emb, (slice(None), lay.copy), S * c_codes)
-    fix(emb, (slice(None), lay.output), S * o_codes)
-    fix(emb, (tokenizer.bos_token_id, lay.bos), r.bos_flag)
-    if r.lookup:
-        fix(emb, (query_ids, lay.number_query), S)
-        fix(emb, (value_ids, lay.number_value), S)
-        fix(emb, (marker_ids, lay.marker), S)
-    emb_units = 2.0 + (1 if r.copy_code_dim else 0)  # unit codes in an ordinary token's reserved columns
-    if r.first_sink:
-        ordinary = [i for i in range(V) if i not in special]
-        fix(emb, (ordinary, lay.unit), S)
-        units = params[emb][ordinary, : lay.reserved].double().pow(2).sum(1) / (S * S)
-        emb_units = float(math.ceil(float(units.max()) - 1e-6))
-        fix(emb, (ordinary, lay.filler), (S * (emb_units - units).clamp(min=0.0).sqrt()).float())
+        token_texts = [tokenizer.decode([token_id]).strip() for token_id in range(vocab_size)]
+        _share_lookup_codes(match_codes, token_texts, special)
+        digits = [token_id for token_id, text in enumerate(token_texts) if text.isdigit() and text.isascii()]
+        query_ids = digits + [token_id for token_id, text in enumerate(token_texts) if text == "<"]
+        value_ids = digits + [token_id for token_id, text in enumerate(token_texts) if text == ">"]
+        marker_ids = [token_id for token_id, text in enumerate(token_texts) if text == "line"]
+    output_codes = _unit_rows(generator, vocab_size, recipe.output_dim)
+    copy_codes = match_codes
+    if recipe.copy_code_dim:  # drawn after the others, so a recipe without it keeps its codes
+        copy_codes = _unit_rows(generator, vocab_size, recipe.copy_code_dim)
+        if recipe.copy_code_points:  # each token gets one of the points (a random one)
+            point_of_token = torch.randint(0, recipe.copy_code_points, (vocab_size,), generator=generator)
+            copy_codes = sphere_points(recipe.copy_code_points)[point_of_token]
+        if recipe.lookup:  # the same sharing as the match code's, for the same reasons
+            _share_lookup_codes(copy_codes, token_texts, special)
+    for token_id in special:
+        match_codes[token_id] = 0
+        output_codes[token_id] = 0
+        copy_codes[token_id] = 0
+    embedding = "model.embed_tokens.weight"
+    set_and_freeze(embedding, (slice(None), slice(0, layout.reserved)), 0.0)
+    code_scale = recipe.code_scale
+    set_and_freeze(embedding, (slice(None), layout.match), code_scale * match_codes)
+    set_and_freeze(embedding, (slice(None), layout.copy), code_scale * copy_codes)
+    set_and_freeze(embedding, (slice(None), layout.output), code_scale * output_codes)
+    set_and_freeze(embedding, (tokenizer.bos_token_id, layout.bos), recipe.bos_flag)
+    if recipe.lookup:
+        set_and_freeze(embedding, (query_ids, layout.number_query), code_scale)
+        set_and_freeze(embedding, (value_ids, layout.number_value), code_scale)
+        set_and_freeze(embedding, (marker_ids, layout.marker), code_scale)
+    embedding_units = 2.0 + (1 if recipe.copy_code_dim else 0)  # unit codes in an ordinary token's reserved columns
+    if recipe.first_sink:
+        ordinary = [token_id for token_id in range(vocab_size) if token_id not in special]
+        set_and_freeze(embedding, (ordinary, layout.unit), code_scale)
+        units = params[embedding][ordinary, : layout.reserved].double().pow(2).sum(1) / (code_scale * code_scale)
+        embedding_units = float(math.ceil(float(units.max()) - 1e-6))
+        filler = (code_scale * (embedding_units - units).clamp(min=0.0).sqrt()).float()
+        set_and_freeze(embedding, (ordinary, layout.filler), filler)
     # BOS is the sink: a fixed row keeps its normed flag (and so the sink's score) where it was set
-    fix(emb, (tokenizer.bos_token_id, slice(None)), 0.0)
-    params[emb][tokenizer.bos_token_id, lay.bos] = r.bos_flag
+    set_and_freeze(embedding, (tokenizer.bos_token_id, slice(None)), 0.0)
+    params[embedding][tokenizer.bos_token_id, layout.bos] = recipe.bos_flag
 
-    return o_codes, emb_units
+    return output_codes, embedding_units
 
 
-def _keep_reserved_dimensions(params, fix, r: Recipe, z: _CircuitSizes) -> None:
+def _keep_reserved_dimensions(params, set_and_freeze, recipe: Recipe, sizes: _CircuitSizes) -> None:
     """The trained parts never write into the reserved dimensions; their norms start at ``trained_norm_init``."""
-    lay = z.lay
-    # ---- trained parts never write into the reserved dimensions
-    for i in range(r.num_layers):
-        for name in (f"model.layers.{i}.self_attn.o_proj.weight", f"model.layers.{i}.mlp.down_proj.weight"):
-            fix(name, (slice(0, lay.reserved), slice(None)), 0.0)
-        fix(f"model.layers.{i}.self_attn.o_proj.bias", slice(0, lay.reserved), 0.0)
+    reserved = sizes.layout.reserved
+    for layer in range(recipe.num_layers):
+        for name in (f"model.layers.{layer}.self_attn.o_proj.weight", f"model.layers.{layer}.mlp.down_proj.weight"):
+            set_and_freeze(name, (slice(0, reserved), slice(None)), 0.0)
+        set_and_freeze(f"model.layers.{layer}.self_attn.o_proj.bias", slice(0, reserved), 0.0)
         for norm in ("input_layernorm", "post_attention_layernorm"):
-            fix(f"model.layers.{i}.{norm}.weight", slice(0, lay.reserved), 1.0)
-    fix("model.norm.weight", slice(0, lay.reserved), 1.0)
-    if r.trained_norm_init != 1.0:
-        for name, p in params.items():
+            set_and_freeze(f"model.layers.{layer}.{norm}.weight", slice(0, reserved), 1.0)
+    set_and_freeze("model.norm.weight", slice(0, reserved), 1.0)
+    if recipe.trained_norm_init != 1.0:
+        for name, param in params.items():
             if name.endswith("norm.weight"):
-                p[lay.reserved :] = r.trained_norm_init
+                param[reserved:] = recipe.trained_norm_init
 
 
-def _normed_scales(r: Recipe, z: _CircuitSizes, emb_units: float) -> tuple[float, float, float, float | None]:
-    """Typical size of a unit code after each RMSNorm (s0: layer 0's input, s1: layer 1's, s2: the final norm's, s_lookup: layer 2's)."""
-    lay, H, n, w = z.lay, z.H, z.n, z.w
+@dataclass(frozen=True)
+class _UnitScales:
+    """Typical size of a unit code after the RMSNorm at each place the circuit reads the residual stream."""
+
+    layer0: float  # layer 0's input
+    layer1: float  # layer 1's input
+    final_norm: float  # the final norm's output, which the readout reads
+    layer2: float | None  # layer 2's input (the lookup's); None without the lookup
+
+
+def _normed_scales(recipe: Recipe, sizes: _CircuitSizes, embedding_units: float) -> _UnitScales:
+    """Typical size of a unit code after each RMSNorm the circuit reads through."""
+    layout, match_order, n_heads = sizes.layout, sizes.match_order, sizes.n_induction_heads
 
     # Typical scale of a unit code after RMSNorm: the reserved part dominates the residual's norm.
     def normed_scale(n_unit_codes: float) -> float:
-        return math.sqrt(H / n_unit_codes)
+        return math.sqrt(sizes.hidden_size / n_unit_codes)
 
-    own = 1 if lay.prev_match is not lay.prev[0] else 0  # m(x_{t-1}) in a slot of its own
-    s0 = normed_scale(emb_units)  # layer 0 input: m, o (and c; and the unit and filler)
-    s1 = normed_scale(emb_units + n + own)  # layer 1 input: plus P1..Pn (and m(x_{t-1}))
-    s2 = normed_scale(emb_units + n + own + w * w)  # final norm: plus R, the sum of w agreeing output codes
-    if r.lookup:
-        s_lookup = normed_scale(
-            emb_units + n + own + 2
-        )  # layer 2 input: plus the two registers (R is 0 outside a copy)
-        s2 = normed_scale(emb_units + n + own + w * w + 2)
+    own_slot = 1 if layout.prev_match is not layout.prev[0] else 0  # m(x_{t-1}) in a slot of its own
+    layer0 = normed_scale(embedding_units)  # layer 0 input: m, o (and c; and the unit and filler)
+    layer1 = normed_scale(embedding_units + match_order + own_slot)  # layer 1 input: plus P1..Pn (and m(x_{t-1}))
+    # final norm: plus R, the sum of w agreeing output codes
+    final_norm = normed_scale(embedding_units + match_order + own_slot + n_heads * n_heads)
+    layer2 = None
+    if recipe.lookup:
+        # layer 2 input: plus the two registers (R is 0 outside a copy)
+        layer2 = normed_scale(embedding_units + match_order + own_slot + 2)
+        final_norm = normed_scale(embedding_units + match_order + own_slot + n_heads * n_heads + 2)
+    return _UnitScales(layer0, layer1, final_norm, layer2)
 
-    return s0, s1, s2, (s_lookup if r.lookup else None)
 
-
-def _set_previous_token_heads(params, fix, r: Recipe, z: _CircuitSizes, freqs: np.ndarray, S: float, s0: float) -> None:
-    """Layer 0: head h attends to t - (h + 1) and copies its codes into slot P(h+1)."""
-    lay, H, hd, half, n, cd = z.lay, z.H, z.hd, z.half, z.n, z.cd
-    # ---- layer 0: head h attends to t - (h + 1) and copies its copy code (the match code without one) into P(h+1)
-    fast = np.arange(r.prev_pairs)
-    for h in range(n):
-        offset = h + 1
-        amp = _prev_token_amplitude(freqs[fast], offset, r.max_position_embeddings, r.prev_logit_margin, hd)
-        rows = slice(h * hd, (h + 1) * hd)
-        _claim_head(fix, 0, rows)
-        qb = torch.zeros(hd)
-        kb = torch.zeros(hd)
-        for i in fast:
-            a = freqs[i] * offset
-            qb[i] = amp
-            kb[i], kb[i + half] = amp * math.cos(a), amp * math.sin(a)  # R(offset * w) (amp, 0)
-        fix("model.layers.0.self_attn.q_proj.bias", rows, qb)
-        fix("model.layers.0.self_attn.k_proj.bias", rows, kb)
+def _set_previous_token_heads(
+    params, set_and_freeze, recipe: Recipe, sizes: _CircuitSizes, freqs: np.ndarray, unit_scale: float
+) -> None:
+    """Layer 0: head h attends to t - (h + 1) and copies its copy code (the match code without one) into slot
+    P(h+1); ``unit_scale``: a unit code's size at layer 0's input."""
+    layout, head_dim, pairs_per_head = sizes.layout, sizes.head_dim, sizes.pairs_per_head
+    fast_pairs = np.arange(recipe.prev_pairs)
+    for head in range(sizes.match_order):
+        offset = head + 1
+        amplitude = _prev_token_amplitude(
+            freqs[fast_pairs], offset, recipe.max_position_embeddings, recipe.prev_logit_margin, head_dim
+        )
+        rows = slice(head * head_dim, (head + 1) * head_dim)
+        _claim_head(set_and_freeze, 0, rows)
+        query_bias = torch.zeros(head_dim)
+        key_bias = torch.zeros(head_dim)
+        for pair in fast_pairs:
+            angle = freqs[pair] * offset
+            query_bias[pair] = amplitude
+            # (amplitude, 0) rotated by offset * frequency
+            key_bias[pair], key_bias[pair + pairs_per_head] = amplitude * math.cos(angle), amplitude * math.sin(angle)
+        set_and_freeze("model.layers.0.self_attn.q_proj.bias", rows, query_bias)
+        set_and_freeze("model.layers.0.self_attn.k_proj.bias", rows, key_bias)
         # At a BOS (the forgetting curve's middle one, say) the head attends to a BOS instead (match code 0), so
         # a BOS never carries the codes of the tokens before it: with them, its key would add a chance match
-        # to the sink score and out-score a true match. BOS's normed flag is sqrt(H) at layer 0 (its row holds
-        # the flag alone); the slowest pair barely turns, and the BOS itself (distance 0) always gets the bonus.
-        if r.bos_clean:
-            bos_bonus = amp * amp * len(fast) / math.sqrt(hd) + 2 * r.prev_logit_margin
-            a_bos = math.sqrt(bos_bonus * math.sqrt(hd)) / math.sqrt(H)
-            params["model.layers.0.self_attn.q_proj.weight"][rows.start + half - 1, lay.bos] = a_bos
-            params["model.layers.0.self_attn.k_proj.weight"][rows.start + half - 1, lay.bos] = a_bos
-        v = params["model.layers.0.self_attn.v_proj.weight"]
-        o = "model.layers.0.self_attn.o_proj.weight"
-        fix(o, (slice(None), rows), 0.0)
+        # to the sink score and out-score a true match. BOS's normed flag is sqrt(hidden_size) at layer 0 (its row
+        # holds the flag alone); the slowest pair barely turns, and the BOS itself (distance 0) always gets the bonus.
+        if recipe.bos_clean:
+            bos_bonus = amplitude * amplitude * len(fast_pairs) / math.sqrt(head_dim) + 2 * recipe.prev_logit_margin
+            bos_weight = math.sqrt(bos_bonus * math.sqrt(head_dim)) / math.sqrt(sizes.hidden_size)
+            params["model.layers.0.self_attn.q_proj.weight"][rows.start + pairs_per_head - 1, layout.bos] = bos_weight
+            params["model.layers.0.self_attn.k_proj.weight"][rows.start + pairs_per_head - 1, layout.bos] = bos_weight
+        value_weight = params["model.layers.0.self_attn.v_proj.weight"]
+        out_proj = "model.layers.0.self_attn.o_proj.weight"
+        set_and_freeze(out_proj, (slice(None), rows), 0.0)
         # value dims: the copy code, then (head 0, with a copy code of its own) the match code, then the marker flag
-        moves = [(lay.copy.start + c, lay.prev[h].start + c) for c in range(cd)]
-        if h == 0 and lay.prev_match is not lay.prev[0]:
-            moves += [(lay.match.start + c, lay.prev_match.start + c) for c in range(r.match_dim)]
-        if r.lookup and h < 2:  # the line marker flags of x_{t-1} and x_{t-2}
-            moves.append((lay.marker, lay.prev_marker[h]))
-        for d, (src, dst) in enumerate(moves):
-            v[h * hd + d, src] = 1.0
-            fix(o, (dst, h * hd + d), S / s0)
+        moves = [(layout.copy.start + c, layout.prev[head].start + c) for c in range(sizes.code_dim)]
+        if head == 0 and layout.prev_match is not layout.prev[0]:
+            moves += [(layout.match.start + c, layout.prev_match.start + c) for c in range(recipe.match_dim)]
+        if recipe.lookup and head < 2:  # the line marker flags of x_{t-1} and x_{t-2}
+            moves.append((layout.marker, layout.prev_marker[head]))
+        for value_dim, (source, target) in enumerate(moves):
+            value_weight[head * head_dim + value_dim, source] = 1.0
+            set_and_freeze(out_proj, (target, head * head_dim + value_dim), recipe.code_scale / unit_scale)
 
 
 def _set_layer1_heads(
-    params, fix, r: Recipe, z: _CircuitSizes, freqs: np.ndarray, S: float, s1: float, s_lookup: float | None
+    params,
+    set_and_freeze,
+    recipe: Recipe,
+    sizes: _CircuitSizes,
+    freqs: np.ndarray,
+    unit_scale: float,
+    lookup_unit_scale: float | None,
 ) -> None:
     """Layer 1: the induction heads, and the lookup's registers, the n-gram and the bigram heads where the recipe
-    has them."""
-    lay, H, hd, half, windows, w, size, cd, bigram_dims = (
-        z.lay,
-        z.H,
-        z.hd,
-        z.half,
-        z.windows,
-        z.w,
-        z.size,
-        z.cd,
-        z.bigram_dims,
-    )
+    has them. ``unit_scale``: a unit code's size at layer 1's input; ``lookup_unit_scale``: at layer 2's."""
+    layout, head_dim, pairs_per_head = sizes.layout, sizes.head_dim, sizes.pairs_per_head
+    n_heads, code_dim = sizes.n_induction_heads, sizes.code_dim
     # ---- layer 1, heads 0..w-1: induction heads on the slowest pairs, sink on the very slowest.
     # Head v matches the tokens x_{t-a} .. x_{t-a-k+1} of its window (a, k) (a = 0 starts at x_t itself)
     # against x_{j-a-1} .. x_{j-a-k} and writes o(x_j) into R: where all windows agree (a copy that has run
     # for n tokens) the copied token gets w votes, a chance match of one window's k tokens one vote.
-    sink_pair = half - 1
-    code_dims = slow_dims(half, size * cd, r.code_band_offset)
-    # score units: q.k / sqrt(hd) = match_gain per matching token
-    g = math.sqrt(r.match_gain * math.sqrt(hd)) / s1
-    # sink: q bias b, key reads the BOS flag (normed BOS: flag * sqrt(H), as BOS has no other code)
-    k_flag = 1.0
+    sink_pair = pairs_per_head - 1
+    code_dims = slow_dims(pairs_per_head, sizes.widest_window * code_dim, recipe.code_band_offset)
+    # score units: q.k / sqrt(head_dim) = match_gain per matching token
+    match_weight = math.sqrt(recipe.match_gain * math.sqrt(head_dim)) / unit_scale
+    # sink: q bias b, key reads the BOS flag (normed BOS: flag * sqrt(hidden_size), as BOS has no other code)
+    sink_key_weight = 1.0
 
     def sink_bias(level: float) -> float:  # the sink's score, in matching tokens
-        return level * r.match_gain * math.sqrt(hd) / (k_flag * math.sqrt(H))
+        return level * recipe.match_gain * math.sqrt(head_dim) / (sink_key_weight * math.sqrt(sizes.hidden_size))
 
-    for v in range(w):
-        first, k = windows[v]
-        q_src = [lay.copy if a == 0 else lay.prev[a - 1] for a in range(first, first + k)]
-        k_src = lay.prev[first : first + k]
+    for head, (first, window_size) in enumerate(sizes.windows):
+        query_slots = [
+            layout.copy if back == 0 else layout.prev[back - 1] for back in range(first, first + window_size)
+        ]
+        key_slots = layout.prev[first : first + window_size]
         # a shorter (last) window sinks as many matching tokens lower as it is shorter
         _set_induction_head(
             params,
-            fix,
-            r,
-            lay,
-            slice(v * hd, (v + 1) * hd),
-            [(qs, ks, cd) for qs, ks in zip(q_src, k_src)],
+            set_and_freeze,
+            recipe,
+            layout,
+            slice(head * head_dim, (head + 1) * head_dim),
+            [(query_slot, key_slot, code_dim) for query_slot, key_slot in zip(query_slots, key_slots)],
             code_dims,
-            g,
-            sink_bias(r.sink_level - (size - k)),
-            k_flag,
-            S / s1,
+            match_weight,
+            sink_bias(recipe.sink_level - (sizes.widest_window - window_size)),
+            sink_key_weight,
+            recipe.code_scale / unit_scale,
         )
-    if r.lookup:
+    if recipe.lookup:
         _set_lookup(
             params,
-            fix,
-            r,
-            lay,
+            set_and_freeze,
+            recipe,
+            sizes,
             freqs,
-            hd,
-            H,
-            w,
-            s1,
-            s_lookup,
-            slow_dims(half, 3 * r.match_dim, r.code_band_offset),
+            unit_scale,
+            lookup_unit_scale,
+            slow_dims(pairs_per_head, 3 * recipe.match_dim, recipe.code_band_offset),
             sink_pair,
-            k_flag,
+            sink_key_weight,
         )
-    if r.ngram_readout:  # the n-gram head: (m(x_t), c(x_{t-1}), c(x_{t-2})) against the three tokens before j
+    if recipe.ngram_readout:  # the n-gram head: (m(x_t), c(x_{t-1}), c(x_{t-2})) against the three tokens before j
         matches = [
-            (lay.match, lay.prev_match, r.match_dim),
-            (lay.prev[0], lay.prev[1], cd),
-            (lay.prev[1], lay.prev[2], cd),
+            (layout.match, layout.prev_match, recipe.match_dim),
+            (layout.prev[0], layout.prev[1], code_dim),
+            (layout.prev[1], layout.prev[2], code_dim),
         ]
-        share = r.ngram_readout / (r.readout_final or r.readout)  # of the copy's vote, after sharpening
+        share = recipe.ngram_readout / (recipe.readout_final or recipe.readout)  # of the copy's vote, sharpened
         _set_induction_head(
             params,
-            fix,
-            r,
-            lay,
-            slice((w + 2) * hd, (w + 3) * hd),
+            set_and_freeze,
+            recipe,
+            layout,
+            slice((n_heads + 2) * head_dim, (n_heads + 3) * head_dim),
             matches,
-            slow_dims(half, r.match_dim + 2 * cd, r.code_band_offset),
-            g,
-            sink_bias(r.ngram_sink),
-            k_flag,
-            S / s1 * share,
+            slow_dims(pairs_per_head, recipe.match_dim + 2 * code_dim, recipe.code_band_offset),
+            match_weight,
+            sink_bias(recipe.ngram_sink),
+            sink_key_weight,
+            recipe.code_scale / unit_scale * share,
         )
-    if r.bigram_readout:  # the bigram head: x_t on its match and copy codes against x_{j-1}'s (m(x_{j-1}), P1)
-        matches = [(lay.match, lay.prev_match, r.match_dim), (lay.copy, lay.prev[0], cd)]
-        share = r.bigram_readout / (r.readout_final or r.readout)
+    if recipe.bigram_readout:  # the bigram head: x_t on its match and copy codes against x_{j-1}'s (m(x_{j-1}), P1)
+        matches = [(layout.match, layout.prev_match, recipe.match_dim), (layout.copy, layout.prev[0], code_dim)]
+        share = recipe.bigram_readout / (recipe.readout_final or recipe.readout)
         _set_induction_head(
             params,
-            fix,
-            r,
-            lay,
-            slice((w + 3) * hd, (w + 4) * hd),
+            set_and_freeze,
+            recipe,
+            layout,
+            slice((n_heads + 3) * head_dim, (n_heads + 4) * head_dim),
             matches,
-            slow_dims(half, bigram_dims, r.code_band_offset),
-            g,
-            sink_bias(r.bigram_sink),
-            k_flag,
-            S / s1 * share,
+            slow_dims(pairs_per_head, sizes.bigram_dims, recipe.code_band_offset),
+            match_weight,
+            sink_bias(recipe.bigram_sink),
+            sink_key_weight,
+            recipe.code_scale / unit_scale * share,
         )
 
 
-def _set_readout(params, frozen: dict, r: Recipe, z: _CircuitSizes, o_codes: torch.Tensor, s2: float) -> None:
-    """The output layer scores o(y) against R (trainable from here on, unless frozen)."""
-    lay = z.lay
-    w = z.w
-    # ---- readout: the output layer scores o(y) against R (trainable from here on)
-    head = params["lm_head.weight"]
-    head[:, : lay.reserved] = 0.0
-    # R after the final norm is about s2 * w * o(x_j): a copy on which all w windows agree adds ``readout`` nats
-    # to o(x_j)'s logit
-    head[:, lay.read] = o_codes * (r.readout / (w * s2))
-    if r.freeze_readout:  # training on text where chance matches mislead would otherwise shrink it, and the copy
-        frozen["lm_head.weight"][:, lay.read] = True
+def _set_readout(
+    params, frozen: dict, recipe: Recipe, sizes: _CircuitSizes, output_codes: torch.Tensor, unit_scale: float
+) -> None:
+    """The output layer scores o(y) against R (trainable from here on, unless frozen); ``unit_scale``: a unit
+    code's size after the final norm."""
+    layout = sizes.layout
+    lm_head = params["lm_head.weight"]
+    lm_head[:, : layout.reserved] = 0.0
+    # R after the final norm is about unit_scale * w * o(x_j): a copy on which all w windows agree adds ``readout``
+    # nats to o(x_j)'s logit
+    lm_head[:, layout.read] = output_codes * (recipe.readout / (sizes.n_induction_heads * unit_scale))
+    if recipe.freeze_readout:  # training on text where chance matches mislead would otherwise shrink it, and the copy
+        frozen["lm_head.weight"][:, layout.read] = True
 
 
 def _set_induction_head(
     params,
-    fix,
-    r: Recipe,
-    lay: Layout,
+    set_and_freeze,
+    recipe: Recipe,
+    layout: Layout,
     rows: slice,
     matches,
     dims,
-    g: float,
-    sink_q: float,
-    k_flag: float,
-    write: float,
+    match_weight: float,
+    sink_query_bias: float,
+    sink_key_weight: float,
+    vote_weight: float,
 ) -> None:
     """Layer 1, the head at ``rows``: for each (query slice, key slice, size) in ``matches`` the query reads the
-    slice at t and the key the slice at j, ``g`` each, on the next ``size`` of ``dims`` (RoPE dims), so a matching
-    token adds ``match_gain`` nats; the sink pair's query bias ``sink_q`` meets the BOS flag (``k_flag``); the value
-    o(x_j) is written into R at ``write``. The exact copy's windows and the n-gram head
-    (``ngram_readout``: (m(x_t), c(x_{t-1}), c(x_{t-2})) against (m(x_{j-1}), c(x_{j-2}), c(x_{j-3})), the lookup's
-    match-code slot and the copy-code slots P2, P3) and the bigram head (``bigram_readout``: (m(x_t), c(x_t)) against
-    (m(x_{j-1}), c(x_{j-1}))) are built by it."""
-    hd = rows.stop - rows.start
-    _claim_head(fix, 1, rows)
-    qw = params["model.layers.1.self_attn.q_proj.weight"]
-    kw = params["model.layers.1.self_attn.k_proj.weight"]
-    vw = params["model.layers.1.self_attn.v_proj.weight"]
-    dims = iter(dims)
-    for q_src, k_src, size in matches:
-        for c in range(size):
-            d = rows.start + next(dims)
-            qw[d, q_src.start + c] = g
-            kw[d, k_src.start + c] = g
-    sink_pair = hd // 2 - 1
-    params["model.layers.1.self_attn.q_proj.bias"][rows.start + sink_pair] = sink_q
-    kw[rows.start + sink_pair, lay.bos] = k_flag
-    for c in range(r.output_dim):
-        vw[rows.start + c, lay.output.start + c] = 1.0
-    o = "model.layers.1.self_attn.o_proj.weight"
-    fix(o, (slice(None), rows), 0.0)
-    for c in range(r.output_dim):
-        fix(o, (lay.read.start + c, rows.start + c), write)
+    slice at t and the key the slice at j, ``match_weight`` each, on the next ``size`` of ``dims`` (RoPE dims), so
+    a matching token adds ``match_gain`` nats; the sink pair's query bias ``sink_query_bias`` meets the BOS flag
+    (read with ``sink_key_weight``); the value o(x_j) is written into R with ``vote_weight``. The exact copy's
+    windows and the n-gram head (``ngram_readout``: (m(x_t), c(x_{t-1}), c(x_{t-2})) against (m(x_{j-1}),
+    c(x_{j-2}), c(x_{j-3})), the lookup's match-code slot and the copy-code slots P2, P3) and the bigram head
+    (``bigram_readout``: (m(x_t), c(x_t)) against (m(x_{j-1}), c(x_{j-1}))) are built by it."""
+    head_dim = rows.stop - rows.start
+    _claim_head(set_and_freeze, 1, rows)
+    query_weight = params["model.layers.1.self_attn.q_proj.weight"]
+    key_weight = params["model.layers.1.self_attn.k_proj.weight"]
+    value_weight = params["model.layers.1.self_attn.v_proj.weight"]
+    free_dims = iter(dims)
+    for query_slot, key_slot, n_dims in matches:
+        for c in range(n_dims):
+            dim = rows.start + next(free_dims)
+            query_weight[dim, query_slot.start + c] = match_weight
+            key_weight[dim, key_slot.start + c] = match_weight
+    sink_pair = head_dim // 2 - 1
+    params["model.layers.1.self_attn.q_proj.bias"][rows.start + sink_pair] = sink_query_bias
+    key_weight[rows.start + sink_pair, layout.bos] = sink_key_weight
+    for c in range(recipe.output_dim):
+        value_weight[rows.start + c, layout.output.start + c] = 1.0
+    out_proj = "model.layers.1.self_attn.o_proj.weight"
+    set_and_freeze(out_proj, (slice(None), rows), 0.0)
+    for c in range(recipe.output_dim):
+        set_and_freeze(out_proj, (layout.read.start + c, rows.start + c), vote_weight)
 
 
-def _set_first_sink(params, fix, r: Recipe, lay: Layout, s_mlp: float) -> None:
+def _set_first_sink(params, set_and_freeze, recipe: Recipe, layout: Layout, unit_scale: float) -> None:
     """Layer 0's MLP, neurons 0..K-1 (one per copy-code point p_k): neuron k scores the agreement
     n * (p_k . c(x_t)) + sum_h p_k . P_h, in unit codes, against ``first_sink_threshold`` times the unit; its
     gate opens only where the token's own code and all n previous-token slots sit on p_k, i.e. at a sequence's
     first position (or in a run of n + 1 tokens on one point), and it writes at least ``bos_flag`` into the BOS
-    flag there. Its input is the layer-0 MLP's (the embedding and P1..Pn, RMS-normed to ``s_mlp`` per unit)."""
-    points = sphere_points(r.copy_code_points)
-    n = r.match_order
-    threshold, margin = first_sink_threshold(n, nearest_point_cosine(points))
-    beta = r.first_sink_sharpness / margin / s_mlp  # gate nats per normed unit of the score
+    flag there. Its input is the layer-0 MLP's (the embedding and P1..Pn, RMS-normed to ``unit_scale`` per unit)."""
+    points = sphere_points(recipe.copy_code_points)
+    match_order = recipe.match_order
+    threshold, margin = first_sink_threshold(match_order, nearest_point_cosine(points))
+    gate_per_unit = recipe.first_sink_sharpness / margin / unit_scale  # gate nats per normed unit of the score
     # the worst case opens the gate to ``first_sink_sharpness``: SwiGLU passes silu(gate) x up (up = 1)
-    per_neuron = r.bos_flag / torch.nn.functional.silu(torch.tensor(r.first_sink_sharpness)).item()
-    gate, up, down = (f"model.layers.0.mlp.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj"))
+    flag_per_neuron = recipe.bos_flag / torch.nn.functional.silu(torch.tensor(recipe.first_sink_sharpness)).item()
+    gate, up, down = (f"model.layers.0.mlp.{proj}.weight" for proj in ("gate_proj", "up_proj", "down_proj"))
     neurons = slice(0, len(points))
-    fix(gate, (neurons, slice(None)), 0.0)
-    fix(up, (neurons, slice(None)), 0.0)
-    fix(down, (slice(None), neurons), 0.0)
-    for k in range(len(points)):
-        params[gate][k, lay.copy] = beta * n * points[k]
-        for prev in lay.prev:
-            params[gate][k, prev] = beta * points[k]
-        params[gate][k, lay.unit] = -beta * threshold
-        params[up][k, lay.unit] = 1.0 / s_mlp
-        params[down][lay.bos, k] = per_neuron
+    set_and_freeze(gate, (neurons, slice(None)), 0.0)
+    set_and_freeze(up, (neurons, slice(None)), 0.0)
+    set_and_freeze(down, (slice(None), neurons), 0.0)
+    for neuron, point in enumerate(points):
+        params[gate][neuron, layout.copy] = gate_per_unit * match_order * point
+        for prev in layout.prev:
+            params[gate][neuron, prev] = gate_per_unit * point
+        params[gate][neuron, layout.unit] = -gate_per_unit * threshold
+        params[up][neuron, layout.unit] = 1.0 / unit_scale
+        params[down][layout.bos, neuron] = flag_per_neuron
 
 
 def register_recency(freqs: np.ndarray, reach: int, gap: int, max_len: int) -> tuple[np.ndarray, float]:
@@ -933,36 +967,48 @@ def register_recency(freqs: np.ndarray, reach: int, gap: int, max_len: int) -> t
     A linear program (scipy's HiGHS) over the worst pairs of distances, added until none is violated."""
     from scipy.optimize import linprog
 
-    k = len(freqs)
-    cos = np.cos(np.outer(np.arange(max_len + 1), freqs))
+    n_pairs = len(freqs)
+    cos_at = np.cos(np.outer(np.arange(max_len + 1), freqs))  # [distance, pair]
     near = np.arange(reach + 1)
-    pairs = {(a, b) for a in near for b in range(a + gap, max_len + 1, 97)} | {(a, a + gap) for a in near}
+    # (near distance, far distance) pairs whose drop is constrained: a coarse grid first, then the worst ones
+    distance_pairs = {(d, far) for d in near for far in range(d + gap, max_len + 1, 97)} | {(d, d + gap) for d in near}
     for _ in range(50):
-        rows = sorted(pairs)
-        a_ub = np.hstack([np.array([cos[b] - cos[a] for a, b in rows]), np.ones((len(rows), 1))])
-        res = linprog(
-            np.r_[np.zeros(k), -1.0],
+        constraints = sorted(distance_pairs)
+        a_ub = np.hstack(
+            [np.array([cos_at[far] - cos_at[d] for d, far in constraints]), np.ones((len(constraints), 1))]
+        )
+        solution = linprog(
+            np.r_[np.zeros(n_pairs), -1.0],
             A_ub=a_ub,
-            b_ub=np.zeros(len(rows)),
-            A_eq=np.r_[np.ones(k), 0.0][None],
+            b_ub=np.zeros(len(constraints)),
+            A_eq=np.r_[np.ones(n_pairs), 0.0][None],
             b_eq=[1.0],
-            bounds=[(0, None)] * k + [(None, None)],
+            bounds=[(0, None)] * n_pairs + [(None, None)],
             method="highs",
         )
-        if not res.success:
-            raise RuntimeError(f"register recency: the linear program failed ({res.message})")
-        weights, mu = res.x[:k], float(res.x[k])
-        profile = cos @ weights
-        worst = [(a, a + gap + int(np.argmax(profile[a + gap :]))) for a in near]
-        new = {(a, b) for a, b in worst if profile[a] - profile[b] < mu - 1e-9}
-        if not new:
+        if not solution.success:
+            raise RuntimeError(f"register recency: the linear program failed ({solution.message})")
+        weights, mu = solution.x[:n_pairs], float(solution.x[n_pairs])
+        profile = cos_at @ weights
+        worst = [(d, d + gap + int(np.argmax(profile[d + gap :]))) for d in near]
+        violated = {(d, far) for d, far in worst if profile[d] - profile[far] < mu - 1e-9}
+        if not violated:
             return np.clip(weights, 0.0, None), mu
-        pairs |= new
+        distance_pairs |= violated
     raise RuntimeError("register recency: the linear program did not converge")
 
 
 def _set_lookup(
-    params, fix, r: Recipe, lay: Layout, freqs, hd, H, w, s1, s_lookup, code_dims, sink_pair, k_flag
+    params,
+    set_and_freeze,
+    recipe: Recipe,
+    sizes: _CircuitSizes,
+    freqs: np.ndarray,
+    unit_scale: float,
+    lookup_unit_scale: float,
+    code_dims: list[int],
+    sink_pair: int,
+    sink_key_weight: float,
 ) -> None:
     """The line lookup: two register heads in layer 1 (heads w, w+1) and the lookup head in layer 2 (head 0).
 
@@ -980,73 +1026,88 @@ def _set_lookup(
     NAME was named, as in the reference response's "<REGISTER_CONTENT>", looks the same: there it predicts
     the number's first piece.) It
     writes o(x_j) into R like an induction head, worth ``lookup_readout`` nats. Its codes use the same slow
-    pairs as the induction heads, so ``rope_theta`` sets its reach too."""
-    half = hd // 2
-    qb1 = params["model.layers.1.self_attn.q_proj.bias"]
-    kw1 = params["model.layers.1.self_attn.k_proj.weight"]
-    vw1 = params["model.layers.1.self_attn.v_proj.weight"]
-    o1 = "model.layers.1.self_attn.o_proj.weight"
-    rec_pairs = [i for i in range(half) if i != sink_pair]
-    weights, mu = register_recency(freqs[rec_pairs], r.register_reach, r.register_gap, r.max_position_embeddings)
-    profile = np.cos(np.outer(np.arange(r.register_reach + 1), freqs[rec_pairs])) @ weights
-    amp = 2.0 * r.register_margin / mu  # nats per unit of the profile
-    sink = math.log(r.max_position_embeddings) + r.register_margin  # beats every non-marker (score 0)
-    base = sink + r.register_margin - amp * float(profile.min())  # a marker within reach beats the sink
-    b_sink = sink * math.sqrt(hd) / (k_flag * math.sqrt(H))
-    for idx in range(2):
-        head = w + idx
-        rows = slice(head * hd, (head + 1) * hd)
-        _claim_head(fix, 1, rows)
-        for p, wt in zip(rec_pairs, weights):
-            a = math.sqrt(amp * wt * math.sqrt(hd))
-            qb1[rows.start + p] = a
-            kw1[rows.start + p, lay.prev_marker[idx]] = a / s1
-        qb1[rows.start + sink_pair] = b_sink
-        kw1[rows.start + sink_pair, lay.bos] = k_flag
-        kw1[rows.start + sink_pair, lay.prev_marker[idx]] = base * math.sqrt(hd) / (b_sink * s1)
-        for c in range(r.match_dim):
-            vw1[rows.start + c, lay.match.start + c] = 1.0
-        fix(o1, (slice(None), rows), 0.0)
-        for c in range(r.match_dim):
-            fix(o1, (lay.register[idx].start + c, rows.start + c), r.code_scale / s1)
+    pairs as the induction heads, so ``rope_theta`` sets its reach too. ``unit_scale`` and ``lookup_unit_scale``:
+    a unit code's size at layer 1's and layer 2's input."""
+    layout, head_dim, hidden_size = sizes.layout, sizes.head_dim, sizes.hidden_size
+    pairs_per_head = head_dim // 2
+    query_bias1 = params["model.layers.1.self_attn.q_proj.bias"]
+    key_weight1 = params["model.layers.1.self_attn.k_proj.weight"]
+    value_weight1 = params["model.layers.1.self_attn.v_proj.weight"]
+    out_proj1 = "model.layers.1.self_attn.o_proj.weight"
+    recency_pairs = [pair for pair in range(pairs_per_head) if pair != sink_pair]
+    weights, mu = register_recency(
+        freqs[recency_pairs], recipe.register_reach, recipe.register_gap, recipe.max_position_embeddings
+    )
+    profile = np.cos(np.outer(np.arange(recipe.register_reach + 1), freqs[recency_pairs])) @ weights
+    amplitude = 2.0 * recipe.register_margin / mu  # nats per unit of the profile
+    sink_score = math.log(recipe.max_position_embeddings) + recipe.register_margin  # beats every non-marker (0)
+    marker_score = sink_score + recipe.register_margin - amplitude * float(profile.min())  # within reach: beats it
+    sink_query_bias = sink_score * math.sqrt(head_dim) / (sink_key_weight * math.sqrt(hidden_size))
+    for register in range(2):
+        head = sizes.n_induction_heads + register
+        rows = slice(head * head_dim, (head + 1) * head_dim)
+        _claim_head(set_and_freeze, 1, rows)
+        for pair, pair_weight in zip(recency_pairs, weights):
+            bias = math.sqrt(amplitude * pair_weight * math.sqrt(head_dim))
+            query_bias1[rows.start + pair] = bias
+            key_weight1[rows.start + pair, layout.prev_marker[register]] = bias / unit_scale
+        query_bias1[rows.start + sink_pair] = sink_query_bias
+        key_weight1[rows.start + sink_pair, layout.bos] = sink_key_weight
+        key_weight1[rows.start + sink_pair, layout.prev_marker[register]] = (
+            marker_score * math.sqrt(head_dim) / (sink_query_bias * unit_scale)
+        )
+        for c in range(recipe.match_dim):
+            value_weight1[rows.start + c, layout.match.start + c] = 1.0
+        set_and_freeze(out_proj1, (slice(None), rows), 0.0)
+        for c in range(recipe.match_dim):
+            set_and_freeze(
+                out_proj1, (layout.register[register].start + c, rows.start + c), recipe.code_scale / unit_scale
+            )
 
     # layer 2, head 0: the lookup
-    rows = slice(0, hd)
-    _claim_head(fix, 2, rows)
-    qw2 = params["model.layers.2.self_attn.q_proj.weight"]
-    kw2 = params["model.layers.2.self_attn.k_proj.weight"]
-    vw2 = params["model.layers.2.self_attn.v_proj.weight"]
-    g = math.sqrt(r.lookup_gain * math.sqrt(hd)) / s_lookup
-    blocks = [(lay.register[0], lay.register[0]), (lay.register[1], lay.register[1]), (lay.match, lay.prev_match)]
+    rows = slice(0, head_dim)
+    _claim_head(set_and_freeze, 2, rows)
+    query_weight2 = params["model.layers.2.self_attn.q_proj.weight"]
+    key_weight2 = params["model.layers.2.self_attn.k_proj.weight"]
+    value_weight2 = params["model.layers.2.self_attn.v_proj.weight"]
+    match_weight = math.sqrt(recipe.lookup_gain * math.sqrt(head_dim)) / lookup_unit_scale
+    blocks = [
+        (layout.register[0], layout.register[0]),
+        (layout.register[1], layout.register[1]),
+        (layout.match, layout.prev_match),
+    ]
     # the token counts two parts: the piece after the asked one and the line's other pieces (or its ">") then
     # differ by two parts, which no drift of the codes' scale between positions undoes
-    for block, (qs, ks) in enumerate(blocks):
-        for c in range(r.match_dim):
-            d = code_dims[block * r.match_dim + c]
-            qw2[d, qs.start + c] = g * (2.0 if block == 2 else 1.0)
-            kw2[d, ks.start + c] = g
-    b = r.lookup_sink * r.lookup_gain * math.sqrt(hd) / (k_flag * math.sqrt(H))
-    params["model.layers.2.self_attn.q_proj.bias"][sink_pair] = b
-    kw2[sink_pair, lay.bos] = k_flag
+    for block, (query_slot, key_slot) in enumerate(blocks):
+        for c in range(recipe.match_dim):
+            dim = code_dims[block * recipe.match_dim + c]
+            query_weight2[dim, query_slot.start + c] = match_weight * (2.0 if block == 2 else 1.0)
+            key_weight2[dim, key_slot.start + c] = match_weight
+    lookup_sink_bias = (
+        recipe.lookup_sink * recipe.lookup_gain * math.sqrt(head_dim) / (sink_key_weight * math.sqrt(hidden_size))
+    )
+    params["model.layers.2.self_attn.q_proj.bias"][sink_pair] = lookup_sink_bias
+    key_weight2[sink_pair, layout.bos] = sink_key_weight
     # the number flags on the sink pair's other dimension (the slowest pair: no rotation within the reach)
     # (worth two parts: a match without them stays well below the sink however the codes' scale drifts)
-    qw2[sink_pair + half, lay.number_query] = 2.0 * g
-    kw2[sink_pair + half, lay.number_value] = g
-    for c in range(r.output_dim):
-        vw2[c, lay.output.start + c] = 1.0
-    o2 = "model.layers.2.self_attn.o_proj.weight"
-    fix(o2, (slice(None), rows), 0.0)
-    weight = (r.lookup_readout or r.readout) * w / r.readout  # in window votes
-    for c in range(r.output_dim):
-        fix(o2, (lay.read.start + c, c), r.code_scale * weight / s_lookup)
+    query_weight2[sink_pair + pairs_per_head, layout.number_query] = 2.0 * match_weight
+    key_weight2[sink_pair + pairs_per_head, layout.number_value] = match_weight
+    for c in range(recipe.output_dim):
+        value_weight2[c, layout.output.start + c] = 1.0
+    out_proj2 = "model.layers.2.self_attn.o_proj.weight"
+    set_and_freeze(out_proj2, (slice(None), rows), 0.0)
+    votes = (recipe.lookup_readout or recipe.readout) * sizes.n_induction_heads / recipe.readout  # in window votes
+    for c in range(recipe.output_dim):
+        set_and_freeze(out_proj2, (layout.read.start + c, c), recipe.code_scale * votes / lookup_unit_scale)
 
 
 # --------------------------------------------------------------------------- training
 
 
 def token_stream(tokenizer, texts: list[str]) -> np.ndarray:
-    ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
-    return np.concatenate([np.asarray(x, dtype=np.int64) for x in ids])
+    """The texts' token ids, without special tokens, one after another (int64)."""
+    ids_per_text = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+    return np.concatenate([np.asarray(ids, dtype=np.int64) for ids in ids_per_text])
 
 
 # LongEval records in training use their own seed: the evaluation's cases (seed 0 by default) are never seen.
@@ -1080,29 +1141,29 @@ def longeval_training_row(tokenizer, rng: np.random.Generator, max_tokens: int) 
 
 
 def training_batch(
-    stream: np.ndarray, rng: np.random.Generator, r: Recipe, bos_id: int, longeval_row=None
+    stream: np.ndarray, rng: np.random.Generator, recipe: Recipe, bos_id: int, longeval_row=None
 ) -> torch.Tensor:
     """[BOS] + seq_len - 1 tokens; a ``repeat_fraction`` of rows are X1 S X2 S X3 (S repeated), a
     ``longeval_fraction`` (with ``longeval_row(rng, max_tokens)``) a LongEval record and answer, then text."""
-    n = r.seq_len - 1
+    row_len = recipe.seq_len - 1  # tokens after the BOS
     rows = []
-    for _ in range(r.batch_size):
-        if longeval_row is not None and rng.random() < r.longeval_fraction:
-            head = longeval_row(rng, n)
-            a = int(rng.integers(0, len(stream) - n))
-            row = np.concatenate([head, stream[a : a + n - len(head)]])
-        elif rng.random() < r.repeat_fraction:
-            span = int(rng.integers(r.repeat_min, min(r.repeat_max, n // 2 - 2) + 1))
-            s0 = int(rng.integers(0, len(stream) - span))
-            s = stream[s0 : s0 + span]
-            rest = n - 2 * span
-            cut = np.sort(rng.integers(0, rest + 1, size=2))
-            fill0 = int(rng.integers(0, len(stream) - rest))
-            fill = stream[fill0 : fill0 + rest]
-            row = np.concatenate([fill[: cut[0]], s, fill[cut[0] : cut[1]], s, fill[cut[1] :]])
+    for _ in range(recipe.batch_size):
+        if longeval_row is not None and rng.random() < recipe.longeval_fraction:
+            record = longeval_row(rng, row_len)
+            start = int(rng.integers(0, len(stream) - row_len))
+            row = np.concatenate([record, stream[start : start + row_len - len(record)]])
+        elif rng.random() < recipe.repeat_fraction:
+            span_len = int(rng.integers(recipe.repeat_min, min(recipe.repeat_max, row_len // 2 - 2) + 1))
+            span_start = int(rng.integers(0, len(stream) - span_len))
+            span = stream[span_start : span_start + span_len]
+            fill_len = row_len - 2 * span_len
+            cuts = np.sort(rng.integers(0, fill_len + 1, size=2))
+            fill_start = int(rng.integers(0, len(stream) - fill_len))
+            fill = stream[fill_start : fill_start + fill_len]
+            row = np.concatenate([fill[: cuts[0]], span, fill[cuts[0] : cuts[1]], span, fill[cuts[1] :]])
         else:
-            a = int(rng.integers(0, len(stream) - n))
-            row = stream[a : a + n]
+            start = int(rng.integers(0, len(stream) - row_len))
+            row = stream[start : start + row_len]
         rows.append(np.concatenate([[bos_id], row]))
     return torch.as_tensor(np.stack(rows), dtype=torch.long)
 
@@ -1111,66 +1172,67 @@ def train_model(
     model, frozen: dict, stream: np.ndarray, recipe: Recipe, bos_id: int, log_every: int = 25, log=print, tokenizer=None
 ) -> dict:
     """AdamW with warm-up and cosine decay; frozen entries restored after every step."""
-    r = recipe
-    torch.manual_seed(r.seed)
-    rng = np.random.default_rng(r.seed)
+    torch.manual_seed(recipe.seed)
+    rng = np.random.default_rng(recipe.seed)
     params = dict(model.named_parameters())
-    keep = {n: (m, params[n].detach().clone()) for n, m in frozen.items() if m.any()}
-    if not (math.isfinite(r.embedding_lr_scale) and r.embedding_lr_scale > 0):
-        raise ValueError(f"embedding_lr_scale must be a positive number (got {r.embedding_lr_scale})")
-    embedding = {"model.embed_tokens.weight", "lm_head.weight"}
-    decay = [p for n, p in params.items() if p.dim() >= 2 and n not in embedding]
-    no_decay = [p for n, p in params.items() if p.dim() < 2]
-    opt = torch.optim.AdamW(
+    frozen_values = {name: (mask, params[name].detach().clone()) for name, mask in frozen.items() if mask.any()}
+    if not (math.isfinite(recipe.embedding_lr_scale) and recipe.embedding_lr_scale > 0):
+        raise ValueError(f"embedding_lr_scale must be a positive number (got {recipe.embedding_lr_scale})")
+    embedding_and_head = {"model.embed_tokens.weight", "lm_head.weight"}
+    decay = [param for name, param in params.items() if param.dim() >= 2 and name not in embedding_and_head]
+    no_decay = [param for param in params.values() if param.dim() < 2]
+    optimizer = torch.optim.AdamW(
         [
-            {"params": decay, "weight_decay": r.weight_decay},
+            {"params": decay, "weight_decay": recipe.weight_decay},
             {
-                "params": [params[n] for n in sorted(embedding)],
-                "weight_decay": r.weight_decay,
-                "lr": r.lr * r.embedding_lr_scale,
+                "params": [params[name] for name in sorted(embedding_and_head)],
+                "weight_decay": recipe.weight_decay,
+                "lr": recipe.lr * recipe.embedding_lr_scale,
             },
             {"params": no_decay, "weight_decay": 0.0},
         ],
-        lr=r.lr,
+        lr=recipe.lr,
         betas=(0.9, 0.95),
     )
 
     def lr_at(step):
-        if step < r.warmup_steps:
-            return (step + 1) / r.warmup_steps
-        progress = (step - r.warmup_steps) / max(1, r.steps - r.warmup_steps)
+        if step < recipe.warmup_steps:
+            return (step + 1) / recipe.warmup_steps
+        progress = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     longeval_row = None
-    if not 0.0 <= r.longeval_fraction <= 1.0:
-        raise ValueError(f"longeval_fraction is a fraction of the training rows: 0 .. 1 (got {r.longeval_fraction})")
-    if r.longeval_fraction:
+    if not 0.0 <= recipe.longeval_fraction <= 1.0:
+        raise ValueError(
+            f"longeval_fraction is a fraction of the training rows: 0 .. 1 (got {recipe.longeval_fraction})"
+        )
+    if recipe.longeval_fraction:
         if tokenizer is None:
             raise ValueError("longeval_fraction > 0 needs the tokenizer")
-        longeval_row = lambda g, m: longeval_training_row(tokenizer, g, m)  # noqa: E731
+        longeval_row = lambda row_rng, max_tokens: longeval_training_row(tokenizer, row_rng, max_tokens)  # noqa: E731
     model.train()
-    t0 = time.time()
+    started = time.time()
     losses = []
-    for step in range(r.steps):
-        batch = training_batch(stream, rng, r, bos_id, longeval_row)
+    for step in range(recipe.steps):
+        batch = training_batch(stream, rng, recipe, bos_id, longeval_row)
         loss = model(input_ids=batch, labels=batch).loss
-        opt.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        optimizer.step()
+        scheduler.step()
         with torch.no_grad():
-            for n, (m, v) in keep.items():
-                params[n][m] = v[m]
+            for name, (mask, values) in frozen_values.items():
+                params[name][mask] = values[mask]
         losses.append(loss.item())
-        if log and (step % log_every == 0 or step == r.steps - 1):
-            log(f"step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+        if log and (step % log_every == 0 or step == recipe.steps - 1):
+            log(f"step {step:4d} loss {loss.item():.3f} ({time.time() - started:.0f}s)")
     model.eval()
     return {
-        "train_seconds": round(time.time() - t0, 1),
+        "train_seconds": round(time.time() - started, 1),
         "final_loss": float(np.mean(losses[-10:])),
-        "tokens": r.steps * r.batch_size * r.seq_len,
+        "tokens": recipe.steps * recipe.batch_size * recipe.seq_len,
     }
 
 
@@ -1181,88 +1243,91 @@ def make_model(out_dir, recipe: Recipe | None = None, tokenizer=None, texts=None
     """Train the tokenizer (unless given) and the model; save both and ``recipe.json`` in ``out_dir``."""
     from .offline import train_tokenizer
 
-    r = recipe or Recipe()
+    recipe = recipe or Recipe()
     out = Path(out_dir)
     if texts is None:
-        texts = training_texts(r.train_chars)
+        texts = training_texts(recipe.train_chars)
     if tokenizer is None:
-        tokenizer = train_tokenizer(texts, vocab_size=r.vocab_size)
-    model, frozen = build_model(tokenizer, r)
-    info, n_stream = {}, 0
-    if r.steps:
+        tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size)
+    model, frozen = build_model(tokenizer, recipe)
+    training_record, n_stream_tokens = {}, 0
+    if recipe.steps:
         stream = token_stream(tokenizer, texts)
-        n_stream = int(len(stream))
-        with _votes_silenced(model, r, silent=not r.votes_in_training):
-            info = train_model(model, frozen, stream, r, tokenizer.bos_token_id, log=log, tokenizer=tokenizer)
-    if r.copy_circuit and r.readout_final and r.steps:  # the untrained construction keeps its training readout
-        sharpen_readout(model, r)
+        n_stream_tokens = int(len(stream))
+        with _votes_silenced(model, recipe, silent=not recipe.votes_in_training):
+            training_record = train_model(
+                model, frozen, stream, recipe, tokenizer.bos_token_id, log=log, tokenizer=tokenizer
+            )
+    if recipe.copy_circuit and recipe.readout_final and recipe.steps:  # the untrained construction keeps its readout
+        sharpen_readout(model, recipe)
     out.mkdir(parents=True, exist_ok=True)
     model.to(getattr(torch, dtype)).save_pretrained(out)
     tokenizer.save_pretrained(out)
-    _make_portable(out, r.rope_theta)
-    n_params = sum(p.numel() for p in model.parameters())
+    _make_portable(out, recipe.rope_theta)
+    n_params = sum(param.numel() for param in model.parameters())
     record = {
-        "recipe": asdict(r),
+        "recipe": asdict(recipe),
         "n_parameters": n_params,
-        "training_tokens_available": n_stream,
+        "training_tokens_available": n_stream_tokens,
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "saved_dtype": dtype,
-        **info,
+        **training_record,
     }
     (out / "recipe.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
 
 
-def vote_writes(model, r: Recipe) -> list:
+def vote_writes(model, recipe: Recipe) -> list:
     """The (o_proj weight, rows, columns) blocks through which the exact copy heads (layer 1, heads 0..w-1) and
     the lookup (layer 2, head 0) write their votes into R; the n-gram head's are not among them."""
-    if not r.copy_circuit:
+    if not recipe.copy_circuit:
         return []
-    read, hd = Layout.for_recipe(r).read, model.config.head_dim
-    blocks = [(model.model.layers[1].self_attn.o_proj.weight, read, slice(0, len(match_windows(r)) * hd))]
-    if r.lookup:
-        blocks.append((model.model.layers[2].self_attn.o_proj.weight, read, slice(0, hd)))
+    read, head_dim = Layout.for_recipe(recipe).read, model.config.head_dim
+    induction_columns = slice(0, len(match_windows(recipe)) * head_dim)
+    blocks = [(model.model.layers[1].self_attn.o_proj.weight, read, induction_columns)]
+    if recipe.lookup:
+        blocks.append((model.model.layers[2].self_attn.o_proj.weight, read, slice(0, head_dim)))
     return blocks
 
 
 @contextmanager
-def _votes_silenced(model, r: Recipe, silent: bool):
+def _votes_silenced(model, recipe: Recipe, silent: bool):
     """With ``silent``, zero the exact copy's and the lookup's vote writes for the block's duration (they are
     frozen, so training keeps them at zero), then put them back as built."""
-    blocks = vote_writes(model, r) if silent else []
-    saved = [w[rows, cols].detach().clone() for w, rows, cols in blocks]
+    blocks = vote_writes(model, recipe) if silent else []
+    saved = [weight[rows, cols].detach().clone() for weight, rows, cols in blocks]
     with torch.no_grad():
-        for w, rows, cols in blocks:
-            w[rows, cols] = 0.0
+        for weight, rows, cols in blocks:
+            weight[rows, cols] = 0.0
     try:
         yield
     finally:
         with torch.no_grad():
-            for (w, rows, cols), v in zip(blocks, saved):
-                w[rows, cols] = v
+            for (weight, rows, cols), built in zip(blocks, saved):
+                weight[rows, cols] = built
 
 
 @torch.no_grad()
-def sharpen_readout(model, r: Recipe) -> None:
+def sharpen_readout(model, recipe: Recipe) -> None:
     """Scale the frozen readout columns from ``readout`` to ``readout_final`` nats (the copy's strength)."""
-    read = Layout.for_recipe(r).read
-    model.lm_head.weight[:, read] *= r.readout_final / r.readout
+    read = Layout.for_recipe(recipe).read
+    model.lm_head.weight[:, read] *= recipe.readout_final / recipe.readout
 
 
 def _make_portable(out: Path, rope_theta: float) -> None:
     """Keep the checkpoint readable by transformers 4.x too (the project supports >= 4.48): 4.x reads a
     top-level ``rope_theta`` (else silently 10000, which would shorten the memory) and knows the
     tokenizer as PreTrainedTokenizerFast."""
-    cfg_path = out / "config.json"
-    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    cfg["rope_theta"] = float(rope_theta)
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tok_path = out / "tokenizer_config.json"
-    tok = json.loads(tok_path.read_text(encoding="utf-8"))
-    tok["tokenizer_class"] = "PreTrainedTokenizerFast"
-    tok.pop("is_local", None)
-    tok_path.write_text(json.dumps(tok, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    config_path = out / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["rope_theta"] = float(rope_theta)
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tokenizer_config_path = out / "tokenizer_config.json"
+    tokenizer_config = json.loads(tokenizer_config_path.read_text(encoding="utf-8"))
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tokenizer_config.pop("is_local", None)
+    tokenizer_config_path.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- known-answer variants

@@ -26,7 +26,10 @@ already imported when :func:`install` runs, the patch is applied at once.
 
 The same finder also waits for ``lm_eval._cli.utils`` (imported by the ``lm_eval`` command before the task
 manager): lm-eval 0.4.13 answers a ``--metadata`` value that looks like JSON but is not with a bare traceback,
-and :func:`_patch_json_flags` turns that into argparse's one-line error naming the flag.
+and :func:`_patch_json_flags` turns that into argparse's one-line error naming the flag. And for
+``lm_eval.evaluator``: :func:`wrap_simple_evaluate` records, while ``simple_evaluate`` runs, the model it evaluates
+and the chat options it was given (``EVALUATIONS_ATTR``), which lm-eval hands no task; the tasks read them when
+they are built. The finder removes itself once the task manager and the evaluator are both loaded.
 
 The ``.pth`` line calls :func:`_startup_from_pth`. After installing the finder, it removes
 ``lm_eval_longctx`` and this module from ``sys.modules``. Only the private alias
@@ -69,6 +72,7 @@ __all__ = ["DISABLE_ENV", "hook_disabled", "install", "task_configs_dir"]
 
 DISABLE_ENV = "LM_EVAL_LONGCTX_DISABLE_HOOK"
 _TARGET = "lm_eval.tasks.manager"
+_EVALUATOR = "lm_eval.evaluator"  # simple_evaluate: the evaluated model and the chat options (wrap_simple_evaluate)
 _CLI_UTILS = "lm_eval._cli.utils"  # lm-eval's command-line flag parsing, imported before the task manager
 # Marker attribute set on our finder and on the patched __init__. It is looked up by name and not
 # by class identity, so the checks still work after this module has been reloaded.
@@ -226,13 +230,93 @@ def _remove_finders() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, _MARK, False)]
 
 
+def _remove_finders_when_done() -> None:
+    """One shot: nothing left on the import path once the task manager and the evaluator are both loaded (the CLI
+    loads the manager first, the Python API the evaluator, which loads the manager while it runs)."""
+    if _TARGET in sys.modules and _EVALUATOR in sys.modules:
+        _remove_finders()
+
+
 def _on_manager_loaded(module) -> None:
-    _remove_finders()  # one shot: nothing left on the import path once lm-eval is patched
+    _remove_finders_when_done()
     try:
         _patch_task_manager(module)
         watch_model_creation()
     except Exception as err:
         _log().warning("lm_eval_longctx: could not patch lm_eval TaskManager (%s)", err)
+
+
+def _on_evaluator_loaded(module) -> None:
+    _remove_finders_when_done()
+    try:
+        wrap_simple_evaluate(module)
+        watch_model_creation()
+    except Exception as err:
+        _log().warning("lm_eval_longctx: could not patch lm_eval.evaluator.simple_evaluate (%s)", err)
+
+
+# The lm_eval.simple_evaluate calls in progress, innermost last, kept on lm-eval's LM class (every copy of this
+# module sees the same list): each a dict of what the call was given, "model" (a registry name or an LM object),
+# "apply_chat_template", "system_instruction", "gen_kwargs", "limit" and "samples", and "lm", the LM it evaluates
+# once known (the object passed in, or the one create_from_arg_string/obj built). The tasks read it when they are
+# built (harness.glue.evaluated_model, prompt_options, ...): lm-eval hands a task none of these.
+EVALUATIONS_ATTR = "_lm_eval_longctx_evaluations"
+# the simple_evaluate parameters recorded (lm-eval 0.4.13's names)
+RECORDED_ARGUMENTS = ("model", "apply_chat_template", "system_instruction", "gen_kwargs", "limit", "samples")
+
+
+def _evaluations(lm_class) -> list:
+    runs = getattr(lm_class, EVALUATIONS_ATTR, None)
+    if runs is None:
+        runs = []
+        setattr(lm_class, EVALUATIONS_ATTR, runs)
+    return runs
+
+
+def wrap_simple_evaluate(evaluator_module) -> bool:
+    """Wrap ``evaluator_module.simple_evaluate`` to record each call's model and prompt options while it runs
+    (idempotent). Return False when this lm-eval's simple_evaluate lacks a parameter recorded."""
+    original = getattr(evaluator_module, "simple_evaluate", None)
+    if original is None:
+        return False
+    if getattr(original, _MARK, False):
+        return True
+    import functools
+    import inspect
+
+    from lm_eval.api.model import LM
+
+    signature = inspect.signature(original)
+    if not set(RECORDED_ARGUMENTS) <= set(signature.parameters):
+        _log().warning(
+            "lm_eval_longctx: lm_eval.simple_evaluate has no parameter %s; the tasks will not know the evaluated "
+            "model before its requests are served",
+            sorted(set(RECORDED_ARGUMENTS) - set(signature.parameters)),
+        )
+        return False
+
+    @functools.wraps(original)
+    def simple_evaluate(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)  # its own error
+        bound.apply_defaults()
+        run = {name: bound.arguments.get(name) for name in RECORDED_ARGUMENTS}
+        run["lm"] = run["model"] if isinstance(run["model"], LM) else None
+        runs = _evaluations(LM)
+        runs.append(run)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            for k in range(len(runs) - 1, -1, -1):
+                if runs[k] is run:
+                    del runs[k]
+                    break
+
+    setattr(simple_evaluate, _MARK, True)
+    evaluator_module.simple_evaluate = simple_evaluate
+    return True
 
 
 # lm-eval builds the model before it loads the tasks; these attributes of its LM class say which
@@ -265,7 +349,11 @@ def watch_model_creation() -> None:
         def create(cls, arg, additional_config=None, _original=original):
             keys = simple_parse_args_string(arg) if isinstance(arg, str) else dict(arg or {})
             setattr(LM, MODEL_ARGS_ATTR, frozenset(keys))
-            return _original(cls, arg, additional_config)
+            lm = _original(cls, arg, additional_config)
+            runs = getattr(LM, EVALUATIONS_ATTR, None)
+            if runs and runs[-1].get("lm") is None:  # the model the running simple_evaluate builds
+                runs[-1]["lm"] = lm
+            return lm
 
         setattr(LM, name, classmethod(create))
 
@@ -310,7 +398,7 @@ def _patch_json_flags(utils_module) -> None:
     action.__call__ = __call__
 
 
-_ON_LOADED = {_TARGET: _on_manager_loaded, _CLI_UTILS: _on_cli_utils_loaded}
+_ON_LOADED = {_TARGET: _on_manager_loaded, _EVALUATOR: _on_evaluator_loaded, _CLI_UTILS: _on_cli_utils_loaded}
 
 
 class _PatchingLoader:
@@ -337,8 +425,8 @@ class _PatchingLoader:
 
 
 class _ManagerImportHook:
-    """``sys.meta_path`` finder that reacts only to ``lm_eval.tasks.manager`` (and, before it, to the module of
-    lm-eval's command-line flag parsing)."""
+    """``sys.meta_path`` finder that reacts only to ``lm_eval.tasks.manager``, ``lm_eval.evaluator`` and the module
+    of lm-eval's command-line flag parsing."""
 
     _lm_eval_longctx_hook = True  # == _MARK
 
@@ -371,12 +459,16 @@ def install() -> bool:
     utils = sys.modules.get(_CLI_UTILS)
     if utils is not None:
         _on_cli_utils_loaded(utils)
+    # lm-eval was imported before us (e.g. this module was imported by hand): patch what is there now
+    evaluator = sys.modules.get(_EVALUATOR)
+    if evaluator is not None:
+        _on_evaluator_loaded(evaluator)
     module = sys.modules.get(_TARGET)
     if module is not None:
-        # lm-eval was imported before us (e.g. this module was imported by hand): patch now.
         _on_manager_loaded(module)
-        return True
-    if not any(getattr(f, _MARK, False) for f in sys.meta_path):
+    if not (_TARGET in sys.modules and _EVALUATOR in sys.modules) and not any(
+        getattr(f, _MARK, False) for f in sys.meta_path
+    ):
         sys.meta_path.insert(0, _ManagerImportHook())
     return True
 

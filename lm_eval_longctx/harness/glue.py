@@ -13,7 +13,11 @@
   and reports "N/A" for token-weighted ones; ``install()`` wraps the stderr lookup so aggregations
   flagged ``_longctx_bootstrap`` get a bootstrap estimate.
 * The evaluated model as an object (``evaluated_model``): a task takes its tokenizer and maximum length from the
-  model ``simple_evaluate`` evaluates, whether built from ``--model_args`` or passed in (the Python API).
+  model ``simple_evaluate`` evaluates, whether built from ``--model_args`` or passed in (the Python API), and the
+  chat options it was given; the start-up hook's wrapper of ``simple_evaluate`` records them (``discovery.py``).
+* Backends and models the engine cannot serve faithfully are refused before any work: an HFLM subclass that
+  overrides HFLM's scoring (``check_backend``), a tokenizer with more ids than the model's embedding has rows
+  (``check_vocabulary``).
 
 Requests carry ``args = (text, spec)``: ``text`` is a str (the harness hashes ``args[0]`` for
 ``--log_samples``) and ``spec`` is a small JSON-able dict, so cache keys are stable.
@@ -30,9 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import errors, settings
+from ..data import documents
 from ..engine import scoring
 from ..keytokens import cache, evaluator, text_scoring
 from ..metrics import per_token
+from ..records import StaleStateError
 
 log = logging.getLogger("lm_eval_longctx")
 # A child of lm-eval's logger: its INFO lines show where lm-eval's own ("Cached requests: ...") show, at its
@@ -80,14 +86,16 @@ class RequestKind:
     # tokens the model read for a result (None: nothing to check), so the length check holds on
     # --use_cache hits too
     n_tokens: Callable[[object], int | None] = lambda result: None
+    # whether serving runs the model (False: the tokenizer only, e.g. counting a prompt's tokens)
+    uses_model: bool = True
 
 
 REQUEST_KINDS: dict[str, RequestKind] = {}
 
 
-def register_request_kind(name: str, serve, from_state, n_tokens=None) -> None:
+def register_request_kind(name: str, serve, from_state, n_tokens=None, uses_model: bool = True) -> None:
     """Add (or replace, on re-import) a request kind served by ``longctx_scores``."""
-    REQUEST_KINDS[name] = RequestKind(serve, from_state, n_tokens or (lambda result: None))
+    REQUEST_KINDS[name] = RequestKind(serve, from_state, n_tokens or (lambda result: None), uses_model)
 
 
 def _spec_key(text: str, spec: dict, model_identity: dict) -> str:
@@ -237,8 +245,9 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
             raise ValueError(f"unknown {REQUEST_TYPE} kind {kind!r}; known: {sorted(REQUEST_KINDS)}")
         if db is not None:
             keys[i] = _spec_key(text, spec, identity)
-            if keys[i] in db:
-                out[i] = REQUEST_KINDS[kind].from_state(db[keys[i]])
+            cached = _from_cache(db, keys[i], REQUEST_KINDS[kind])
+            if cached is not None:
+                out[i] = cached
                 n = REQUEST_KINDS[kind].n_tokens(out[i])
                 if n is not None:  # the same length check as an uncached request
                     try:
@@ -247,12 +256,18 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
                         raise task_error(str(getattr(req, "task_name", "")), err, python_api) from err
                 continue
         pending.setdefault((str(getattr(req, "task_name", "")), kind), []).append(i)
+    tokenizer = tokenizer_identity_of(self)
+    for req in requests:  # what tokenized this task's texts, for its results record
+        SERVED_TOKENIZER[str(getattr(req, "task_name", ""))] = tokenizer
     if db is not None:  # the line lm-eval's CachingLM logs for its own request types
         remaining = sum(map(len, pending.values()))
         harness_log.info(
             "%s: Cached requests: %d, Requests remaining: %d", REQUEST_TYPE, len(requests) - remaining, remaining
         )
-    # a model the engine cannot score exactly is refused here, before any request is scored
+    # a backend or model the engine cannot serve faithfully is refused here, before any request is scored
+    if any(REQUEST_KINDS[kind].uses_model for _, kind in pending):
+        check_backend(type(self), python_api)
+    check_vocabulary(self)
     for long_pass in sorted(
         {str(requests[i].args[1].get("long_pass", "auto")) for idx in pending.values() for i in idx}
     ):
@@ -300,7 +315,9 @@ def note_scoring(task_name: str, summary: dict) -> None:
 
 
 def forget_scoring(task_name: str) -> None:
+    """A new run of the task: nothing of it scored yet."""
     SCORING_BY_TASK.pop(task_name, None)
+    SERVED_TOKENIZER.pop(task_name, None)
 
 
 def scoring_of(task_name: str) -> dict | None:
@@ -361,14 +378,6 @@ def perplexity_or_note(note: str):
     fn = functools.partial(per_token.token_weighted_perplexity_or, note)
     fn._longctx_bootstrap = True
     return fn
-
-
-def add_aggregation(name: str, fn, bootstrap: bool = True) -> None:
-    """Make ``fn(items) -> float`` available as aggregation ``name`` (bootstrap stderr if flagged).
-
-    ``fn`` must be a module-level function so that it pickles."""
-    fn._longctx_bootstrap = bootstrap
-    AGGREGATIONS.setdefault(name, fn)
 
 
 def _register_aggregations() -> None:
@@ -498,7 +507,9 @@ def install() -> None:
 def _install_model_creation_hooks(HFLM) -> None:
     import inspect
 
-    from .discovery import watch_model_creation
+    import lm_eval.evaluator
+
+    from .discovery import watch_model_creation, wrap_simple_evaluate
 
     hf_keys = [
         k
@@ -507,6 +518,8 @@ def _install_model_creation_hooks(HFLM) -> None:
     ]
     settings.add_external_keys("hf model_args", hf_keys + ["model"])
     watch_model_creation()
+    # the start-up hook wraps it when lm-eval is imported; with the hook off, the later calls of this process
+    wrap_simple_evaluate(lm_eval.evaluator)
 
 
 # Set on the evaluated LM when a task is built: True when it was passed to simple_evaluate as an object (the Python
@@ -545,54 +558,77 @@ class EvaluatedModel:
         return "from --model_args max_length or the model's config; raise --model_args max_length=N if it supports more"
 
 
-def evaluated_model() -> EvaluatedModel | None:
-    """The model of the running ``lm_eval.simple_evaluate`` call, or None outside one (tasks built by hand, or for
-    ``lm_eval.evaluator.evaluate``). lm-eval hands a task no model: simple_evaluate builds the model from
-    --model_args, or takes the object passed in, before it builds the tasks, and keeps it in its local ``lm``
-    (lm-eval 0.4.13; a CachingLM under --use_cache), which is read from that call's frame."""
+def _evaluation_in_progress() -> dict | None:
+    """The innermost ``lm_eval.simple_evaluate`` call in progress, as the start-up hook records it
+    (``discovery.wrap_simple_evaluate``): what was passed as ``model``, the LM it evaluates once known
+    (``lm``), ``apply_chat_template``, ``system_instruction`` and ``gen_kwargs``; None outside one."""
+    from lm_eval.api.model import LM
 
+    from .discovery import EVALUATIONS_ATTR
+
+    runs = getattr(LM, EVALUATIONS_ATTR, None)
+    return runs[-1] if runs else None
+
+
+def evaluated_model() -> EvaluatedModel | None:
+    """The model of the running ``lm_eval.simple_evaluate`` call, or None outside one (tasks built by hand, for
+    ``lm_eval.evaluator.evaluate``, or with the start-up hook off). lm-eval hands a task no model: simple_evaluate
+    builds the model from --model_args, or takes the object passed in, before it builds the tasks; the start-up hook
+    records which (``_evaluation_in_progress``)."""
     from lm_eval.api.model import LM, CachingLM
 
-    frame = _simple_evaluate_frame()
-    if frame is None:
-        return None
-    lm = frame.f_locals.get("lm")
+    run = _evaluation_in_progress()
+    lm = run.get("lm") if run is not None else None
     lm = lm.lm if isinstance(lm, CachingLM) else lm
     if not isinstance(lm, LM):
         return None
-    return EvaluatedModel(lm, python_api=not isinstance(frame.f_locals.get("model"), str))
-
-
-def _simple_evaluate_frame():
-    """The frame of the running ``lm_eval.simple_evaluate`` call (lm-eval 0.4.13), or None."""
-    import sys
-    import types
-
-    import lm_eval.evaluator
-
-    home = os.path.realpath(lm_eval.evaluator.__file__)
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "simple_evaluate" and os.path.realpath(code.co_filename) == home:
-            return frame
-        frame = frame.f_back
-    return None
+    return EvaluatedModel(lm, python_api=not isinstance(run.get("model"), str))
 
 
 def prompt_options() -> tuple[bool, str | None] | None:
     """``(apply_chat_template, system_instruction)`` of the running ``simple_evaluate`` call, or None outside one.
     Read when a task is built, because simple_evaluate looks the chat template up (and fails on a model without
     one) after it has built the tasks but before it hands them these options."""
-    frame = _simple_evaluate_frame()
-    if frame is None:
+    run = _evaluation_in_progress()
+    if run is None:
         return None
-    return bool(frame.f_locals.get("apply_chat_template")), frame.f_locals.get("system_instruction")
+    return bool(run.get("apply_chat_template")), run.get("system_instruction")
 
 
-def note_evaluated_model(task_name: str) -> EvaluatedModel | None:
-    """When a task is built: refuse a backend that cannot serve our requests, accept the model_args keys that lm-eval
-    merged into the metadata (the model is built before the tasks), and return the evaluated model when it is known."""
+def documents_evaluated(n_docs: int, task_name: str | None = None) -> list[int]:
+    """The indices of the ``n_docs`` documents of a task that the running ``simple_evaluate`` call evaluates: the
+    first ``limit`` (a count, or a fraction below 1, as lm-eval reads it), the ``samples`` listed for the task, or all
+    of them (also outside a call)."""
+    import math
+
+    run = _evaluation_in_progress()
+    samples = run.get("samples") if run is not None else None
+    if isinstance(samples, dict) and task_name in samples:
+        return sorted({int(i) for i in samples[task_name] if 0 <= int(i) < n_docs})
+    limit = run.get("limit") if run is not None else None
+    if limit is None:
+        return list(range(n_docs))
+    count = int(math.ceil(n_docs * float(limit))) if float(limit) < 1.0 else int(limit)
+    return list(range(min(count, n_docs)))
+
+
+def generation_options() -> dict | None:
+    """The ``gen_kwargs`` of the running ``simple_evaluate`` call (--gen_kwargs) as a dict, or None (none given, or
+    outside one): simple_evaluate applies them to the generating tasks after it has built them."""
+    from lm_eval.utils import simple_parse_args_string
+
+    run = _evaluation_in_progress()
+    given = run.get("gen_kwargs") if run is not None else None
+    if isinstance(given, str):
+        given = simple_parse_args_string(given)
+    return dict(given) if given else None
+
+
+def note_evaluated_model(task_name: str, scores_per_token: bool = True) -> EvaluatedModel | None:
+    """When a task is built: refuse a backend that cannot serve our requests (``scores_per_token``: the task's
+    requests run the model, so a backend whose scoring the engine would bypass is refused too) or a model whose
+    embedding is smaller than its tokenizer, accept the model_args keys that lm-eval merged into the metadata (the
+    model is built before the tasks), and return the evaluated model when it is known."""
     from lm_eval.api.model import LM
     from lm_eval.models.huggingface import HFLM
 
@@ -601,19 +637,115 @@ def note_evaluated_model(task_name: str) -> EvaluatedModel | None:
     settings.add_external_keys("model_args of the evaluated model", getattr(LM, MODEL_ARGS_ATTR, ()))
     model = evaluated_model()
     cls = type(model.lm) if model is not None else getattr(LM, LAST_MODEL_ATTR, None)
+    python_api = model is not None and model.python_api
     if cls is not None and not issubclass(cls, HFLM):
         way_out = (
             "Pass an lm_eval.models.huggingface.HFLM (or a subclass) to simple_evaluate"
-            if model is not None and model.python_api
+            if python_api
             else f"Use --model {' / '.join(SUPPORTED_MODELS)}"
         )
         raise UnsupportedModelError(
             f"{task_name} needs per-token scores ({REQUEST_TYPE} requests), which the {cls.__name__} backend does "
             f"not provide. {way_out} (Hugging Face transformers models; under `accelerate launch` for several GPUs)."
         )
+    if cls is not None and scores_per_token:
+        check_backend(cls, python_api, task_name)
     if model is not None:
         setattr(model.lm, PYTHON_API_ATTR, model.python_api)
+        check_vocabulary(model.lm, task_name)
     return model
+
+
+# ------------------------------------------------------------------ backends and models the engine cannot serve
+#
+# The engine scores with the transformers model an HFLM holds (``lm.model``), never through HFLM's own scoring
+# methods: a subclass that changes scores by overriding one of them would get plain hf's numbers.
+
+SCORING_METHODS = ("_model_call", "_loglikelihood_tokens", "loglikelihood", "loglikelihood_rolling")
+
+
+class UnfaithfulBackendError(UnsupportedModelError):
+    """An HFLM subclass whose scoring the engine would bypass."""
+
+
+class VocabularyMismatchError(ValueError):
+    """A tokenizer with more token ids than the model's input embedding has rows."""
+
+
+def check_backend(cls, python_api: bool = False, task_name: str = "") -> None:
+    """Refuse an HFLM subclass that overrides a scoring method of HFLM (``SCORING_METHODS``): the engine calls none
+    of them, so the override would silently change nothing."""
+    from lm_eval.models.huggingface import HFLM
+
+    if not (isinstance(cls, type) and issubclass(cls, HFLM)):
+        return
+    overridden = [name for name in SCORING_METHODS if getattr(cls, name, None) is not getattr(HFLM, name, None)]
+    if not overridden:
+        return
+    owner = next(c for c in cls.__mro__ if overridden[0] in vars(c))
+    way_out = "pass a plain HFLM to simple_evaluate" if python_api else "use --model hf"
+    raise UnfaithfulBackendError(
+        f"{task_name + ': ' if task_name else ''}the {cls.__name__} backend overrides HFLM."
+        f"{', HFLM.'.join(overridden)} ({owner.__module__}.{owner.__name__}), which this suite never calls: its "
+        f"per-token passes run the transformers model itself, so the scores would be plain hf's, not "
+        f"{cls.__name__}'s. Ways out: {way_out}, or make the change in the transformers model (its forward, or "
+        "forward hooks) so that every pass sees it."
+    )
+
+
+def check_vocabulary(lm, task_name: str = "") -> None:
+    """Refuse a model whose input embedding has fewer rows than its tokenizer has token ids (a token id past the
+    last row would stop the run deep inside the model), before any model runs."""
+    model = getattr(lm, "model", None)
+    tokenizer = getattr(lm, "tokenizer", None)
+    get_embeddings = getattr(model, "get_input_embeddings", None)
+    if tokenizer is None or not callable(get_embeddings):
+        return
+    try:
+        embedding = get_embeddings()
+        n_ids = len(tokenizer)
+    except (AttributeError, NotImplementedError, TypeError):
+        return
+    rows = getattr(embedding, "num_embeddings", None)
+    if rows is None and getattr(embedding, "weight", None) is not None:
+        rows = int(embedding.weight.shape[0])
+    if rows is None or n_ids <= rows:
+        return
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    raise VocabularyMismatchError(
+        f"{task_name + ': ' if task_name else ''}the tokenizer {name} has {n_ids} token ids, but the model's input "
+        f"embedding has {rows} rows: ids {rows}..{n_ids - 1} would index past it. Ways out: the model's own "
+        "tokenizer (--model_args tokenizer=PATH), or a model whose embedding matches its tokenizer "
+        "(model.resize_token_embeddings(len(tokenizer)), then save it)."
+    )
+
+
+# ------------------------------------------------------------------ the tokenizer that served each task
+
+SERVED_TOKENIZER: dict[str, dict] = {}
+
+
+def tokenizer_identity_of(lm) -> dict | None:
+    """The identity of an LM's tokenizer (``documents.tokenizer_identity``), or None when it has none."""
+    tokenizer = getattr(lm, "tokenizer", None)
+    return None if tokenizer is None else documents.tokenizer_identity(tokenizer)
+
+
+def tokenizer_of(task_name: str) -> dict | None:
+    """The identity of the tokenizer that served ``task_name``'s requests in this process, or None."""
+    return SERVED_TOKENIZER.get(task_name)
+
+
+def _from_cache(db, key: str, kind: RequestKind):
+    """The result stored under ``key`` in the --use_cache database, or None: not there, or stored in another
+    version's layout (``records.StaleStateError``: a miss, scored again and its entry rewritten)."""
+    if key not in db:
+        return None
+    try:
+        return kind.from_state(db[key])
+    except StaleStateError as err:
+        harness_log.info("%s: a cached result in another layout is scored again (%s)", REQUEST_TYPE, err)
+        return None
 
 
 def build_requests_without_request_cache(task, super_build, **kwargs):
@@ -672,6 +804,24 @@ def _saved_results_file(tracker):
     return path / str(tracker.general_config_tracker.model_name_sanitized) / f"results_{tracker.date_id}.json"
 
 
+def _whole_results_file(path) -> bool:
+    """Whether ``path`` holds a whole results JSON (an object), not the start of one."""
+    try:
+        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def _complete_lines(path) -> int:
+    """The newline-terminated lines of a samples file (a write cut short leaves a last line without one)."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n if last == b"\n" else -1
+
+
 def _install_results_saved_hook() -> None:
     import functools
 
@@ -688,13 +838,14 @@ def _install_results_saved_hook() -> None:
         if not self.output_path:
             return out
         path = _saved_results_file(self) if getattr(self, "date_id", None) not in (None, before) else None
-        if path is None or not path.is_file():
-            # lm-eval logs a warning and exits 0; a CI job would then gate on a file that is not there
+        if path is None or not path.is_file() or not _whole_results_file(path):
+            # lm-eval logs a warning and exits 0; a CI job would then gate on a file that is not there (or is cut
+            # short: a full file system leaves the start of it)
             raise ResultsNotSavedError(
                 f"--output_path {self.output_path}: the results file could not be written"
-                + (f" ({path})" if path is not None else "")
+                + (f" ({path}{', cut short' if path.is_file() else ''})" if path is not None else "")
                 + " (see lm-eval's warning above: a read-only or full file system, or a file where a folder is "
-                "needed?). Pass an --output_path that can be written."
+                "needed?). Free space or pass an --output_path that can be written."
             )
         if path.exists():
             for name, callback in list(RESULTS_SAVED_CALLBACKS.items()):
@@ -711,14 +862,17 @@ def _install_results_saved_hook() -> None:
 
     @functools.wraps(original_samples)
     def save_results_samples(self, task_name, samples, *args, **kwargs):
-        out = original_samples(self, task_name, samples, *args, **kwargs)
-        if self.output_path and samples:
+        path = None
+        if self.output_path and samples and getattr(self, "date_id", None):
             path = _saved_results_file(self).with_name(f"samples_{task_name}_{self.date_id}.jsonl")
-            if not path.is_file():
-                raise ResultsNotSavedError(
-                    f"--output_path {self.output_path}: the samples of {task_name} could not be written ({path}; "
-                    "see lm-eval's warning above). Pass an --output_path that can be written."
-                )
+        lines_before = _complete_lines(path) if path is not None and path.is_file() else 0
+        out = original_samples(self, task_name, samples, *args, **kwargs)
+        if path is not None and (not path.is_file() or _complete_lines(path) != lines_before + len(samples)):
+            raise ResultsNotSavedError(
+                f"--output_path {self.output_path}: the samples of {task_name} could not be written "
+                f"({path}{', cut short' if path.is_file() else ''}; see lm-eval's warning above: a read-only or full "
+                "file system?). Free space or pass an --output_path that can be written."
+            )
         return out
 
     save_results_samples._longctx_wrapped = True

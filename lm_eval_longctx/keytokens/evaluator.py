@@ -58,10 +58,8 @@ class EvaluatorJudgement:
                 "LongPPL-soft needs the evaluator's per-token LSD; key spans read from "
                 "files do not carry it (use an evaluator model or 'self')"
             )
-        w_eval = np.where(np.isnan(self.lsd), 1.0, np.minimum(np.exp(np.nan_to_num(self.lsd, nan=0.0)), gamma))
-        starts = self.offsets[:, 0]
-        last_char = np.maximum(eval_offsets[1:, 1] - 1, eval_offsets[1:, 0])
-        j = np.clip(np.searchsorted(starts, last_char, side="right") - 1, 0, len(starts) - 1)
+        w_eval = per_token.soft_weights_from_lsd(self.lsd, gamma)
+        j = spans_to_tokens.token_holding_last_character(self.offsets, np.asarray(eval_offsets)[1:])
         # target j - 1 is the prediction of evaluator token j; token 0 (BOS) has none
         return np.where(j >= 1, w_eval[np.clip(j - 1, 0, None)], 1.0)
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import errors
+from .. import errors, output_dirs
 from .spans_to_tokens import KeySpanFormatError, Span
 
 log = logging.getLogger("lm_eval_longctx")
@@ -50,12 +50,33 @@ def format_span_text(spans: Sequence[Span]) -> str:
     return ";".join(f"[{int(s)}, {int(e)}]" for s, e in spans)
 
 
+# what a span file may weigh before it is read: a span per character at most, "[start, end];" with 18-digit numbers
+# and some spacing each; without a text to measure against, a bound far above any document's spans
+SPAN_BYTES_PER_CHARACTER = 64
+UNBOUNDED_SPAN_FILE_BYTES = 256 * 2**20
+MANIFEST_MAX_BYTES = 64 * 2**20
+
+
+def span_file_limit(text_length: int | None) -> int:
+    if text_length is None:
+        return UNBOUNDED_SPAN_FILE_BYTES
+    return SPAN_BYTES_PER_CHARACTER * (text_length + 1) + 4096
+
+
 def read_span_file(path: str | Path, text_length: int | None = None) -> list[Span]:
     """Spans of one file, parsed as data and checked: UTF-8, well formed, sorted by start, and (with
     ``text_length``) inside [0, text_length]. Any violation is an error naming the file."""
     path = Path(path)
     if not path.is_file():
+        if path.exists():  # a FIFO (reading it would wait), a device or a folder
+            raise KeySpanFormatError(f"{path}: not a regular file; a span folder holds slice_{{i}}.txt files only")
         raise FileNotFoundError(f"key-span file not found: {path}")
+    size, limit = path.stat().st_size, span_file_limit(text_length)
+    if size > limit:
+        raise KeySpanFormatError(
+            f"{path}: {size} bytes, more than the {limit} that spans of a {text_length}-character document can take; "
+            "not a span file of this document (not read)"
+        )
     try:
         content = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
@@ -91,6 +112,15 @@ def write_span_file(path: str | Path, spans: Sequence[Span]) -> None:
 
 MANIFEST = "key_spans.json"
 MANIFEST_FORMAT = "lm_eval_longctx/key-spans/1"
+_SLICE_NAME = re.compile(r"slice_[0-9]+\.txt")
+
+
+def is_span_folder_file(path: Path) -> bool:
+    """A file that ``lm-eval-longctx precompute-spans`` writes into a span folder: a slice file, the manifest, or
+    the marker of a folder this package created; anything else in the folder is someone else's."""
+    name = path.name
+    known = _SLICE_NAME.fullmatch(name) or name in (MANIFEST, output_dirs.MARKER)
+    return bool(known) and path.is_file() and not path.is_symlink()
 
 
 @dataclass
@@ -110,7 +140,11 @@ def file_sha256(path: str | Path) -> str:
 def read_manifest(directory: Path) -> dict | None:
     path = directory / MANIFEST
     if not path.is_file():
+        if path.exists():  # a FIFO, a device or a folder: never opened
+            raise KeySpanFormatError(f"{path}: not a regular file; expected the {MANIFEST} precompute-spans writes")
         return None
+    if path.stat().st_size > MANIFEST_MAX_BYTES:
+        raise KeySpanFormatError(f"{path}: more than {MANIFEST_MAX_BYTES} bytes; not a key-span manifest (not read)")
     try:
         manifest = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:

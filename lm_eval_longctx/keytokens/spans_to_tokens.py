@@ -69,6 +69,16 @@ def tokens_inside_spans(offsets: np.ndarray, spans: Sequence[Span]) -> np.ndarra
     return np.flatnonzero(inside)
 
 
+def token_holding_last_character(holder_offsets: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """For each token of one tokenization (``offsets`` [n, 2]), the index of the token of another tokenization of
+    the same text (``holder_offsets`` [m, 2], sorted by start) that holds its last character: how LongPPL-soft maps
+    the evaluator's weights, and the per-token export its LSD, onto the evaluated model's tokens."""
+    starts = np.asarray(holder_offsets, dtype=np.int64).reshape(-1, 2)[:, 0]
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    last_char = np.maximum(offsets[:, 1] - 1, offsets[:, 0])
+    return np.clip(np.searchsorted(starts, last_char, side="right") - 1, 0, max(len(starts) - 1, 0))
+
+
 def key_target_indices(offsets: np.ndarray, spans: Sequence[Span]) -> np.ndarray:
     """Key tokens of the evaluated model as indices into its per-target arrays (token i -> i - 1).
 

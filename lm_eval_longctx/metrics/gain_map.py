@@ -1,7 +1,6 @@
-"""The retrieval-gain map: per-cell gains, effective context lengths, and the heatmap.
+"""The retrieval-gain map: per-cell gains, effective context lengths and the metric names.
 
-Pure numpy (matplotlib for the pictures, imported only when one is drawn, object-oriented API on
-an Agg canvas); no torch, no lm-eval: a results JSON is plain data.
+Pure numpy; no torch, no lm-eval (the heatmap is drawn by ``report/pictures/``).
 
 Metric names sort as strings in ladder order: ``gain@L01024_d50`` (cell: length 1024, depth 50%),
 ``gain@L01024`` (that length's mean over depths); lengths zero-padded to one width, depths too.
@@ -19,10 +18,40 @@ log = logging.getLogger("lm_eval_longctx")
 
 
 def cell_metric(length: int, depth: int, width: int = 5, depth_width: int = 2) -> str:
+    """The metric name of one cell of the retrieval-gain map (context length, depth), zero-padded to sort.
+
+    Args:
+        length: the cell's context length (tokens).
+        depth: the cell's depth (percent).
+        width: the digits a length is zero-padded to (the ladder's widest).
+        depth_width: the digits a depth is zero-padded to.
+
+    Returns:
+        ``gain@L<length>_d<depth>``.
+
+    Example:
+        >>> from lm_eval_longctx.metrics.gain_map import cell_metric
+        >>> cell_metric(1024, 50), cell_metric(131072, 5, width=6)
+        ('gain@L01024_d50', 'gain@L131072_d05')
+    """
     return f"gain@L{int(length):0{width}d}_d{int(depth):0{depth_width}d}"
 
 
 def length_metric(length: int, width: int = 5) -> str:
+    """The metric name of one context length of the retrieval-gain map (its mean over depths), zero-padded.
+
+    Args:
+        length: the context length (tokens).
+        width: the digits a length is zero-padded to (the ladder's widest).
+
+    Returns:
+        ``gain@L<length>``, which sorts before that length's cells.
+
+    Example:
+        >>> from lm_eval_longctx.metrics.gain_map import length_metric
+        >>> length_metric(1024)
+        'gain@L01024'
+    """
     return f"gain@L{int(length):0{width}d}"
 
 
@@ -30,8 +59,28 @@ def length_metric(length: int, width: int = 5) -> str:
 
 
 def cell_gains(with_logprob, without_logprob) -> np.ndarray:
-    """Per cell, the mean over its anchors of (nll_without - nll_with), nll = mean over the answer
-    tokens of -log p. Inputs [lengths, depths, anchors, answer_tokens]; returns float64 [lengths, depths]."""
+    """The retrieval gain of each cell of the map: the mean over its anchors of nll_without - nll_with.
+
+    nll = the mean over the answer tokens of -log p (docs/tasks/retrieval_gain_map.md).
+
+    Args:
+        with_logprob: the answer tokens' log-probs with the context, float [lengths, depths, anchors, answer_tokens].
+        without_logprob: the same tokens' log-probs without it, the same shape.
+
+    Returns:
+        float64 [lengths, depths]: each cell's gain (nats).
+
+    Raises:
+        ValueError: the arrays differ in shape, are not 4-D, have no answer token, or hold a non-finite value.
+
+    Example:
+        >>> import numpy as np
+        >>> from lm_eval_longctx.metrics.gain_map import cell_gains
+        >>> with_context = np.array([-0.5, -1.5, -2.0, -2.0]).reshape(1, 2, 1, 2)  # 1 length, 2 depths
+        >>> without_context = np.array([-3.0, -1.0, -2.5, -1.5]).reshape(1, 2, 1, 2)
+        >>> cell_gains(with_context, without_context)
+        array([[1., 0.]])
+    """
     w = np.asarray(with_logprob, dtype=np.float64)
     wo = np.asarray(without_logprob, dtype=np.float64)
     if w.shape != wo.shape or w.ndim != 4 or w.shape[-1] == 0:
@@ -51,15 +100,40 @@ def effective_length(
     rule: str = "contiguous",
     base_minimum: float = 0.0,
 ) -> int:
-    """The effective context length of a mean-gain-per-length curve (lengths ascending; 0: none).
+    """The effective context length of a mean-gain-per-length curve; the relative rule follows NoLiMa's.
 
-    Relative (``fraction``): L passes when gain(L) > fraction * gain(L_min), L_min the shortest
-    length. A curve whose shortest-length gain is not above ``base_minimum`` (at least 0) uses no
-    context to begin with, so its length is 0: a fraction of a gain that is noise around 0 would
-    make any length "effective".
+    Relative (``fraction``, as NoLiMa, Modarressi et al., ICML 2025): L passes when gain(L) > fraction *
+    gain(L_min), L_min the shortest length. A curve whose shortest-length gain is not above ``base_minimum``
+    (at least 0) uses no context to begin with, so its length is 0: a fraction of a gain that is noise around 0
+    would make any length "effective".
     Absolute (``threshold``): L passes when gain(L) > threshold. ``rule``: ``contiguous`` (every
     shorter length passes too: the gain *stays* above) or ``largest`` (see metrics.memory_length).
-    Strict comparisons: a tie does not pass (metrics.TIE_TOLERANCE).
+    Strict comparisons: a tie does not pass (metrics.TIE_TOLERANCE); a NaN gain never passes.
+
+    Args:
+        lengths: the context lengths, int [lengths], strictly increasing.
+        mean_gain: the mean gain at each length, float [lengths].
+        fraction: the relative rule's share of the shortest length's gain (give this or ``threshold``).
+        threshold: the absolute rule's gain in nats (give this or ``fraction``).
+        rule: ``"contiguous"`` or ``"largest"``.
+        base_minimum: the gain the shortest length must exceed for the relative rule to apply.
+
+    Returns:
+        The effective length; 0 when no length passes (or there is none).
+
+    Raises:
+        ValueError: not exactly one of ``fraction`` and ``threshold`` is given, the lengths and gains differ in
+            shape, the lengths are not strictly increasing, or the rule is unknown.
+
+    Example:
+        >>> from lm_eval_longctx.metrics.gain_map import effective_length
+        >>> lengths, gain = [1024, 2048, 4096, 8192], [2.0, 1.5, 0.75, 1.25]
+        >>> effective_length(lengths, gain, fraction=0.5), effective_length(lengths, gain, fraction=0.5, rule="largest")
+        (2048, 8192)
+        >>> effective_length(lengths, gain, threshold=0.5)
+        8192
+        >>> effective_length(lengths, [0.0, 1.0, 1.0, 1.0], fraction=0.5)  # no gain at the shortest length
+        0
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     gain = np.asarray(mean_gain, dtype=np.float64)
@@ -87,13 +161,49 @@ def _mean_curve(items) -> np.ndarray:
 def effective_length_from_docs(
     items, lengths=(), fraction: float = 0.5, rule: str = "contiguous", base_minimum: float = 0.0
 ) -> float:
-    """Aggregation over per-document gain-per-length tuples: the relative effective length of their mean."""
+    """The relative effective length (``effective_length``) of the documents' mean gain curve: an aggregation.
+
+    Args:
+        items: one gain-per-length tuple per document, each in the order of ``lengths``.
+        lengths: the context lengths, strictly increasing.
+        fraction: the share of the shortest length's mean gain a length must exceed.
+        rule: ``"contiguous"`` or ``"largest"``.
+        base_minimum: the mean gain the shortest length must exceed for any length to count.
+
+    Returns:
+        The effective length, as a float (lm-eval's aggregations return numbers).
+
+    Raises:
+        ValueError: as ``effective_length``.
+
+    Example:
+        >>> from lm_eval_longctx.metrics.gain_map import effective_length_from_docs
+        >>> docs = [(2.0, 1.0, 0.25), (1.0, 1.0, 0.5)]  # mean gains 1.5, 1.0, 0.375
+        >>> effective_length_from_docs(docs, lengths=(1024, 2048, 4096), fraction=0.5)
+        2048.0
+    """
     return float(effective_length(lengths, _mean_curve(items), fraction=fraction, rule=rule, base_minimum=base_minimum))
 
 
 def effective_length_abs_from_docs(items, lengths=(), threshold: float = 0.1, rule: str = "contiguous") -> float:
-    """Aggregation over per-document gain-per-length tuples: the absolute effective length of their mean."""
+    """The absolute effective length (``effective_length``) of the documents' mean gain curve: an aggregation.
+
+    Args:
+        items: one gain-per-length tuple per document, each in the order of ``lengths``.
+        lengths: the context lengths, strictly increasing.
+        threshold: the mean gain (nats) a length must exceed.
+        rule: ``"contiguous"`` or ``"largest"``.
+
+    Returns:
+        The effective length, as a float (lm-eval's aggregations return numbers).
+
+    Raises:
+        ValueError: as ``effective_length``.
+
+    Example:
+        >>> from lm_eval_longctx.metrics.gain_map import effective_length_abs_from_docs
+        >>> docs = [(2.0, 1.0, 0.25), (1.0, 1.0, 0.5)]  # mean gains 1.5, 1.0, 0.375
+        >>> effective_length_abs_from_docs(docs, lengths=(1024, 2048, 4096), threshold=0.5)
+        2048.0
+    """
     return float(effective_length(lengths, _mean_curve(items), threshold=threshold, rule=rule))
-
-
-# ------------------------------------------------------------------ from a results dict

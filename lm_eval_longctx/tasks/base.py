@@ -1,17 +1,32 @@
-"""What every task class of this package shares: settings from metadata, a test split only, and
-(for the tasks that score per token) the plugin's own request type."""
+"""What every task class of this package shares: settings from metadata, a test split only, (for the tasks that
+score per token) the plugin's own request type, and the helpers two tasks use.
+
+Each task class declares what is its own (``LongContextTask``'s class attributes): its metrics' directions, its
+section of the report card, its per-token export's columns and view, the hub resources its settings fetch. A class
+registers itself when it is defined (``TASK_CLASSES``), so no shared module keeps a list of the tasks or names one.
+"""
 
 from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
 
 from lm_eval.api.task import ConfigurableTask
 
 from ..data import documents, export_files
+from ..engine import scoring
 from ..harness import glue
-from ..metrics import directions
-from ..settings import add_external_keys
+from ..settings import BOOLEAN, SettingsError, add_external_keys, integer
 from . import preflight, run_options, token_export
 
 NOTHING_SCORED = "no request scored in this process (results from the --use_cache database, or none yet)"
+# longctx_settings.tokenizer: the evaluated model's tokenizer (documents.tokenizer_identity)
+TOKENIZER_KEY = "tokenizer"
+# configs.<task>.metadata.longctx_report: the task's section of the report card (ReportSection.record)
+REPORT_KEY = "longctx_report"
+# lm-eval's fallback when neither the model_args nor the config give a maximum length (HFLM)
+HFLM_DEFAULT_MAX_LENGTH = 2048
+TOKENIZER_UNSET_MAX_LENGTH = 1000000000000000019884624838656  # transformers' "no limit" marker
 
 # configs.<task>.metadata.request_type: the requests a task sends, which the YAML's output_type cannot say
 REQUEST_TYPE_KEY = "request_type"
@@ -20,6 +35,48 @@ PER_TOKEN_REQUESTS = (
     "type, so it says loglikelihood)"
 )
 add_external_keys("the suite's task YAMLs", [REQUEST_TYPE_KEY])
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """A task's part of the report card, written into its results (``configs.<task>.metadata.longctx_report``): tasks
+    with the same ``section`` make one section of the page; ``headlines`` are (metric, what it means) in table order,
+    ``settings`` the dotted keys of ``longctx_settings`` shown on the card, ``pictures`` the report drawers' names."""
+
+    section: str
+    title: str
+    lead: str
+    order: int
+    headlines: tuple[tuple[str, str], ...] = ()
+    settings: tuple[str, ...] = ()
+    pictures: tuple[str, ...] = ()
+
+    def record(self) -> dict:
+        return {
+            "section": self.section,
+            "title": self.title,
+            "lead": self.lead,
+            "order": self.order,
+            "headlines": [[metric, meaning] for metric, meaning in self.headlines],
+            "settings": list(self.settings),
+            "pictures": list(self.pictures),
+        }
+
+
+# suite name -> task class; each class adds itself when it is defined (LongContextTask.__init_subclass__)
+TASK_CLASSES: dict[str, type[LongContextTask]] = {}
+
+
+def suite_tasks() -> dict[str, type[LongContextTask]]:
+    """Every task class of the suite by its suite name: the modules of this package are imported, and each class
+    registered itself when it was defined."""
+    import importlib
+    import pkgutil
+
+    package = __name__.rsplit(".", 1)[0]
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        importlib.import_module(f"{package}.{info.name}")
+    return dict(TASK_CLASSES)
 
 
 class LongContextTask(ConfigurableTask):
@@ -31,9 +88,41 @@ class LongContextTask(ConfigurableTask):
     """
 
     VERSION = 1
-    # This suite's name of the task: metrics/directions.py declares its metrics' directions under it (the gate reads
-    # them there too), whatever name a YAML gives the task.
+    # This suite's name of the task, whatever name a YAML gives it: the registry's key (TASK_CLASSES).
     SUITE_TASK_NAME = ""
+    # The lm-eval group that runs this task with others of the suite (LongEval's two tasks), or None.
+    GROUP: str | None = None
+    # Every metric's direction, first match wins (fnmatch patterns for names built per length or configuration):
+    # True higher is better, False lower, None informational (counts, diagnostics, notes; never gated). lm-eval
+    # writes them into the results as higher_is_better, where the report tools read them.
+    METRIC_DIRECTIONS: tuple[tuple[str, bool | None], ...] = ()
+    # The task's section of the report card (written into its results: REPORT_KEY).
+    REPORT: ReportSection | None = None
+    # The per-token export (--metadata export_tokens): what each array of a document's file means, and the view
+    # that shows the files ("key_tokens": the viewer's); None: the task has no export.
+    EXPORT_COLUMNS: dict[str, str] | None = None
+    EXPORT_VIEW: str | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.SUITE_TASK_NAME:
+            TASK_CLASSES[cls.SUITE_TASK_NAME] = cls
+
+    @classmethod
+    def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
+        """The hub resources a run with these settings fetches (checked before any is loaded)."""
+        return []
+
+    @classmethod
+    def direction_of(cls, metric: str) -> bool | None:
+        """The declared direction of ``metric``; a name no pattern matches is a KeyError."""
+        for pattern, direction in cls.METRIC_DIRECTIONS:
+            if fnmatch.fnmatchcase(metric, pattern):
+                return direction
+        raise KeyError(
+            f"{cls.SUITE_TASK_NAME}/{metric}: no direction declared; add it to {cls.__name__}.METRIC_DIRECTIONS"
+        )
+
     # Tasks whose requests are `longctx_scores`; the YAML must still say a built-in output_type.
     SCORES_PER_TOKEN = True
     # What the results record as the task's requests (metadata.request_type; the YAML states the same).
@@ -52,12 +141,15 @@ class LongContextTask(ConfigurableTask):
         cfg = dict(config or {})
         cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
         # every task of this package sends longctx_scores requests (the accuracy task too: prompt lengths)
-        # the model simple_evaluate evaluates (None outside it): tasks take its tokenizer and max_length
-        self.evaluated_model = glue.note_evaluated_model(str(cfg.get("task", type(self).__name__)))
+        # the model simple_evaluate evaluates (None outside it): tasks take its tokenizer and max_length; a backend
+        # whose scores the engine cannot reproduce is refused here, before any work
+        self.evaluated_model = glue.note_evaluated_model(
+            str(cfg.get("task", type(self).__name__)), scores_per_token=self.SCORES_PER_TOKEN
+        )
         glue.forget_scoring(str(cfg.get("task", "")))  # a new run of this task: its record starts empty
         self.settings = self.resolve_settings(cfg.get("metadata"))
         # every hub resource of this load's tasks of the suite, checked at once before any is loaded
-        preflight.check_once(self.SUITE_TASK_NAME, cfg.get("metadata"), glue.task_load_in_progress())
+        preflight.check_once(self.SUITE_TASK_NAME, cfg.get("metadata"), glue.task_load_in_progress(), suite_tasks())
         if export_files.SETTING in self.settings:
             self.settings[export_files.SETTING] = export_files.parse_setting(self.settings[export_files.SETTING])
         options = glue.prompt_options()
@@ -72,20 +164,26 @@ class LongContextTask(ConfigurableTask):
         if self.config.metadata is None:
             self.config.metadata = {}
         self.config.metadata[REQUEST_TYPE_KEY] = self.REQUEST_TYPE_NOTE  # the class's, whatever --metadata says
+        if self.REPORT is not None:
+            self.config.metadata[REPORT_KEY] = self.REPORT.record()
         self._record_settings()
         self._token_export = token_export.for_task(self)  # checks the folder before any model runs
+        self._check_built()
 
     def _record_settings(self) -> None:
         raise NotImplementedError
+
+    def _check_built(self) -> None:
+        """Checks that need the whole task built (its config, its documents), run before any request is built."""
 
     def metric_declarations(self) -> dict[str, glue.MetricDeclaration]:
         """Every metric the task reports, with its aggregation and direction: the one place they are declared."""
         raise NotImplementedError
 
     def declare(self, aggregation, metric: str, subset: bool = False) -> glue.MetricDeclaration:
-        """``metric`` with its aggregation and the direction declared for it in metrics/directions.py (``subset``:
-        scored on some documents only by design, e.g. one copy length's)."""
-        return glue.declare(aggregation, directions.direction_of(self.SUITE_TASK_NAME, metric), subset)
+        """``metric`` with its aggregation and its declared direction (METRIC_DIRECTIONS; ``subset``: scored on some
+        documents only by design, e.g. one copy length's)."""
+        return glue.declare(aggregation, self.direction_of(metric), subset)
 
     def aggregation(self):
         if self.predict_only:
@@ -138,6 +236,11 @@ class LongContextTask(ConfigurableTask):
             self.config.metadata = {}
         if token_export.enabled(self):  # a path only: the export changes no number
             record[export_files.SETTING] = self.settings[export_files.SETTING]
+        # the evaluated model's tokenizer (when the task is built outside simple_evaluate: the one that served it,
+        # added by dump_config)
+        model = self.evaluated_model
+        if model is not None and model.tokenizer is not None:
+            record[TOKENIZER_KEY] = documents.tokenizer_identity(model.tokenizer)
         self.config.metadata["longctx_settings"] = record
 
     def build_all_requests(self, **kwargs) -> None:
@@ -160,7 +263,11 @@ class LongContextTask(ConfigurableTask):
         record = metadata.get("longctx_settings") if isinstance(metadata, dict) else None
         if isinstance(record, dict):
             runtime = {**record.get("runtime", {}), **self._scoring_records()}
-            config["metadata"] = {**metadata, "longctx_settings": {**record, "runtime": runtime}}
+            record = {**record, "runtime": runtime}
+            if not isinstance(record.get(TOKENIZER_KEY), dict):
+                served = glue.tokenizer_of(str(getattr(self.config, "task", "")))
+                record[TOKENIZER_KEY] = served if served is not None else NOTHING_SCORED
+            config["metadata"] = {**metadata, "longctx_settings": record}
         return config
 
     def has_training_docs(self):
@@ -176,8 +283,47 @@ class LongContextTask(ConfigurableTask):
         return self.dataset["test"]
 
 
-def govreport_documents(settings: dict):
-    """The GovReport selection named by the settings, as (DatasetDict with doc_id and text, provenance)."""
+# ------------------------------------------------------------------ documents and the settings that select them
+
+
+class SequenceTooLongError(scoring.ScoringError):
+    """A task's sequences are longer than the evaluated model takes; refused when the task is built (the same
+    error the engine's length check gives when the requests are served, earlier)."""
+
+
+# Settings of a document selection that act only on the hub dataset (a data_files file replaces it), or only on
+# rows of token ids (rows with a `text` field are read as they are).
+HUB_ONLY_SETTINGS = ("dataset_path", "dataset_revision")
+TOKEN_ID_ROWS_ONLY_SETTINGS = ("decode_tokenizer", "min_tokens", "max_tokens")
+
+
+def inert_settings(settings: dict, provenance: dict, hub_only=HUB_ONLY_SETTINGS, token_id_rows_only=()) -> dict:
+    """The settings that did nothing on the rows read, each with why: ``hub_only`` ones when a data_files file was
+    read, ``token_id_rows_only`` ones when the rows held text (what ``documents.load_govreport`` records)."""
+    out = {}
+    if settings.get("data_files"):
+        for name in hub_only:
+            out[name] = f"data_files {settings['data_files']} replaces the hub dataset"
+    if token_id_rows_only and "decode_tokenizer" not in provenance:
+        where = f"data_files {settings['data_files']}" if settings.get("data_files") else "the dataset"
+        for name in token_id_rows_only:
+            out[name] = f"the rows of {where} hold text, not token ids, and are read as they are"
+    return out
+
+
+def refuse_inert_settings(task_name: str, settings, inert: dict) -> None:
+    """A setting the user gave that does nothing on these rows is an error (a recorded setting must have acted)."""
+    given = [name for name in inert if name in getattr(settings, "explicit", ())]
+    if given:
+        raise SettingsError(
+            f"{task_name}: setting {given[0]!r} does nothing here: {inert[given[0]]}. Remove "
+            f"{', '.join(repr(g) for g in given)} from --metadata."
+        )
+
+
+def govreport_documents(settings: dict, task_name: str):
+    """The GovReport selection named by the settings, as (DatasetDict with doc_id and text, provenance, the settings
+    that did nothing on these rows and so are not recorded); a given setting that did nothing is an error."""
     import datasets
 
     s = settings
@@ -192,7 +338,134 @@ def govreport_documents(settings: dict):
     )
     if not docs.texts:
         raise ValueError("no documents matched the GovReport selection")
+    inert = inert_settings(s, docs.provenance, token_id_rows_only=TOKEN_ID_ROWS_ONLY_SETTINGS)
+    refuse_inert_settings(task_name, s, inert)
     dataset = datasets.DatasetDict(
         {"test": datasets.Dataset.from_dict({"doc_id": list(range(len(docs.texts))), "text": docs.texts})}
     )
-    return dataset, docs.provenance
+    return dataset, docs.provenance, list(inert)
+
+
+def govreport_resources(settings: dict) -> list[preflight.Resource]:
+    """What a GovReport selection fetches: the hub dataset and the tokenizer that decodes its rows (none with a
+    data_files file)."""
+    s = settings
+    if s.get("data_files"):
+        return []
+    out = [preflight.Resource("dataset", s["dataset_path"], s.get("dataset_revision"))]
+    if not preflight.is_local(s.get("decode_tokenizer")):
+        out.append(preflight.Resource("tokenizer", s["decode_tokenizer"]))
+    return out
+
+
+def longest_document_words(provenance: dict) -> str:
+    """How to shorten the documents of a selection, for a too-long error."""
+    if "max_tokens" in provenance:
+        return "lower --metadata max_tokens (now " + f"{provenance['max_tokens']}, in the rows' token ids)"
+    if "data_files" in provenance:
+        return f"give shorter documents in data_files {provenance['data_files']}"
+    return "give shorter documents (--metadata data_files)"
+
+
+ALLOW_BEYOND_WAY_OUT = "pass --metadata '{\"allow_beyond_max_length\": true}' to score beyond it"
+
+
+def refuse_too_long(
+    task_name: str, n_tokens: dict[int, int], limit: int | None, limit_words: str, item: str, ways_out: str
+):
+    """When the task is built: refuse sequences longer than ``limit`` (``limit_words`` says what it is), naming the
+    longest (``n_tokens``: document index -> the tokens the model reads for it, for the documents the run evaluates),
+    rather than after other requests were scored. Nothing to check without a limit (the lengths are checked again
+    when served)."""
+    if limit is None or not n_tokens or max(n_tokens.values()) <= limit:
+        return
+    longest = max(n_tokens, key=n_tokens.__getitem__)
+    over = sum(n > limit for n in n_tokens.values())
+    raise SequenceTooLongError(
+        f"{task_name}: {item} {longest} makes a {n_tokens[longest]}-token sequence (the longest; {over} of the "
+        f"{len(n_tokens)} evaluated {'is' if over == 1 else 'are'} over {limit}), longer than {limit_words}. Ways out: "
+        f"{ways_out}."
+    )
+
+
+def evaluated_documents(dataset, task_name: str) -> dict[int, dict]:
+    """The documents of ``dataset`` (a datasets split) the running simple_evaluate call evaluates (its --limit and
+    --samples; every one outside a call), by index."""
+    return {i: dataset[i] for i in glue.documents_evaluated(len(dataset), task_name)}
+
+
+def model_limit(model: glue.EvaluatedModel | None, allow_beyond: bool) -> tuple[int | None, str]:
+    """The evaluated model's maximum length as a limit for ``refuse_too_long`` (None: nothing to check, the model is
+    not known or ``allow_beyond_max_length`` is on), and its words."""
+    if model is None or allow_beyond or model.max_length is None:
+        return None, ""
+    return model.max_length, f"the model's maximum length {model.max_length} ({model.max_length_words()})"
+
+
+def lead_token_ids(tokenizer, bos_mode: str) -> list[int]:
+    """[BOS] or []: ``always`` needs a BOS token; ``auto`` uses it when the tokenizer itself adds one."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos_mode == "never":
+        return []
+    if bos_mode == "always":
+        if bos is None:
+            raise ValueError("bos: true, but the tokenizer has no BOS token")
+        return [int(bos)]
+    probe = tokenizer("retrieval gain", add_special_tokens=True)["input_ids"]
+    return [int(bos)] if bos is not None and len(probe) and probe[0] == bos else []
+
+
+def zero_padded_width(values, minimum: int) -> int:
+    """Digits of the zero-padded numbers in metric names (lm-eval sorts metric names as strings)."""
+    return max(minimum, len(str(max(values))))
+
+
+# ------------------------------------------------------------------ the evaluated model, from the metadata
+
+
+def add_model_settings(settings: dict, metadata: dict | None) -> dict:
+    """The evaluated model's own settings that a task reads from the model_args lm-eval merges into the metadata:
+    ``pretrained``, ``revision``, ``trust_remote_code``, ``max_length``."""
+    md = dict(metadata or {})
+    settings["pretrained"] = md.get("pretrained")
+    settings["revision"] = md.get("revision")
+    settings["trust_remote_code"] = BOOLEAN.convert(md.get("trust_remote_code", False))
+    settings["max_length"] = (
+        None if md.get("max_length") in (None, "", "None") else integer(1).convert(md["max_length"])
+    )
+    return settings
+
+
+def settings_tokenizer(s: dict, model: glue.EvaluatedModel | None, role: str, missing: str):
+    """The tokenizer named by the ``tokenizer`` setting, else the evaluated model's own, else ``pretrained``'s
+    (``role`` names it in a loading error; ``missing`` is the error when none is named)."""
+    if not s["tokenizer"] and model is not None and model.tokenizer is not None:
+        return model.tokenizer
+    name = s["tokenizer"] or s["pretrained"]
+    if not isinstance(name, str) or not name:
+        raise SettingsError(missing)
+    return documents.load_tokenizer(name, role, revision=s["revision"], trust_remote_code=s["trust_remote_code"])
+
+
+def resolve_model_max_length(s: dict, tokenizer, model: glue.EvaluatedModel | None = None) -> int:
+    """The evaluated model's ``max_length`` when the model is known; else resolved as lm-eval's HFLM does:
+    model_args ``max_length``, else the config's ``n_positions`` / ``max_position_embeddings`` / ``n_ctx`` (of
+    its ``text_config`` when it has one), else the tokenizer's ``model_max_length``, else 2048."""
+    if model is not None and model.max_length is not None:
+        return model.max_length
+    if s["max_length"]:
+        return int(s["max_length"])
+    if isinstance(s["pretrained"], str) and s["pretrained"]:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(
+            s["pretrained"], revision=s["revision"], trust_remote_code=s["trust_remote_code"]
+        )
+        config = getattr(config, "text_config", None) or config
+        for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+            if getattr(config, attr, None) is not None:
+                return int(getattr(config, attr))
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and int(limit) != TOKENIZER_UNSET_MAX_LENGTH:
+        return int(limit)
+    return HFLM_DEFAULT_MAX_LENGTH

@@ -47,6 +47,29 @@ def _allow_beyond() -> Setting:
     return Setting("allow_beyond_max_length", BOOLEAN, False, ALLOW_BEYOND_DOC)
 
 
+def _bos(doc: str) -> Setting:
+    """Whether both conditions of a retrieval-gain sequence start with BOS (``base.lead_token_ids`` reads it)."""
+    return Setting(
+        "bos",
+        choice(
+            "auto",
+            "always",
+            "never",
+            aliases={
+                "true": "always",
+                "1": "always",
+                "yes": "always",
+                "false": "never",
+                "0": "never",
+                "no": "never",
+                "none": "never",
+            },
+        ),
+        "auto",
+        doc,
+    )
+
+
 def _export_tokens(tasks: str = "") -> Setting:
     return Setting(
         "export_tokens",
@@ -190,25 +213,9 @@ RETRIEVAL_GAIN = Declaration(
             "what precedes Q A in the with-document condition: the whole document, or x[0:a]",
         ),
         Setting("separator", TEXT, "", "text between the document and Q (tokenized without special tokens)"),
-        Setting(
-            "bos",
-            choice(
-                "auto",
-                "always",
-                "never",
-                aliases={
-                    "true": "always",
-                    "1": "always",
-                    "yes": "always",
-                    "false": "never",
-                    "0": "never",
-                    "no": "never",
-                    "none": "never",
-                },
-            ),
-            "auto",
+        _bos(
             "BOS at the start of both conditions: `auto` when the tokenizer itself adds one (Llama, Mistral; "
-            "not GPT-2, Qwen2); `always` (an error if it has none); `never`",
+            "not GPT-2, Qwen2); `always` (an error if it has none); `never`"
         ),
         *_long_pass(),
         Setting(
@@ -269,25 +276,7 @@ RETRIEVAL_GAIN_MAP = Declaration(
             optional=True,
         ),
         Setting("separator", TEXT, "", "text between x[0:L] and Q (tokenized without special tokens)"),
-        Setting(
-            "bos",
-            choice(
-                "auto",
-                "always",
-                "never",
-                aliases={
-                    "true": "always",
-                    "1": "always",
-                    "yes": "always",
-                    "false": "never",
-                    "0": "never",
-                    "no": "never",
-                    "none": "never",
-                },
-            ),
-            "auto",
-            "BOS at the start of both conditions, as in retrieval_gain",
-        ),
+        _bos("BOS at the start of both conditions, as in retrieval_gain"),
         Setting(
             "effective_fraction",
             number(0.0, 1.0),

@@ -24,8 +24,18 @@ from ..harness import glue
 from ..keytokens import cache, evaluator, span_files, spans_to_tokens, text_scoring
 from ..metrics import per_token
 from ..settings import SettingsError
-from . import declarations, token_export
-from .base import LongContextTask, govreport_documents
+from . import declarations, preflight, token_export
+from .base import (
+    ALLOW_BEYOND_WAY_OUT,
+    LongContextTask,
+    ReportSection,
+    evaluated_documents,
+    govreport_documents,
+    govreport_resources,
+    longest_document_words,
+    model_limit,
+    refuse_too_long,
+)
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -33,7 +43,7 @@ SETTINGS = declarations.LONGPPL
 DEFAULTS = SETTINGS.defaults()
 # With key_spans_dir these come from the span folder's manifest (what the spans were computed with).
 MANIFEST_KEYS = ("trunc_len", "sliding_window", "alpha", "beta", "evaluator")
-# metric -> aggregation; the directions are in metrics/directions.py
+# metric -> aggregation (the directions: METRIC_DIRECTIONS of the task class)
 AGGREGATIONS: dict[str, str] = {
     "longppl": "token_weighted_perplexity",
     "longppl_soft": "token_weighted_perplexity",
@@ -73,9 +83,145 @@ def resolve_settings(metadata: dict | None) -> dict:
     return s
 
 
+# ---------------------------------------------------------------- the per-token export
+# Two tokenizations of one text: the evaluated model's tokens i (length n; the text without special tokens, as
+# scored) and the evaluator's tokens j (length m; with its special tokens). docs/tools/token-export-and-viewer.md.
+
+EXPORT_COLUMNS = {
+    "token_id": "evaluated-model token ids [n] (text tokenized without special tokens)",
+    "char_start": "character offset where token i starts in `text` [n]",
+    "char_end": "character offset where token i ends in `text` [n]",
+    "logprob": "evaluated model: log p(token i | tokens < i), long context [n]; NaN for token 0",
+    "nll": "evaluated model: -logprob [n]",
+    "greedy": "evaluated model: argmax of the prediction of token i == token i [n]; False for token 0",
+    "key": "token i is a key token (counted in LongPPL) [n]",
+    "lsd": "evaluator LSD of the evaluator token holding token i's last character [n]; NaN: none",
+    "lcl": "evaluator long-context log-prob (LCL) of that evaluator token [n]; NaN: none or not available",
+    "soft_weight": "LongPPL-soft weight of token i [n] (only with soft_gamma); 1 where no LSD",
+    "evaluator_token_id": "evaluator token ids [m] (with its special tokens), when available",
+    "evaluator_char_start": "evaluator token j's start in `text` [m]",
+    "evaluator_char_end": "evaluator token j's end in `text` [m]",
+    "evaluator_logprob_long": "evaluator: log p(token j | all before), LCL [m]; NaN for j = 0; when available",
+    "evaluator_logprob_short": "evaluator: log p(token j | truncated window) [m]; NaN before K; when available",
+    "evaluator_lsd": "evaluator: LSD = long - short log-prob [m]; NaN where no truncated context",
+    "evaluator_key": "evaluator token j is key (LSD > alpha and LCL > beta) [m]",
+    "doc_id, text, text_sha256": "the document",
+    "nll_sum, n_targets, key_nll_sum, n_key": "the task's per-document (NLL sum, count) pairs of ppl and longppl",
+}
+
+
+def longppl_arrays(
+    doc: dict, scored, judgement, key_idx: np.ndarray, alpha: float, beta: float, soft_gamma: float | None = None
+) -> dict:
+    """One document's export file (EXPORT_COLUMNS): the evaluated model's scores token by token, which tokens are
+    key, the evaluator's judgement of its own tokens and, per evaluated token, that of the evaluator token holding
+    its last character (the mapping LongPPL-soft uses)."""
+    lp = np.asarray(scored.long.logprob, dtype=np.float32)
+    n = len(scored.token_ids)
+    offsets = np.asarray(scored.offsets, dtype=np.int64).reshape(-1, 2)
+    key = np.zeros(n, dtype=bool)
+    key[np.asarray(key_idx, dtype=np.int64) + 1] = True
+    logprob = token_export.targets_to_tokens(lp, np.float32(np.nan))
+    lp64 = lp.astype(np.float64)
+    out = {
+        "doc_id": np.asarray(int(doc["doc_id"])),
+        **token_export.text_fields(doc["text"]),
+        "token_id": np.asarray(scored.token_ids, dtype=np.int64),
+        "char_start": offsets[:, 0],
+        "char_end": offsets[:, 1],
+        "logprob": logprob,
+        "nll": -logprob,
+        "greedy": token_export.targets_to_tokens(np.asarray(scored.long.greedy, dtype=bool), False),
+        "key": key,
+        # the task's own per-document pairs: (nll_sum, count) of ppl and of longppl
+        "nll_sum": np.asarray(per_token.nll_sum(lp64)),
+        "n_targets": np.asarray(len(lp64)),
+        "key_nll_sum": np.asarray(per_token.nll_sum(lp64[key_idx])),
+        "n_key": np.asarray(len(key_idx)),
+    }
+    nan = np.float32(np.nan)
+    lsd = lcl = np.full(n, nan, dtype=np.float32)
+    if judgement.offsets is not None and judgement.lsd is not None:
+        ev_off = np.asarray(judgement.offsets, dtype=np.int64).reshape(-1, 2)
+        ev_lsd = token_export.targets_to_tokens(np.asarray(judgement.lsd, dtype=np.float32), nan)
+        out.update(evaluator_char_start=ev_off[:, 0], evaluator_char_end=ev_off[:, 1], evaluator_lsd=ev_lsd)
+        j = spans_to_tokens.token_holding_last_character(ev_off, offsets)
+        lsd = ev_lsd[j]
+        if judgement.long_logprob is not None and judgement.short_logprob is not None:
+            ev_long = token_export.targets_to_tokens(np.asarray(judgement.long_logprob, dtype=np.float32), nan)
+            ev_short = token_export.targets_to_tokens(np.asarray(judgement.short_logprob, dtype=np.float32), nan)
+            out.update(
+                evaluator_logprob_long=ev_long,
+                evaluator_logprob_short=ev_short,
+                evaluator_key=token_export.targets_to_tokens(
+                    per_token.key_token_mask(judgement.long_logprob, judgement.short_logprob, alpha, beta), False
+                ),
+            )
+            # LCL only where the token has an LSD (the same evaluator token; NaN before K like LSD)
+            lcl = np.where(np.isnan(lsd), nan, ev_long[j]).astype(np.float32)
+        else:
+            # without LCL the spans decide: an evaluator token is key when a key span holds it
+            ev_key = np.zeros(len(ev_off), dtype=bool)
+            ev_key[spans_to_tokens.tokens_inside_spans(ev_off, judgement.spans)] = True
+            ev_key[0] = False
+            out["evaluator_key"] = ev_key
+        if judgement.token_ids is not None:
+            out["evaluator_token_id"] = np.asarray(judgement.token_ids, dtype=np.int64)
+    out["lsd"], out["lcl"] = lsd, lcl
+    if soft_gamma is not None:
+        out["soft_weight"] = token_export.targets_to_tokens(judgement.soft_weights_for(offsets, soft_gamma), 1.0)
+    return out
+
+
 class LongPPLTask(LongContextTask):
     SUITE_TASK_NAME = "longppl_govreport"
     resolve_settings = staticmethod(resolve_settings)
+    METRIC_DIRECTIONS = (
+        ("longppl", False),
+        ("longppl_soft", False),
+        ("ppl", False),
+        ("key_token_fraction", None),
+        ("n_key_tokens", None),
+    )
+    REPORT = ReportSection(
+        section="longppl_govreport",
+        title="LongPPL (longppl_govreport)",
+        lead="Perplexity over the key tokens only: the tokens that an evaluator model predicts much better with the "
+        "long context than with a truncated window of K tokens (LSD > α and LCL > β).",
+        order=1,
+        headlines=(
+            (
+                "longppl",
+                "perplexity on the key tokens; lower is better, and well below PPL when the model uses its context",
+            ),
+            ("ppl", "perplexity on every token of the same documents, for comparison; lower is better"),
+            ("key_token_fraction", "share of the tokens that are key tokens (informational)"),
+            ("n_key_tokens", "key tokens per document (informational)"),
+            ("longppl_soft", "every token weighted by min(exp(LSD), γ) (soft_gamma); lower is better"),
+        ),
+        settings=(
+            "evaluator",
+            "trunc_len",
+            "sliding_window",
+            "alpha",
+            "beta",
+            "key_spans_dir",
+            "soft_gamma",
+            "dataset_path",
+            "data_files",
+            "data.texts_sha256",
+        ),
+    )
+    EXPORT_COLUMNS = EXPORT_COLUMNS
+    EXPORT_VIEW = "key_tokens"  # the viewer's page of key tokens
+
+    @classmethod
+    def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
+        s = settings
+        out = govreport_resources(s)
+        if s.get("key_source") == "evaluator" and not preflight.is_local(s.get("evaluator")):
+            out.append(preflight.Resource("evaluator", s["evaluator"], s.get("evaluator_revision")))
+        return out
 
     def __init__(self, config: dict | None = None):
         self._judgements: dict[int, evaluator.EvaluatorJudgement] = {}
@@ -88,7 +234,8 @@ class LongPPLTask(LongContextTask):
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
         s = self.settings
-        self.dataset, self.provenance = govreport_documents(s)
+        self.dataset, self.provenance, self.inert = govreport_documents(s, self.SUITE_TASK_NAME)
+        self._refuse_too_long()
         self.span_folder = None
         self.evaluator_identity = None
         self.evaluator_max_length = None
@@ -104,6 +251,21 @@ class LongPPLTask(LongContextTask):
                 s["evaluator"], s["evaluator_revision"], memo_dir=self._span_cache().directory
             )
             self.evaluator_max_length = evaluator.evaluator_max_length(self.evaluator_identity)
+
+    def _refuse_too_long(self) -> None:
+        """Every document must fit the evaluated model (tokenized as it is scored; with ``evaluator: self`` also with
+        the special tokens of the judging request), checked now rather than after other documents were scored."""
+        model = self.evaluated_model
+        limit, limit_words = model_limit(model, self.settings["allow_beyond_max_length"])
+        if limit is None or model is None or model.tokenizer is None:
+            return
+        judge = self.settings["key_source"] == "self"
+        n_tokens = {
+            i: len(model.tokenizer(doc["text"], add_special_tokens=judge, verbose=False)["input_ids"])
+            for i, doc in evaluated_documents(self.dataset["test"], str(self.config.task)).items()
+        }
+        ways_out = f"{longest_document_words(self.provenance)}, or {ALLOW_BEYOND_WAY_OUT}"
+        refuse_too_long(self.SUITE_TASK_NAME, n_tokens, limit, limit_words, "document", ways_out)
 
     def _settings_from_manifest(self, manifest: dict | None) -> None:
         """K, d, alpha, beta and the evaluator are what the spans were computed with; a metadata value that
@@ -129,6 +291,8 @@ class LongPPLTask(LongContextTask):
         """Everything that changes the numbers goes into the results JSON (configs -> metadata), as used."""
         s = self.settings
         rec = SETTINGS.record(s)
+        for name in self.inert:  # did nothing on these rows
+            rec.pop(name, None)
         rec["key_source"] = s["key_source"]
         if s["key_source"] == "evaluator":
             rec.update(
@@ -332,7 +496,12 @@ class LongPPLTask(LongContextTask):
         if gamma is not None:
             w = judgement.soft_weights_for(scored.offsets, gamma)
             out["longppl_soft"] = (float(np.sum(w * -lp)), float(np.sum(w)))
-        token_export.write_document(self, doc, results, judgement, key_idx)
+        s = self.settings
+        token_export.write_document(
+            self,
+            doc,
+            lambda: longppl_arrays(doc, scored, judgement, key_idx, s["alpha"], s["beta"], s["soft_gamma"]),
+        )
         return out
 
     def _why_no_key_tokens(self, judgement: evaluator.EvaluatorJudgement) -> str:

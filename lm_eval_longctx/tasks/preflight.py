@@ -1,6 +1,7 @@
 """What a run of this suite's tasks will fetch from the hub (datasets, decode tokenizers, the key-token evaluator),
 checked when the first of its tasks is built, before anything is loaded: everything that cannot be had is reported
-in one message, rather than one failed run per missing resource."""
+in one message, rather than one failed run per missing resource. Each task class declares what its settings fetch
+(``hub_resources``); this module knows no task."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from ..settings import SettingsError
 
 log = logging.getLogger("lm_eval_longctx")
 
-# what lm-eval's --tasks may name that stands for several of our tasks
+# the tag every task of the suite carries: --tasks longctx names them all (the groups: each task class's GROUP)
 TAG = "longctx"
-GROUPS = {"longeval_lines": ("longeval_lines_acc", "longeval_lines_ppl")}
 WAYS_OUT = (
     "Ways out: a reachable hub (unset HF_HUB_OFFLINE / HF_DATASETS_OFFLINE; `huggingface-cli login` for gated "
     "repositories), local copies through --metadata (data_files for a dataset, a local folder for a tokenizer or "
@@ -53,71 +53,41 @@ class Resource:
         return None
 
 
-def _task_classes() -> dict:
-    from .forgetting_curve import ForgettingCurveTask
-    from .longeval import LongEvalLinesAccTask, LongEvalLinesPPLTask
-    from .longppl import LongPPLTask
-    from .retrieval_gain import RetrievalGainTask
-    from .retrieval_gain_map import RetrievalGainMapTask
-
-    classes = (
-        ForgettingCurveTask,
-        LongEvalLinesAccTask,
-        LongEvalLinesPPLTask,
-        LongPPLTask,
-        RetrievalGainTask,
-        RetrievalGainMapTask,
-    )
-    return {c.SUITE_TASK_NAME: c for c in classes}
-
-
-def our_tasks(requested) -> list[str]:
-    """This suite's tasks among what lm-eval was asked to load (names, the tag, the LongEval group, dict specs)."""
-    ours = _task_classes()
+def our_tasks(requested, classes: dict) -> list[str]:
+    """This suite's tasks (``classes``: name -> task class) among what lm-eval was asked to load (names, the tag, a
+    group of the suite's tasks, dict specs)."""
+    groups: dict[str, list[str]] = {}
+    for name, cls in classes.items():
+        if getattr(cls, "GROUP", None):
+            groups.setdefault(cls.GROUP, []).append(name)
     out: list[str] = []
     for spec in requested or ():
         name = spec.get("task") if isinstance(spec, dict) else spec
         if not isinstance(name, str):
             continue
-        names = list(ours) if name == TAG else GROUPS.get(name, (name,))
-        out += [n for n in names if n in ours and n not in out]
+        names = sorted(classes) if name == TAG else sorted(groups.get(name, [name]))
+        out += [n for n in names if n in classes and n not in out]
     return out
 
 
-def _is_local(name: str | None) -> bool:
+def is_local(name: str | None) -> bool:
+    """Whether a resource setting names nothing or a local file or folder (which needs no check)."""
     return name is None or Path(str(name)).expanduser().exists()
 
 
-def resources(task: str, settings: dict) -> list[Resource]:
-    """The hub resources ``task`` will fetch with these settings (local files and folders need no check)."""
-    s = settings
-    out = []
-    if task in ("longppl_govreport", "retrieval_gain", "retrieval_gain_map") and not s.get("data_files"):
-        out.append(Resource("dataset", s["dataset_path"], s.get("dataset_revision")))
-        if not _is_local(s.get("decode_tokenizer")):
-            out.append(Resource("tokenizer", s["decode_tokenizer"]))
-    if task == "forgetting_curve":
-        if not s.get("data_files"):
-            out.append(Resource("dataset", s["dataset_path"], s.get("dataset_revision")))
-        if not _is_local(s.get("tokenizer")):
-            out.append(Resource("tokenizer", s["tokenizer"]))
-    if task == "longppl_govreport" and s.get("key_source") == "evaluator" and not _is_local(s.get("evaluator")):
-        out.append(Resource("evaluator", s["evaluator"], s.get("evaluator_revision")))
-    return [r for r in out if r.name and r.name != "self"]
-
-
-def check(tasks: list[str], metadata: dict | None) -> None:
-    """Check every hub resource ``tasks`` will fetch; raise one ResourceUnavailableError naming all that cannot be
-    had. A task whose settings do not parse is left to its own error when it is built."""
-    classes = _task_classes()
+def check(classes: dict, metadata: dict | None) -> None:
+    """Check every hub resource the tasks ``classes`` (name -> task class) will fetch with these settings
+    (``hub_resources``); raise one ResourceUnavailableError naming all that cannot be had. A task whose settings do
+    not parse is left to its own error when it is built."""
     needed: dict[tuple, Resource] = {}
-    for task in tasks:
+    for task, cls in classes.items():
         try:
-            settings = classes[task].resolve_settings(dict(metadata or {}))
+            settings = cls.resolve_settings(dict(metadata or {}))
         except (SettingsError, ValueError):
             continue
-        for r in resources(task, settings):
-            needed.setdefault((r.kind, r.name, r.revision), r).needed_by.append(task)
+        for r in cls.hub_resources(settings):
+            if r.name and r.name != "self":
+                needed.setdefault((r.kind, r.name, r.revision), r).needed_by.append(task)
     missing = [(r, why) for r in needed.values() if (why := r.problem()) is not None]
     if not missing:
         return
@@ -135,13 +105,14 @@ def check(tasks: list[str], metadata: dict | None) -> None:
 _CHECKED: set[int] = set()
 
 
-def check_once(this_task: str, metadata: dict | None, loading) -> None:
-    """``check`` the tasks of the lm-eval ``TaskManager.load`` call in progress (``loading``: its call number and
-    task list; this task alone when it is None), once per call."""
+def check_once(this_task: str, metadata: dict | None, loading, classes: dict) -> None:
+    """``check`` the suite's tasks (``classes``: name -> task class) of the lm-eval ``TaskManager.load`` call in
+    progress (``loading``: its call number and task list; this task alone when it is None), once per call."""
     call, requested = loading if loading is not None else (None, None)
     if call is not None and call in _CHECKED:
         return
-    tasks = our_tasks(requested)
-    check(tasks if this_task in tasks else [*tasks, this_task], metadata)
+    tasks = our_tasks(requested, classes)
+    names = tasks if this_task in tasks else [*tasks, this_task]
+    check({name: classes[name] for name in names if name in classes}, metadata)
     if call is not None:
         _CHECKED.add(call)
