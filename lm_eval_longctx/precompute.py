@@ -12,8 +12,11 @@ Example (the paper's evaluator, on a GPU):
     lm-eval-longctx precompute-spans --evaluator meta-llama/Llama-3.1-8B --out spans/llama31-8b
 
 The folder appears whole or not at all: everything is written into a fresh folder beside OUT, which
-is renamed into place at the end. A non-empty OUT is refused unless it is a span folder written by
-this script and --overwrite is given; the old folder is then replaced only after the new one is done.
+is renamed into place at the end. A non-empty OUT is refused unless --overwrite is given and it is a
+span folder written by this command holding nothing else (a file it did not write is never deleted);
+the old folder is then replaced only after the new one is done. A second run writing the same OUT at
+the same time fails at once (a lock beside OUT), and a folder that appears at OUT meanwhile is never
+replaced.
 
 Several GPUs: `accelerate launch --num_processes N -m lm_eval_longctx precompute-spans ...` shares the
 documents out by rank (each rank its own evaluator: its GPU, or with --device auto its share of the
@@ -29,12 +32,14 @@ See docs/scaling.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from . import output_dirs
 from .settings import add_arguments
 
 SETTING_OPTIONS = [
@@ -59,28 +64,64 @@ SETTING_OPTIONS = [
 ]
 
 
+class OutputFolderError(ValueError):
+    """An --out folder this command may not write or replace; nothing there was changed."""
+
+
+PURPOSE = "precompute-spans run"
+
+
 def check_output(out: Path, overwrite: bool) -> None:
+    """``out`` may be written: it does not exist, or is an empty folder, or (``overwrite``) a span folder this
+    command wrote that holds nothing else (its slice files, manifest and marker): a file it did not write is never
+    deleted."""
     from .keytokens import span_files, spans_to_tokens
 
     if out.exists() and not out.is_dir():
-        raise SystemExit(f"error: {out} is a file, not a folder")
+        raise OutputFolderError(f"{out} is a file, not a folder: give a new folder as --out")
+    if not (out.is_dir() and any(out.iterdir())):
+        return
+    if not overwrite:
+        raise OutputFolderError(
+            f"{out} is not empty; pass --overwrite to replace a span folder written by this command, or choose a "
+            "new folder"
+        )
+    try:
+        manifest = span_files.read_manifest(out)
+    except spans_to_tokens.KeySpanFormatError:
+        manifest = None
+    if manifest is None and not output_dirs.is_ours(out):
+        raise OutputFolderError(
+            f"{out} holds no {span_files.MANIFEST} of this command: it is not replaced, even with --overwrite "
+            "(nothing there was changed)"
+        )
+    foreign = sorted(p.name for p in out.iterdir() if not span_files.is_span_folder_file(p))
+    if foreign:
+        raise OutputFolderError(
+            f"{out} also holds files this command did not write ({', '.join(foreign[:5])}"
+            f"{' ...' if len(foreign) > 5 else ''}): it is not replaced, even with --overwrite (nothing there was "
+            "changed). Move them out, or choose a new folder"
+        )
+
+
+def place(new: Path, out: Path, previous: Path, overwrite: bool) -> None:
+    """Put the finished folder ``new`` at ``out`` in one rename. A folder that appeared at ``out`` meanwhile is
+    never replaced (the rename fails on a non-empty folder); with ``overwrite``, the span folder there (checked
+    again) is moved to ``previous`` first."""
+    check_output(out, overwrite)
     if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise SystemExit(
-                f"error: {out} is not empty; pass --overwrite to replace a span folder written by this "
-                "script, or choose a new folder"
-            )
-        try:
-            span_files.read_manifest(out)
-        except spans_to_tokens.KeySpanFormatError:
-            ours = False
-        else:
-            ours = (out / span_files.MANIFEST).is_file()
-        if not ours:
-            raise SystemExit(
-                f"error: {out} holds no {span_files.MANIFEST} of this script: it is not replaced, even "
-                "with --overwrite (nothing there was changed)"
-            )
+        out.rename(previous)
+    elif out.is_dir():
+        out.rmdir()  # an empty folder (the rename below would replace it anyway)
+    try:
+        os.rename(new, out)  # fails when a non-empty folder or a file took the place
+    except OSError as e:
+        if previous.exists() and not out.exists():
+            previous.rename(out)
+        raise OutputFolderError(
+            f"{out}: another process wrote it while this run computed ({e.strerror or e}); it was not replaced and "
+            "this run's spans are not kept. Run again into a new folder"
+        ) from None
 
 
 def _process_state():
@@ -112,7 +153,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "(cuda:$LOCAL_RANK), else the CPU",
     )
     p.add_argument("--batch-size", type=int, default=4, help="truncated windows per forward")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing span folder of this script")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a span folder this command wrote (refused when it holds any other file)",
+    )
 
 
 def main(argv=None) -> int:
@@ -126,14 +171,39 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
+    out = Path(args.out)
+    try:
+        check_output(out, args.overwrite)  # before anything is loaded: a refusal comes at once
+    except OutputFolderError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rank, world, barrier, broadcast = _process_state()
+    with contextlib.ExitStack() as stack:
+        refused = None
+        if rank == 0:
+            try:
+                stack.enter_context(output_dirs.locked(out, PURPOSE))
+                check_output(out, args.overwrite)  # again under the lock: another run may have written it meanwhile
+            except (output_dirs.OutputBusyError, OutputFolderError) as e:
+                refused = str(e)
+        refused = broadcast(refused)
+        if refused:
+            print(f"error: {refused}", file=sys.stderr)
+            return 2
+        try:
+            _compute(args, out, rank, world, barrier, broadcast)
+        except OutputFolderError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    return 0
+
+
+def _compute(args, out: Path, rank: int, world: int, barrier, broadcast) -> None:
     import torch
 
     from .data import documents
     from .keytokens import evaluator, span_files, text_scoring
 
-    out = Path(args.out)
-    check_output(out, args.overwrite)
-    rank, world, barrier, broadcast = _process_state()
     if args.device is None:
         args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
 
@@ -187,11 +257,9 @@ def run(args) -> int:
                 "span_algorithm_version": evaluator.SPAN_ALGORITHM_VERSION,
                 **docs.provenance,
             }
-            new = tmp / "spans"
+            new = output_dirs.claim(tmp / "spans", "key spans (lm-eval-longctx precompute-spans)")
             span_files.write_span_dir(new, all_spans, docs.texts, manifest)
-            if out.exists():  # a span folder of ours (checked above): swap, then drop the old one with tmp
-                out.rename(tmp / "previous")
-            new.rename(out)
+            place(new, out, tmp / "previous", args.overwrite)  # the old span folder is dropped with tmp
             n_empty = sum(not s for s in all_spans)
             print(
                 f"wrote {len(docs.texts)} span files to {out} ({n_empty} without key tokens, {world} process(es))",
@@ -202,12 +270,11 @@ def run(args) -> int:
             previous = tmp / "previous"
             if previous.exists() and not out.exists():
                 previous.rename(out)  # the old folder goes back: never lost with this run's folder
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # this run's own files only
         raise
     barrier()  # no rank reports success before the folder is in place
     if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)  # this run's own folder (and the replaced one)
-    return 0
+        shutil.rmtree(tmp, ignore_errors=True)  # this run's own folder (and the replaced span folder)
 
 
 if __name__ == "__main__":

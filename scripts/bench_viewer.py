@@ -64,7 +64,7 @@ def synthetic_document(doc_id: int, n_tokens: int, rng: np.random.Generator) -> 
 
 
 def write_export(root: Path, n_docs: int, n_tokens: int, seed: int, shift: float = 0.0) -> Path:
-    ex = export_files.TokenExport(root, "longppl_govreport")
+    ex = export_files.TokenExport(root, "longppl_govreport", view=export_files.KEY_TOKEN_VIEW)
     for i in range(n_docs):
         d = synthetic_document(i, n_tokens, np.random.default_rng(i))  # same documents in every export
         noise = np.random.default_rng(seed * 1000 + i).normal(shift, 0.5, n_tokens).astype(np.float32)

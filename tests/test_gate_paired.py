@@ -16,6 +16,7 @@ import pytest
 from lm_eval_longctx.cli import main
 from lm_eval_longctx.metrics import per_token as metrics
 from lm_eval_longctx.report import paired
+from tests.report_fixtures import declaration
 
 DATE_RUN, DATE_BASE = "2026-01-02T00-00-00.000001", "2026-01-01T00-00-00.000001"
 TASK = "longppl_govreport"
@@ -78,7 +79,10 @@ def write_run(
         "configs": {
             TASK: {
                 "task": TASK,
-                "metadata": {"longctx_settings": settings or {"trunc_len": 4096, "data": {"texts_sha256": "abc"}}},
+                "metadata": {
+                    "longctx_settings": settings or {"trunc_len": 4096, "data": {"texts_sha256": "abc"}},
+                    "longctx_report": declaration(TASK),
+                },
             }
         },
         "versions": {TASK: 1},
@@ -359,8 +363,8 @@ def hook_active() -> bool:
     return out.stdout.strip() == "True"
 
 
-def lm_eval_run(model_dir, docs, out, cwd):
-    md = {"data_files": docs, "evaluator": "self", "trunc_len": 40, "sliding_window": 16, "alpha": 0.5, "beta": -10}
+def lm_eval_run(model_dir, docs, out, cwd, evaluator="self"):
+    md = {"data_files": docs, "evaluator": evaluator, "trunc_len": 40, "sliding_window": 16, "alpha": 0.5, "beta": -10}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
     proc = subprocess.run(
@@ -411,8 +415,9 @@ def test_paired_gate_on_real_lm_eval_log_samples_output(tmp_path, model_dirs, co
 
     # 12 documents (the paired test needs 10): two pieces of each test text
     docs = write_docs(tmp_path / "docs.jsonl", [t[i : i + 700] for t in corpus_texts[:6] for i in (0, 1500)])
-    lm_eval_run(model_dirs["a"], docs, tmp_path / "base", tmp_path)
-    lm_eval_run(noisy, docs, tmp_path / "run", tmp_path)
+    # one evaluator for both checkpoints: with "self" each would pick its own key tokens (refused below)
+    lm_eval_run(model_dirs["a"], docs, tmp_path / "base", tmp_path, evaluator=model_dirs["b"])
+    lm_eval_run(noisy, docs, tmp_path / "run", tmp_path, evaluator=model_dirs["b"])
     (samples,) = (tmp_path / "run").rglob(f"samples_{TASK}_*.jsonl")
     line = json.loads(samples.read_text().splitlines()[0])
     assert json.loads(line["resps"][0][0])["long_scored"] == line["ppl"][1]  # this version's lines, read below
@@ -434,6 +439,12 @@ def test_paired_gate_on_real_lm_eval_log_samples_output(tmp_path, model_dirs, co
     assert main(["gate", str(tmp_path / "base"), "--baseline", str(tmp_path / "base")]) == 0
     rows = rows_of(capsys.readouterr().out)
     assert rows[f"{TASK}/ppl"][6] == "[+0, +0]" and rows[f"{TASK}/ppl"][-1] == "ok"
+    # each checkpoint its own evaluator ("self"): the key tokens differ by construction, the runs are not compared
+    lm_eval_run(model_dirs["a"], docs, tmp_path / "base_self", tmp_path)
+    lm_eval_run(noisy, docs, tmp_path / "run_self", tmp_path)
+    assert main(["gate", str(tmp_path / "run_self"), "--baseline", str(tmp_path / "base_self")]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to compare" in err and "longppl_govreport: " in err and "evaluator (" in err
 
 
 def test_paired_verdict_is_the_whole_ci_against_the_tolerance(tmp_path, capsys):

@@ -31,6 +31,7 @@ def write_export(
     manifest = {
         "format": export_files.FORMAT,
         "task": TASK,
+        "view": export_files.KEY_TOKEN_VIEW,
         "settings": {"alpha": 2.0, "beta": -2.0, "trunc_len": 4, "key_source": "evaluator", "evaluator": "self"}
         if settings is None
         else settings,
@@ -100,7 +101,7 @@ def test_strings_from_the_export_are_escaped_in_the_page(tmp_path):
         ("short_nll", "array 'nll' has"),
         ("offsets_outside", "character offsets"),
         ("two_dimensional", "array 'key' is a 2-dimensional"),
-        ("pickle", "not a readable export document"),
+        ("pickle", "holds Python objects (a pickle)"),
     ],
 )
 def test_corrupt_documents_are_one_message_naming_the_file(tmp_path, capsys, damage, expected):

@@ -4,6 +4,7 @@ results files built by hand in lm-eval's shape (as tests/test_reporting.py and t
 Every metric value the page shows carries data-run / data-metric / data-value; the tests read them back with
 html.parser and compare them exactly with the numbers in the results files."""
 
+import copy
 import hashlib
 import json
 import math
@@ -19,8 +20,8 @@ import pytest
 
 from lm_eval_longctx.cli import main
 from lm_eval_longctx.data import export_files
-from lm_eval_longctx.metrics import directions
 from lm_eval_longctx.report import report_card, viewer
+from tests.report_fixtures import LONGCTX_REPORT, declaration, direction
 from tests.test_gate_paired import corpus, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +121,7 @@ def results_json(model: str, shift: float = 0.0, seed: int = 0, tasks=None, sett
     """A results file of the suite's tasks as lm-eval 0.4.x writes it (directions as the tasks declare them)."""
     metrics = task_metrics(shift, seed)
     tasks = list(tasks or metrics)
-    settings = {**SETTINGS, **(settings or {})}
+    settings = copy.deepcopy({**SETTINGS, **(settings or {})})  # a test may change the file it writes
     results, hib = {}, {}
     for task in tasks:
         entry: dict = {"alias": task}
@@ -131,11 +132,14 @@ def results_json(model: str, shift: float = 0.0, seed: int = 0, tasks=None, sett
             entry["skipped_lengths,none"] = skipped
             entry["skipped_lengths_stderr,none"] = "N/A"
         results[task] = entry
-        hib[task] = {m: directions.declared_direction(task, m) for m in metrics[task]}
+        hib[task] = {m: direction(task, m) for m in metrics[task]}
     return {
         "results": results,
         "higher_is_better": hib,
-        "configs": {t: {"task": t, "metadata": {"longctx_settings": settings[t]}} for t in tasks},
+        "configs": {
+            t: {"task": t, "metadata": {"longctx_settings": settings[t], "longctx_report": declaration(t)}}
+            for t in tasks
+        },
         "versions": {t: 1 for t in tasks},
         "n-samples": {t: {"original": N_DOCS[t], "effective": N_DOCS[t]} for t in tasks},
         "config": {"model": "hf", "model_args": f"pretrained={model},dtype=float32"},
@@ -298,7 +302,7 @@ def test_three_checkpoints_trends_and_gate(tmp_path):
     assert "(30 docs, token_weighted_perplexity)" in text
     assert "FAIL: " in text  # the corpus shifts every token's NLL up by 0.3 nats a checkpoint: longppl regresses
     # one trend chart per headline metric present in the runs
-    n_headlines = sum(len(v) for t, v in report_card.HEADLINES.items())
+    n_headlines = sum(len(d["headlines"]) for d in LONGCTX_REPORT.values())
     n_trends = text.count('against the training step"')
     assert 10 <= n_trends <= n_headlines
 
@@ -335,9 +339,9 @@ def test_different_settings_are_named_in_a_visible_box(tmp_path):
     assert "Settings differ" in box and "longppl_govreport" in box
     assert "<code>trunc_len</code>: <code>512</code> → <code>4096</code>" in box
     # the gate refuses to compare them, and the page says so
-    assert "not compared: settings that change the metrics" in text and "trunc_len" in text
+    assert "not compared: settings that change what the metrics mean" in text and "trunc_len" in text
     # the differing row is highlighted in the task's settings table
-    assert "<tr class=differ><th><code>trunc_len</code> (K)</th>" in text
+    assert "<tr class=differ><th><code>trunc_len</code></th>" in text
 
 
 def test_several_models_in_one_output_folder_are_several_runs(tmp_path):
@@ -556,7 +560,7 @@ def test_one_model_name_in_every_picture_and_on_the_page(tmp_path, recorded, sho
     assert gain_map.map_from_results(data, "retrieval_gain_map").label == shown
     assert longeval.run_label(data, "fallback") == shown
     write_results(tmp_path / "out", data)
-    assert [r.label for r in report_card.load_runs([tmp_path / "out"])] == [shown]
+    assert [r.label for r in report_card.load_runs([tmp_path / "out"]).runs] == [shown]
     # without model_name: pretrained= of the model_args, as a string or a dict; else the fallback
     del data["model_name"]
     assert names.model_label(data) == shown

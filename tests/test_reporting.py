@@ -16,10 +16,10 @@ import pytest
 from scipy import stats
 
 from lm_eval_longctx.cli import main
-from lm_eval_longctx.metrics import directions
 from lm_eval_longctx.report import correlate as report_correlate
 from lm_eval_longctx.report import gate as report_gate
 from lm_eval_longctx.report import results as reporting
+from tests.report_fixtures import with_declarations
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def results_json(
     model="ckpt", longppl=5.0, longppl_se=0.05, copy_acc=0.80, copy_se=0.01, settings=None, n_effective=50
 ):
     settings = copy.deepcopy(settings or SETTINGS)
-    return {
+    data = {
         "results": {
             "longppl_govreport": {
                 "alias": "longppl_govreport",
@@ -75,6 +75,7 @@ def results_json(
         "config": {"model": "hf", "model_args": f"pretrained={model},dtype=bfloat16"},
         "model_name": model,
     }
+    return with_declarations(data)
 
 
 def write(path: Path, data) -> Path:
@@ -502,21 +503,6 @@ def test_unit_identified_by_content():
 # ------------------------------------------------------------------------------------------------ directions
 
 
-def test_diagnostic_metrics_have_no_direction():
-    """Counts and diagnostics must not fail a gate by default: their declared direction is None."""
-    d = directions.declared_direction
-    assert d("longppl_govreport", "n_key_tokens") is None
-    assert d("longppl_govreport", "key_token_fraction") is None
-    assert d("longeval_lines_ppl", "prompt_tokens_0200") is None
-    assert d("longeval_lines_acc", "prompt_tokens_0200") is None
-    # the quality metrics keep theirs
-    assert d("longppl_govreport", "longppl") is False and d("longppl_govreport", "ppl") is False
-    assert d("retrieval_gain", "retrieval_gain") is True
-    # declared once, in metrics/directions.py, which the tasks read: no YAML repeats them
-    for path in (ROOT / "task_configs").glob("*.yaml"):
-        assert "metric_list" not in path.read_text().replace("no metric_list", ""), path
-
-
 def test_count_metric_without_direction_is_shown_not_gated(tmp_path, capsys):
     base, run = results_json(), results_json()
     for d, v in ((base, 100.0), (run, 40.0)):
@@ -524,99 +510,6 @@ def test_count_metric_without_direction_is_shown_not_gated(tmp_path, capsys):
         d["higher_is_better"]["longppl_govreport"]["n_key_tokens"] = None
     assert gate(tmp_path, run, base) == 0
     assert "| `longppl_govreport/n_key_tokens` | 100 | 40 | -60 |" in capsys.readouterr().out
-
-
-def test_declared_directions_of_hand_written_names():
-    d = directions.declared_direction
-    for task, metric, want in [
-        ("longppl_govreport", "longppl", False),
-        ("longppl_govreport", "longppl_soft", False),
-        ("forgetting_curve", "copy_acc@00512", True),
-        ("forgetting_curve", "lm_acc@131072", True),
-        ("forgetting_curve", "fine_memory_length", True),
-        ("forgetting_curve", "n_failed_lengths", False),
-        ("forgetting_curve", "skipped_lengths", None),
-        ("retrieval_gain", "nll_with", False),
-        ("retrieval_gain_map", "gain@L01024_d50", True),
-        ("retrieval_gain_map", "gain@L01024", True),
-        ("retrieval_gain_map", "effective_length_abs", True),
-        ("longeval_lines_ppl", "non_answer_ppl_0680", False),
-        ("longeval_lines_ppl", "skipped_0200", False),
-        ("longeval_lines_acc", "acc_1350", True),
-        # the group: its tasks' directions, as lm-eval records them
-        ("longeval_lines", "acc_0200", True),
-        ("longeval_lines", "answer_ppl", False),
-        ("longeval_lines", "prompt_tokens_0200", None),
-    ]:
-        assert d(task, metric) is want, (task, metric)
-    # not a metric of this suite: the results file's direction is used
-    for task, metric in [
-        ("arc_easy", "acc"),
-        ("forgetting_curve", "copy_acc"),  # no length
-        ("forgetting_curve", "copy_acc@"),
-        ("retrieval_gain_map", "gain@Lx"),
-        ("longppl_govreport", "acc"),
-        ("longeval_lines", "ppl"),
-    ]:
-        assert d(task, metric) is directions.UNKNOWN, (task, metric)
-    with pytest.raises(KeyError, match="directions.py"):
-        directions.direction_of("longppl_govreport", "new_metric")
-
-
-def test_known_answer_validation_orders_in_the_declared_directions():
-    from lm_eval_longctx.demo import known_answer
-
-    for spec in known_answer.METRIC_SPECS:
-        assert directions.declared_direction(spec.task, spec.field) is spec.higher_is_better, spec.key
-
-
-def _bare_task(cls, **attrs):
-    """A task object with the attributes its metric_declarations() reads, without the harness building it."""
-    task = object.__new__(cls)
-    task.__dict__.update(attrs)
-    return task
-
-
-def test_task_declarations_take_their_directions_from_the_table():
-    from lm_eval_longctx.tasks import forgetting_curve, longeval, longppl, retrieval_gain, retrieval_gain_map
-
-    tasks = [
-        _bare_task(longppl.LongPPLTask, settings={"soft_gamma": 0.1}, _no_key_reasons={}),
-        _bare_task(
-            forgetting_curve.ForgettingCurveTask,
-            settings={
-                "fine_threshold": 0.99,
-                "fine_rule": "contiguous",
-                "coarse_margin": 0.1,
-                "coarse_rule": "largest",
-            },
-            lengths=[64, 128],
-            width=5,
-        ),
-        _bare_task(retrieval_gain.RetrievalGainTask),
-        _bare_task(
-            retrieval_gain_map.RetrievalGainMapTask,
-            settings={
-                "depths": [0, 50, 100],
-                "effective_fraction": 0.5,
-                "effective_rule": "contiguous",
-                "effective_threshold": 0.1,
-            },
-            lengths=[256, 1024],
-            width=5,
-            depth_width=3,
-        ),
-        _bare_task(
-            longeval.LongEvalLinesPPLTask, settings={"over_length": "skip"}, configurations=[200, 680], _width=4
-        ),
-        _bare_task(longeval.LongEvalLinesAccTask, settings={"over_length": "skip"}, configurations=[200], _width=4),
-    ]
-    for task in tasks:
-        hib = task.higher_is_better()
-        assert len(hib) >= 3
-        for metric, direction in hib.items():
-            assert directions.declared_direction(task.SUITE_TASK_NAME, metric) is direction, (task, metric)
-    assert {t.SUITE_TASK_NAME for t in tasks} == set(directions.DIRECTIONS)
 
 
 def _without_directions(data, how):
@@ -630,46 +523,34 @@ def _without_directions(data, how):
 
 
 @pytest.mark.parametrize("how", ["missing", "empty", "null"])
-def test_gate_without_recorded_directions_uses_the_declared_ones(tmp_path, capsys, how):
-    """A results file cannot switch the gate off by omitting higher_is_better: LongPPL 3x worse regresses."""
+def test_gate_refuses_a_suite_task_whose_results_record_no_direction(tmp_path, capsys, how):
+    """Directions come from the results' higher_is_better; a task that declares its report (this suite's) but whose
+    file records no direction at all cannot have its gate switched off that way: LongPPL 3x worse is not a PASS."""
     run = _without_directions(results_json(longppl=15.0), how)
     base = _without_directions(results_json(longppl=5.0), how)
-    assert gate(tmp_path, run, base) == 1
-    out = capsys.readouterr().out
-    assert "**FAIL**: 1 metric(s) regressed" in out
-    assert "| `longppl_govreport/longppl` (lower better; declared) |" in out and "❌ regressed" in out
-    assert "| `longppl_govreport/ppl` (lower better; declared) |" in out
-    assert "direction from the task declaration" in out and "the results file records none" in out
-    assert str(tmp_path / "run" / "results_2026-01-02T00-00-00.json") in out
-    # a metric that is not one of this suite's (here a made-up copy_acc without a length) keeps the file's: none
-    assert "| `forgetting_curve/copy_acc` | 0.8 ± 0.01 |" in out
-    # one side recording the direction is enough for it; the other is named
+    assert gate(tmp_path, run, base) == 2
+    err = capsys.readouterr().err
+    assert "records no direction for any metric of" in err and "results_2026-01-0" in err and err.count("\n") == 1
+    # one side recording a metric's direction is enough for it: gated in it, the file recording none named
+    base = results_json(longppl=5.0)
+    base["higher_is_better"]["longppl_govreport"]["longppl"] = None
     assert gate(tmp_path, results_json(longppl=15.0), base) == 1
     out = capsys.readouterr().out
-    assert str(tmp_path / "base" / "results_2026-01-01T00-00-00.json") in out
-    assert str(tmp_path / "run" / "results_2026-01-02T00-00-00.json") not in out.split("records none")[1]
+    assert "| `longppl_govreport/longppl` (lower better; one file) |" in out and "❌ regressed" in out
+    assert "these record none: " + str(tmp_path / "base" / "results_2026-01-01T00-00-00.json") in out
 
 
-def test_gate_refuses_a_recorded_direction_the_task_contradicts(tmp_path, capsys):
+def test_gate_refuses_directions_that_differ_between_the_files(tmp_path, capsys):
     run, base = results_json(longppl=15.0), results_json(longppl=5.0)
     run["higher_is_better"]["longppl_govreport"]["longppl"] = True
     assert gate(tmp_path, run, base) == 2
     err = capsys.readouterr().err
-    assert "longppl_govreport/longppl" in err and "records higher_is_better true" in err
-    assert "task declares false" in err and "results_2026-01-02T00-00-00.json" in err
-    assert "Traceback" not in err
-    # the baseline's, too; a diagnostic declared without direction must not be gated by a file either
-    run = results_json()
-    for d in (run, base):
-        d["results"]["longppl_govreport"]["n_key_tokens,none"] = 10.0
-    base["higher_is_better"]["longppl_govreport"]["n_key_tokens"] = False
-    assert gate(tmp_path, run, base) == 2
-    assert "the baseline's results file" in (err := capsys.readouterr().err) and "task declares null" in err
+    assert "longppl_govreport/longppl: higher_is_better differs between run and baseline" in err
+    assert "results_2026-01-02T00-00-00.json: true" in err and "results_2026-01-01T00-00-00.json: false" in err
+    assert "Traceback" not in err and err.count("\n") == 1
     # the gate config's direction is explicit: it wins (and is the way out)
-    run["higher_is_better"]["longppl_govreport"]["longppl"] = True
-    run["results"]["longppl_govreport"]["longppl,none"] = 15.0
     cfg = write(tmp_path / "gate.json", {"metrics": {"longppl_govreport/longppl": {"higher_is_better": False}}})
-    assert gate(tmp_path, run, results_json(longppl=5.0), "--config", str(cfg)) == 1
+    assert gate(tmp_path, run, base, "--config", str(cfg)) == 1
 
 
 def test_stock_task_metric_without_direction_stays_not_gated(tmp_path, capsys):
@@ -739,11 +620,18 @@ def test_leaderboard_never_merges_runs_with_other_settings(tmp_path, capsys):
     assert len(rows) == 3
     assert main(["leaderboard", str(tmp_path / "a"), str(tmp_path / "b"), "--one-row-per-model"]) == 2
     assert "'org/a' has results under different settings" in capsys.readouterr().err
-    # the same settings in two files: merged (the later file wins), one row
-    write(tmp_path / "c" / "results_2026-01-01T00-00-00.json", results_json(model="org/c", longppl=5.0))
+    # the same task under the same settings in two files: which is meant? Refused, naming both; --newest takes the
+    # newer by its date, whatever the order the files are found in
     write(tmp_path / "c" / "results_2026-01-02T00-00-00.json", results_json(model="org/c", longppl=5.5))
-    assert main(["leaderboard", str(tmp_path / "c"), "--one-row-per-model", "--metric", "*/longppl"]) == 0
-    assert "| org/c | 5.5 ± 0.05 |" in capsys.readouterr().out
+    write(tmp_path / "c" / "results_2026-01-01T00-00-00.json", results_json(model="org/c", longppl=5.0))
+    assert main(["leaderboard", str(tmp_path / "c"), "--one-row-per-model", "--metric", "*/longppl"]) == 2
+    err = capsys.readouterr().err
+    assert "'org/c': longppl_govreport under the same settings in two results files" in err and "--newest" in err
+    assert "results_2026-01-01T00-00-00.json" in err and "results_2026-01-02T00-00-00.json" in err
+    argv = ["leaderboard", str(tmp_path / "c"), "--one-row-per-model", "--metric", "*/longppl", "--newest"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "| org/c | 5.5 ± 0.05 |" in out and "the newest, over" in err
 
 
 def test_leaderboard_nan_is_nan_and_missing_is_missing(tmp_path, capsys):
@@ -948,14 +836,14 @@ def test_runtime_settings_and_unverified_span_folders(tmp_path, capsys):
     for i, s in enumerate((a, b)):
         s["longppl_govreport"]["key_spans_verified"] = True
         write(tmp_path / "board" / f"results_2026-01-0{i + 1}T00-00-00.json", results_json(model="org/a", settings=s))
-    assert main(["leaderboard", str(tmp_path / "board"), "--one-row-per-model"]) == 0
+    assert main(["leaderboard", str(tmp_path / "board"), "--one-row-per-model", "--newest"]) == 0
 
 
 def test_new_metric_in_the_run_is_shown_even_when_nan(tmp_path, capsys):
     run = results_json()
     run["results"]["longppl_govreport"]["longppl_soft,none"] = float("nan")
     assert gate(tmp_path, run, results_json()) == 0
-    # its direction is the task's: the run's file records none for it
-    assert "| `longppl_govreport/longppl_soft` (lower better; declared) | — | NaN |" in capsys.readouterr().out
+    # the run's file records no direction for it: shown, not gated
+    assert "| `longppl_govreport/longppl_soft` | — | NaN |" in capsys.readouterr().out
     run["results"]["longppl_govreport"]["longppl_soft,none"] = "oops"  # but a malformed field is not
     assert gate(tmp_path, run, results_json()) == 2

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import numbers
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,6 +112,19 @@ DATA_WAYS_OUT = (
 )
 
 
+def check_regular_file(path: Path, key: str, expected: str) -> None:
+    """A file a setting names must be a regular file: a folder, a FIFO or a device is refused without being opened
+    (reading a FIFO would wait for a writer), each with its own message naming the setting and what to pass."""
+    if not path.exists():
+        raise FileNotFoundError(f"{key} {path}: not found; pass {expected}")
+    if path.is_dir():
+        raise ValueError(f"{key} {path}: a folder, not a file; pass {expected}")
+    if not path.is_file():
+        raise ValueError(
+            f"{key} {path}: not a regular file (a FIFO, socket or device, which is not read); pass {expected}"
+        )
+
+
 def load_rows(dataset_path: str, revision: str | None, split: str, data_files: str | None, expected: str = ""):
     """A hub dataset split, or a local json/jsonl/parquet file in its place; with where it came from.
 
@@ -120,8 +134,7 @@ def load_rows(dataset_path: str, revision: str | None, split: str, data_files: s
 
     if data_files:
         path = Path(data_files)
-        if not path.is_file():
-            raise FileNotFoundError(f"data_files not found: {path}")
+        check_regular_file(path, "data_files", "one json, jsonl or parquet file")
         builder = "parquet" if path.suffix == ".parquet" else "json"
         if builder == "json":
             _check_json_rows(path, expected)
@@ -159,6 +172,34 @@ def load_tokenizer(name: str, role: str, **kwargs):
             "HF_HUB_OFFLINE, log in for gated models), a local folder that holds the tokenizer, or the offline "
             "demo (lm-eval-longctx demo)."
         ) from None
+
+
+_IDENTITIES: dict[int, tuple[weakref.ref, dict]] = {}  # id(tokenizer) -> (a reference to it, its identity)
+
+
+def tokenizer_identity(tokenizer) -> dict:
+    """What a tokenizer is, exactly enough to tell two apart: its name or path, class, number of token ids
+    (``len(tokenizer)``, added tokens included) and the SHA-256 of its vocabulary (every token with its id, in id
+    order). Computed once per tokenizer object."""
+    known = _IDENTITIES.get(id(tokenizer))
+    if known is not None and known[0]() is tokenizer:
+        return dict(known[1])
+    try:
+        vocab = sorted((int(i), str(t)) for t, i in tokenizer.get_vocab().items())
+        digest: str | None = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()
+    except (AttributeError, NotImplementedError, TypeError, ValueError):  # a tokenizer that cannot list its vocabulary
+        digest = None
+    identity = {
+        "name_or_path": str(getattr(tokenizer, "name_or_path", "") or ""),
+        "class": type(tokenizer).__name__,
+        "vocab_size": len(tokenizer),
+        "vocab_sha256": digest,
+    }
+    try:
+        _IDENTITIES[id(tokenizer)] = (weakref.ref(tokenizer), identity)
+    except TypeError:  # an object without weak references: computed each time
+        pass
+    return dict(identity)
 
 
 _JSON_WHITESPACE = " \t\r\n"  # what JSON allows around a value (str.strip would also take U+2028 etc.)

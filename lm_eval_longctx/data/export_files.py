@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
+import stat
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,45 +20,6 @@ FORMAT = "lm_eval_longctx/token-export/1"
 MANIFEST = "manifest.json"
 SETTING = "export_tokens"
 DOC_GLOB = "doc_*.npz"
-
-COLUMNS = {
-    "longppl_govreport": {
-        "token_id": "evaluated-model token ids [n] (text tokenized without special tokens)",
-        "char_start": "character offset where token i starts in `text` [n]",
-        "char_end": "character offset where token i ends in `text` [n]",
-        "logprob": "evaluated model: log p(token i | tokens < i), long context [n]; NaN for token 0",
-        "nll": "evaluated model: -logprob [n]",
-        "greedy": "evaluated model: argmax of the prediction of token i == token i [n]; False for token 0",
-        "key": "token i is a key token (counted in LongPPL) [n]",
-        "lsd": "evaluator LSD of the evaluator token holding token i's last character [n]; NaN: none",
-        "lcl": "evaluator long-context log-prob (LCL) of that evaluator token [n]; NaN: none or not available",
-        "soft_weight": "LongPPL-soft weight of token i [n] (only with soft_gamma); 1 where no LSD",
-        "evaluator_token_id": "evaluator token ids [m] (with its special tokens), when available",
-        "evaluator_char_start": "evaluator token j's start in `text` [m]",
-        "evaluator_char_end": "evaluator token j's end in `text` [m]",
-        "evaluator_logprob_long": "evaluator: log p(token j | all before), LCL [m]; NaN for j = 0; when available",
-        "evaluator_logprob_short": "evaluator: log p(token j | truncated window) [m]; NaN before K; when available",
-        "evaluator_lsd": "evaluator: LSD = long - short log-prob [m]; NaN where no truncated context",
-        "evaluator_key": "evaluator token j is key (LSD > alpha and LCL > beta) [m]",
-        "doc_id, text, text_sha256": "the document",
-        "nll_sum, n_targets, key_nll_sum, n_key": "the task's per-document (NLL sum, count) pairs of ppl and longppl",
-    },
-    "retrieval_gain": {
-        "anchors": "anchor token positions in the document [q]",
-        "with_logprob": "answer tokens' log-probs read after the document [q, r]",
-        "without_logprob": "answer tokens' log-probs without the document [q, r]",
-        "gain, nll_with, nll_without": "per anchor [q] (gain = nll_without - nll_with)",
-        "n_doc_tokens, n_source_tokens, doc_id, text, text_sha256": "the document",
-    },
-    "longeval_lines_ppl": {
-        "char_start": "response token's start, relative to the response's first character [m]",
-        "char_end": "response token's end, relative to the response's first character [m]",
-        "logprob": "log p(response token | prompt and earlier response tokens) [m]",
-        "nll": "-logprob [m]",
-        "answer": "the token overlaps the number's digits (answer_ppl) [m]; others with width > 0: non_answer_ppl",
-        "doc_id, num_lines, response, answer_start, answer_end, prompt_tokens, n_tokens, skipped": "the case",
-    },
-}
 
 
 class ExportFolderError(ValueError):
@@ -122,9 +85,12 @@ class TokenExport:
     """Writes one task's per-document files into ``root/<task>/``; the folder is checked when this is
     built (before any model runs) and created at the first document."""
 
-    def __init__(self, root: str | Path, task: str):
+    def __init__(self, root: str | Path, task: str, columns: dict | None = None, view: str | None = None):
         self.folder = Path(root) / task
         self.task = task
+        # what each array means (the task declares it), and which view can show the files (e.g. "key_tokens")
+        self.columns = dict(columns or {})
+        self.view = view
         check_folder(self.folder)
         self._opened = False
 
@@ -136,7 +102,8 @@ class TokenExport:
             "settings": settings_record,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "launch": _launch_id(),
-            "columns": COLUMNS.get(self.task, {}),
+            "columns": self.columns,
+            "view": self.view,
         }
         try:
             fd = os.open(self.folder / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -162,7 +129,7 @@ class TokenExport:
 # --------------------------------------------------------------------------- reading
 
 
-def task_folder(path: str | Path, task: str = "longppl_govreport") -> Path:
+def task_folder(path: str | Path, task: str) -> Path:
     """The task folder of an export: ``path`` itself when it holds a manifest, else ``path/<task>``."""
     path = Path(path)
     if (path / MANIFEST).is_file():
@@ -172,12 +139,46 @@ def task_folder(path: str | Path, task: str = "longppl_govreport") -> Path:
     raise FileNotFoundError(f"{path} is not a token export (no {MANIFEST} in it or in {path / task})")
 
 
+def export_folders(path: str | Path) -> list[Path]:
+    """The task folders of an export: ``path`` itself when it holds a manifest, else its subfolders that do."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such folder")
+    return sorted(p for p in path.iterdir() if p.is_dir() and (p / MANIFEST).is_file())
+
+
 class ExportFormatError(ValueError):
     """A file of an export that is not what the format says (unreadable, wrong type, missing or misshapen array)."""
 
 
+# Reading limits, checked before anything is allocated: a manifest is small; a document's arrays unpacked are
+# at most EXPANSION_LIMIT times its file (numbers compress little) or MIN_ALLOWANCE, whichever is larger.
+MANIFEST_MAX_BYTES = 16 * 2**20
+MIN_ALLOWANCE = 64 * 2**20
+EXPANSION_LIMIT = 64
+
+
+def _regular_file(path: Path) -> int:
+    """The size of ``path``; a FIFO, device or folder is refused before it is opened (a FIFO would block)."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise ExportFormatError(f"{path}: cannot read it ({err.strerror or err})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ExportFormatError(f"{path}: not a regular file (a FIFO, device or folder); an export holds files only")
+    return st.st_size
+
+
 def read_manifest(folder: str | Path) -> dict:
     path = Path(folder) / MANIFEST
+    size = _regular_file(path)
+    if size > MANIFEST_MAX_BYTES:
+        raise ExportFormatError(
+            f"{path}: {size} bytes, more than the {MANIFEST_MAX_BYTES} a manifest may have; not the {MANIFEST} an "
+            "export writes"
+        )
     try:
         m = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
@@ -201,17 +202,61 @@ def document_files(folder: str | Path) -> list[Path]:
 
 def load_document(path: str | Path) -> dict:
     """One document's arrays (0-d arrays become Python scalars / str). No pickles are loaded; a file that is not
-    a readable ``.npz`` is an :class:`ExportFormatError` naming it."""
+    a readable ``.npz`` is an :class:`ExportFormatError` naming it. Every member's ``.npy`` header and declared size
+    are read and checked (:func:`check_members`) before any array is allocated."""
+    path = Path(path)
+    size = _regular_file(path)
     try:
+        with zipfile.ZipFile(path) as zf:
+            check_members(path, zf, size)
         with np.load(path, allow_pickle=False) as z:
             return {k: (z[k].item() if z[k].ndim == 0 else z[k]) for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as err:
+        if isinstance(err, ExportFormatError):
+            raise
         # ValueError: an object array (a pickle) or a malformed member; BadZipFile/EOFError: a truncated file
         raise ExportFormatError(f"{path}: not a readable export document ({type(err).__name__}: {err})") from None
 
 
-# the arrays of a longppl_govreport document the viewer reads: name -> kind ("int", "float", "bool") over n tokens
-LONGPPL_TOKEN_ARRAYS = {
+def check_members(path: Path, zf: zipfile.ZipFile, file_size: int) -> None:
+    """Refuse a document whose members unpack to more than the limit derived from its file's size, or whose
+    ``.npy`` header declares another size than the member holds (a header of 10^13 values in a small member), an
+    object array (a pickle) or another format; only the headers are decompressed."""
+    infos = zf.infolist()
+    limit = max(MIN_ALLOWANCE, EXPANSION_LIMIT * file_size)
+    declared = sum(i.file_size for i in infos)
+    if declared > limit:
+        raise ExportFormatError(
+            f"{path}: its arrays declare {declared} bytes unpacked, more than the {limit} a {file_size}-byte document "
+            f"may hold ({EXPANSION_LIMIT} times its size); not a document an export writes: not read"
+        )
+    for info in infos:
+        name = info.filename
+        if not name.endswith(".npy"):
+            raise ExportFormatError(f"{path}: member {name!r} is not an array (.npy); not a document an export writes")
+        with zf.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ExportFormatError(f"{path}: array {name!r} has .npy format {version}; expected 1.0 or 2.0")
+            header = f.tell()
+        if dtype.hasobject:
+            raise ExportFormatError(f"{path}: array {name!r} holds Python objects (a pickle); not read")
+        n_bytes = math.prod(int(d) for d in shape) * dtype.itemsize
+        if header + n_bytes != info.file_size:
+            raise ExportFormatError(
+                f"{path}: array {name!r} declares shape {tuple(shape)} of {dtype} ({n_bytes} bytes), but the member "
+                f"holds {info.file_size - header} bytes: a damaged or forged document, not read"
+            )
+
+
+# the arrays of a document of the key-token view (manifest "view": "key_tokens") the viewer reads: name -> kind
+# ("int", "float", "bool") over n tokens
+KEY_TOKEN_VIEW = "key_tokens"
+KEY_TOKEN_ARRAYS = {
     "token_id": "int",
     "char_start": "int",
     "char_end": "int",
@@ -225,8 +270,8 @@ LONGPPL_TOKEN_ARRAYS = {
 _KINDS = {"int": "iu", "float": "f", "bool": "b"}
 
 
-def check_longppl_document(d: dict, path: str | Path) -> None:
-    """A longppl_govreport document as the format says: ``doc_id`` an integer, ``text`` and ``text_sha256``
+def check_token_document(d: dict, path: str | Path, arrays: dict[str, str] = KEY_TOKEN_ARRAYS) -> None:
+    """A document as its view reads it: ``doc_id`` an integer, ``text`` and ``text_sha256``
     strings, every token array one-dimensional of the same length and kind, character offsets inside the text
     with start <= end. Raises :class:`ExportFormatError` naming the file and the array."""
     if not isinstance(d.get("doc_id"), int) or isinstance(d.get("doc_id"), bool):
@@ -235,7 +280,7 @@ def check_longppl_document(d: dict, path: str | Path) -> None:
         if not isinstance(d.get(key), str):
             raise ExportFormatError(f"{path}: {key!r} is {_what(d.get(key))}, expected a string")
     n = None
-    for name, kind in LONGPPL_TOKEN_ARRAYS.items():
+    for name, kind in arrays.items():
         a = d.get(name)
         if not isinstance(a, np.ndarray) or a.ndim != 1 or a.dtype.kind not in _KINDS[kind]:
             raise ExportFormatError(f"{path}: array {name!r} is {_what(a)}, expected a one-dimensional {kind} array")
@@ -259,6 +304,17 @@ def _what(x) -> str:
     if isinstance(x, np.ndarray):
         return f"a {x.ndim}-dimensional {x.dtype} array"
     return "missing" if x is None else f"a {type(x).__name__}"
+
+
+def array_names(path: str | Path) -> list[str]:
+    """The arrays a document holds, from its zip directory alone (nothing is decompressed)."""
+    path = Path(path)
+    _regular_file(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return [n[: -len(".npy")] for n in zf.namelist() if n.endswith(".npy")]
+    except (OSError, zipfile.BadZipFile) as err:
+        raise ExportFormatError(f"{path}: not a readable export document ({type(err).__name__}: {err})") from None
 
 
 def iter_documents(folder: str | Path) -> Iterator[dict]:

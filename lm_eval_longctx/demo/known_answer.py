@@ -694,9 +694,9 @@ def plot_curves(runs: dict[str, RunFiles], order: Sequence[str], out_path, label
 
     labels = labels or {}
     curves = [
-        forgetting_curve.curve_from_results(runs[m].results, "forgetting_curve", labels.get(m, m))
+        forgetting_curve.curve_from_results(runs[m].results, task, labels.get(m, m))
         for m in order
-        if "forgetting_curve" in (runs[m].results.get("results") or {})
+        for task in forgetting_curve.forgetting_curve_tasks(runs[m].results)
     ]
     if not curves:
         return None

@@ -394,8 +394,10 @@ def summarize(results: dict, budget: str = "full") -> dict:
         for task, names in HEADLINES.items()
         if task in per_task
     }
-    if "forgetting_curve" in per_task:
-        headlines["forgetting_curve"]["curve"] = _curve(per_task["forgetting_curve"])
+    for task, metrics in per_task.items():
+        curve = _curve(metrics)
+        if curve:  # per-length copy and LM accuracies: a forgetting curve
+            headlines.setdefault(task, {})["curve"] = curve
     t = DEMO_BUDGETS.get(budget, DEMO_BUDGETS["full"])["targets"]
     targets = check_targets(
         per_task, t["copy_gap_lengths"], t["copy_gap_min"], t.get("fine_memory_min", 0), t.get("longeval_acc_min", 0.0)

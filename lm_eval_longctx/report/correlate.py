@@ -12,6 +12,7 @@ import numpy as np
 from scipy import stats
 
 from .results import UnusableInput, read_text
+from .text import visible
 
 MAD_NORMAL = 0.6744897501960817  # MAD / this = sigma for normal data
 
@@ -141,7 +142,7 @@ def permutation_test(x, y, statistic: str = "pearson", seed: int = 0) -> dict:
 
 
 def describe_left_out(left_out: dict) -> str:
-    return "; ".join(f"{m} ({why})" for m, why in left_out.items())
+    return "; ".join(f"{visible(m)} ({why})" for m, why in left_out.items())
 
 
 def correlate(
@@ -235,9 +236,17 @@ def read_score_csv(path, column: str | None = None, model_column: str = "model")
     p = Path(path)
     text = read_text(p, "CSV file")
     try:
+        header = next(csv.reader(io.StringIO(text, newline="")), [])
         rows = list(csv.DictReader(io.StringIO(text, newline="")))
     except csv.Error as e:
         raise UnusableInput(f"{p}: malformed CSV ({e})") from e
+    for name in dict.fromkeys(header):
+        at = [i + 1 for i, h in enumerate(header) if h == name]
+        if len(at) > 1:  # a dict of the row would keep the last of them, silently
+            raise UnusableInput(
+                f"{p}: column {visible(name)!r} appears {len(at)} times in the header (columns "
+                f"{', '.join(map(str, at))}): which one is meant? Rename or remove the others"
+            )
     if not rows:
         raise UnusableInput(f"{p}: empty CSV")
     cols = list(rows[0].keys())

@@ -3,6 +3,7 @@ per-document test where both runs logged samples (``lm-eval-longctx gate``; docs
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import math
@@ -11,8 +12,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..metrics import directions
 from . import paired
+from .comparability import (
+    CONTENT_IDENTIFIED,
+    DOCS_KEY,
+    NOT_NUMERIC_SETTINGS,
+    UNVERIFIED,
+    VERSION_KEY,
+    differences,
+    identified_by_content,
+    is_model_level,
+    matching_keys,
+)
 from .paired import DEFAULT_N_RESAMPLES, DEFAULT_SEED
 from .results import (
     DEFAULT_Z,
@@ -26,6 +37,9 @@ from .results import (
     read_text,
     split_name,
 )
+from .text import cut_middle, md_cell, md_code, visible
+
+__all__ = ["CONTENT_IDENTIFIED", "UNVERIFIED", "identified_by_content", "compare", "GateConfig", "GateReport"]
 
 
 @dataclass
@@ -141,73 +155,38 @@ def load_gate_config(path) -> GateConfig:
 # ----------------------------------------------------------------------------------------------- settings
 
 
-# Settings that name where something was read from, and the recorded content hashes that identify what was read.
-# When one of those hashes is recorded (on both sides) and equal, the path itself changes no number and is not
-# compared: the same texts under another path, the same key spans in another folder (its manifest records the
-# evaluator, K, d, alpha, beta and the texts' hash), the same token stream from another copy of the tokenizer.
-_DATA_HASHES = ("data.texts_sha256", "data.stream_sha256", "data.prompts_sha256")
-CONTENT_IDENTIFIED = {
-    "data_files": _DATA_HASHES,
-    "data.data_files": _DATA_HASHES,
-    "testcases": ("data.prompts_sha256",),
-    "source.testcases": ("data.prompts_sha256",),
-    "key_spans_dir": ("key_spans_manifest",),
-    "tokenizer": ("data.stream_sha256",),
-}
-# A span folder whose files were not verified against its manifest's checksums is identified by its path only.
-UNVERIFIED = {"key_spans_dir": "key_spans_verified"}
-# Settings recorded for the record that change no number: where a per-token export went, and the `runtime` group
-# of every task's record (speed, memory, devices, cache folders: declared as not affecting numbers).
-NOT_NUMERIC_SETTINGS = ("export_tokens", "runtime")
-
-
-def _recorded(flat: dict, prefix: str) -> dict:
-    return {
-        k: v for k, v in flat.items() if (k == prefix or k.startswith(prefix + ".")) and v not in (None, "", {}, [])
-    }
-
-
-def identified_by_content(key: str, a: dict, b: dict | None = None) -> bool:
-    """Whether the path-like setting ``key`` is identified by a content hash recorded in flat settings ``a`` (and,
-    given ``b``, recorded equal in both)."""
-    flag = UNVERIFIED.get(key)
-    if flag and (a.get(flag) is False or (b is not None and b.get(flag) is False)):
-        return False
-    found = False
-    for ident in CONTENT_IDENTIFIED.get(key, ()):
-        ra = _recorded(a, ident)
-        rb = ra if b is None else _recorded(b, ident)
-        if ra or rb:
-            if ra != rb:
-                return False
-            found = True
-    return found
+def _signature(run: Run, task: str) -> dict:
+    """The task's signature; a :class:`Run` built by hand (no files) compares its settings, version and documents."""
+    if task in run.compared:
+        return run.compared[task]
+    sig = flatten(run.settings.get(task) or {})
+    sig = {k: v for k, v in sig.items() if not any(k == p or k.startswith(p + ".") for p in NOT_NUMERIC_SETTINGS)}
+    return {**sig, VERSION_KEY: run.versions.get(task), DOCS_KEY: run.n_samples.get(task)}
 
 
 def settings_differences(run: Run, base: Run, tasks, ignore=()) -> dict[str, list[str]]:
-    """Per task, the keys that differ between the run and the baseline: longctx_settings (dotted), the task
-    version, and the number of documents scored (``--limit``). ``ignore``: dotted keys (or prefixes) to skip.
-    Paths identified by equal content hashes (:data:`CONTENT_IDENTIFIED`) and :data:`NOT_NUMERIC_SETTINGS` (the
-    ``runtime`` group, ``export_tokens``) are not differences."""
-
-    def ignored(key):
-        return any(key == i or key.startswith(i + ".") for i in (*ignore, *NOT_NUMERIC_SETTINGS))
-
+    """Per task, the keys in which the run's signature differs from the baseline's (:mod:`.comparability`: the
+    settings, generation settings, the run's dtype and prompt format, the task version, the number of documents).
+    ``ignore``: dotted keys (or prefixes) to skip."""
     diffs = {}
     for task in tasks:
-        a, b = flatten(run.settings.get(task) or {}), flatten(base.settings.get(task) or {})
-        keys = [
-            k
-            for k in sorted(set(a) | set(b))
-            if not ignored(k) and a.get(k, KeyError) != b.get(k, KeyError) and not identified_by_content(k, a, b)
-        ]
-        if run.versions.get(task) != base.versions.get(task):
-            keys.append("<task version>")
-        if run.n_samples.get(task) != base.n_samples.get(task):
-            keys.append("<n-samples effective>")
+        keys = differences(_signature(run, task), _signature(base, task), ignore)
         if keys:
             diffs[task] = keys
     return diffs
+
+
+def difference_text(run: Run, base: Run, diffs: dict[str, list[str]], limit: int = 90) -> str:
+    """``task: key (baseline value -> run value), ...; task: ...`` for a message of one line."""
+    parts = []
+    for task, keys in diffs.items():
+        a, b = _signature(run, task), _signature(base, task)
+        shown = []
+        for k in keys:
+            va, vb = (json.dumps(s.get(k, "absent"), default=str) for s in (a, b))
+            shown.append(f"{k} ({cut_middle(visible(vb), limit)} -> {cut_middle(visible(va), limit)})")
+        parts.append(f"{task}: {', '.join(shown)}")
+    return "; ".join(parts)
 
 
 # ----------------------------------------------------------------------------------------------- gate
@@ -227,7 +206,7 @@ class GateRow:
     test: str = ""  # "paired" | "unpaired" | "" (not gated / new)
     ci: tuple | None = None  # paired: CI of the change (run - baseline) at the level matching z
     note: str = ""  # why a gated row is unpaired; the paired test's aggregation and documents
-    declared: bool = False  # the direction is the task declaration's: a results file records none
+    one_sided: bool = False  # the direction is recorded in one of the two results files only
 
 
 @dataclass
@@ -238,7 +217,7 @@ class GateReport:
     run_model: str
     n_resamples: int = DEFAULT_N_RESAMPLES  # (a class field named `paired` hides the module in this body)
     seed: int = DEFAULT_SEED
-    files_without_directions: list[str] = field(default_factory=list)  # of rows whose direction is declared
+    files_without_directions: list[str] = field(default_factory=list)  # of one-sided rows: the files recording none
 
     @property
     def exit_code(self) -> int:
@@ -249,7 +228,7 @@ class GateReport:
         verdict = f"**FAIL**: {n_reg} metric(s) regressed" if n_reg else "**PASS**: no metric regressed"
         level = paired.level_for_z(self.z)
         lines = [
-            f"### Regression gate: `{self.run_model}` vs baseline `{self.baseline_model}`",
+            f"### Regression gate: {md_code(self.run_model)} vs baseline {md_code(self.baseline_model)}",
             "",
             f"{verdict}. Regressed: *paired* rows, the whole {level:.1%} CI of the change (bootstrap over the same "
             f"documents of both runs, {self.n_resamples} resamples, seed {self.seed}) is worse than the baseline by "
@@ -261,7 +240,7 @@ class GateReport:
         ]
         for r in self.rows:
             arrow = " (higher better" if r.higher_is_better else " (lower better" if r.higher_is_better is False else ""
-            arrow += ("; declared)" if r.declared else ")") if arrow else ""
+            arrow += ("; one file)" if r.one_sided else ")") if arrow else ""
             current, baseline, ci = r.current, r.baseline, r.ci
             delta = current - baseline if current is not None and baseline is not None else None
             change = f"{delta:+.4g}" if delta is not None and math.isfinite(delta) else ""
@@ -273,14 +252,15 @@ class GateReport:
             else:
                 test, band = "—", ""
             lines.append(
-                f"| `{r.metric}`{arrow} | {format_number(r.baseline, r.baseline_se)} | {format_number(r.current, r.current_se)} "
-                f"| {change} | {r.tolerance:.4g} | {test} | {band} | {mark} |"
+                f"| {md_code(r.metric)}{arrow} | {format_number(r.baseline, r.baseline_se)} "
+                f"| {format_number(r.current, r.current_se)} | {change} | {r.tolerance:.4g} | {md_cell(test)} "
+                f"| {band} | {mark} |"
             )
         if self.files_without_directions:
             lines += [
                 "",
-                "*declared*: direction from the task declaration (lm_eval_longctx/metrics/directions.py); the "
-                f"results file records none: {', '.join(self.files_without_directions)}.",
+                "*one file*: the direction (higher_is_better) is recorded in one of the two results files only; "
+                f"these record none: {md_cell(', '.join(self.files_without_directions))}.",
             ]
         return "\n".join(lines) + "\n"
 
@@ -348,45 +328,93 @@ def _paired_test(name, c: Metric, b: Metric, hib: bool, samples, run: Run, confi
 
 
 def metric_direction(name: str, run: Run, base: Run, config: GateConfig) -> tuple[bool | None, list[str]]:
-    """The direction ``name`` is compared in, and the results files that record none when it is taken from the task
-    declaration instead ([] otherwise).
+    """The direction ``name`` is compared in, and the results files that record none when the other one does
+    ([] otherwise).
 
-    A metric of this suite's tasks has the direction its task declares (metrics/directions.py): a results file
-    that records none does not switch its gate off, one that records another is refused. Other metrics have the
-    direction the results files record (refused when run and baseline differ). The gate config's
-    ``higher_is_better`` wins over both."""
-    task, metric, _ = split_name(name)
+    The direction is what the results files record (``higher_is_better``, which lm-eval writes from the task's
+    declaration); run and baseline recording different ones is refused; the gate config's ``higher_is_better``
+    wins over both."""
+    task = split_name(name)[0]
     recorded = [
         (who, r.sources.get(task, ""), m.higher_is_better)
         for who, r in (("run", run), ("baseline", base))
         if (m := r.metrics.get(name)) is not None
     ]
     configured = config.tolerance(name)
-    declared = directions.declared_direction(task, metric)
-    if isinstance(declared, directions.UnknownMetric):
-        found = {hib for _, _, hib in recorded if hib is not None}
-        if len(found) > 1:
-            raise UnusableInput(f"{name}: higher_is_better differs between run and baseline")
-        return configured.get("higher_is_better", found.pop() if found else None), []
     if "higher_is_better" in configured:
         return configured["higher_is_better"], []
-    for who, source, hib in recorded:
-        if hib is not None and hib != declared:
+    found = {hib for _, _, hib in recorded if hib is not None}
+    if len(found) > 1:
+        detail = ", ".join(f"the {who}'s {source or 'results'}: {json.dumps(hib)}" for who, source, hib in recorded)
+        raise UnusableInput(
+            f"{name}: higher_is_better differs between run and baseline ({detail}): results of other versions of "
+            f"the task, or edited? Re-run one, or state the direction in the gate config (metrics: {{'{name}': "
+            "{higher_is_better: ...}})"
+        )
+    if not found:
+        return None, []
+    return found.pop(), [source for _, source, hib in recorded if hib is None]
+
+
+def _declares_report(run: Run, task: str) -> bool:
+    """The task writes its report section into its results (contract of this suite's tasks): it declares its
+    metrics' directions too."""
+    cfg = (run.results.get(task, {}).get("configs") or {}).get(task)
+    metadata = cfg.get("metadata") if isinstance(cfg, dict) else None
+    return isinstance(metadata, dict) and isinstance(metadata.get("longctx_report"), dict)
+
+
+def _check_directions_recorded(run: Run, who: str, tasks) -> None:
+    """A task of this suite whose results file records no direction for any of its metrics: nothing of it would be
+    gated. Refused, so that a results file cannot switch its gate off by leaving higher_is_better out."""
+    for task in tasks:
+        if not _declares_report(run, task):
+            continue
+        if all(m.higher_is_better is None for n, m in run.metrics.items() if split_name(n)[0] == task):
             raise UnusableInput(
-                f"{name}: the {who}'s results file {source} records higher_is_better {json.dumps(hib)}, but the "
-                f"task declares {json.dumps(declared)} (lm_eval_longctx/metrics/directions.py): a file of another "
-                "version of the suite, or edited? Re-run the task, or state the direction in the gate config "
-                f"(metrics: {{'{name}': {{higher_is_better: ...}}}})"
+                f"{run.sources.get(task, task)}: higher_is_better records no direction for any metric of {task} "
+                f"(the {who}): nothing of it could be gated. Re-run the task, or state the directions in the gate "
+                f"config (metrics: {{'{task}/*': {{higher_is_better: ...}}}})"
             )
-    lacking = [source for _, source, hib in recorded if hib is None] if declared is not None else []
-    return declared, lacking
+
+
+def _closest(word: str, candidates) -> str:
+    found = difflib.get_close_matches(word, sorted(set(candidates)), n=1, cutoff=0.5)
+    return f" (closest: {found[0]})" if found else ""
+
+
+def check_config_applies(config: GateConfig, run: Run, base: Run) -> None:
+    """Every ``metrics`` and ``only`` pattern of the config names a metric of the run or the baseline, and every
+    ``ignore_settings`` key a recorded setting: a typo is an error, not a silently ignored line."""
+    names = sorted(set(run.metrics) | set(base.metrics))
+    for what, patterns in (("metrics", list(config.metrics)), ("only", config.only)):
+        for pattern in patterns:
+            if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+                raise UnusableInput(
+                    f"gate config: {what} pattern {pattern!r} matches no metric of the run or the baseline"
+                    f"{_closest(pattern, names)}; correct it or remove it"
+                )
+    signatures = [_signature(r, t) for r in (run, base) for t in _tasks_of(r)]
+    for key in config.ignore_settings:
+        if not matching_keys(key, signatures):
+            keys = {k for sig in signatures for k in sig}
+            raise UnusableInput(
+                f"ignore_settings / --ignore-setting {key!r} names no setting recorded in the run or the baseline"
+                f"{_closest(key, keys)}; correct it or remove it"
+            )
+
+
+def _tasks_of(run: Run) -> list[str]:
+    return sorted(set(run.compared) | set(run.settings) | {split_name(n)[0] for n in run.metrics})
 
 
 def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport:
     """Gate ``run`` against ``base``; raises :class:`UnusableInput` for anything that makes the comparison void.
 
-    For each baseline metric with a direction (:func:`metric_direction`: the task declaration for this suite's
-    metrics, else ``higher_is_better`` of the results; the config's overrides both):
+    Refused first: settings that differ in a gated task, or that describe the models (tokenizer, dtype, the run's
+    prompt format) in any task both runs have; the message names every differing setting of every task.
+    For each baseline metric with a direction (:func:`metric_direction`: ``higher_is_better`` of the results; the
+    config's overrides it):
     ``worse = (base - run)`` if higher is better else ``(run - base)``; ``tolerance = max(abs, rel * |base|)``.
     With per-document samples of both runs (paired): regressed iff the whole CI of ``worse`` (paired bootstrap
     over documents, at the level matching z) lies above the tolerance. Otherwise (unpaired): regressed iff
@@ -394,6 +422,7 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
     Improved is the mirror image; else ok.
     """
     config = config or GateConfig()
+    check_config_applies(config, run, base)
     names = [m for m in base.metrics if config.selected(m)]
     if not names:
         raise UnusableInput("the baseline has no metrics to gate" + (" matching 'only'" if config.only else ""))
@@ -416,12 +445,18 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
                     f"({r.sources.get(split_name(name)[0], '')})"
                 )
     tasks = sorted({split_name(m)[0] for m in names})
-    diffs = settings_differences(run, base, tasks, config.ignore_settings)
-    if diffs:
-        detail = "; ".join(f"{t}: {', '.join(keys)}" for t, keys in diffs.items())
+    # every task both runs have is compared: a difference in a gated task, or one that describes the models
+    # (tokenizer, dtype, the run's prompt format) in any task, makes the numbers incomparable
+    shared = sorted(set(_tasks_of(run)) & set(_tasks_of(base)))
+    diffs = settings_differences(run, base, shared, config.ignore_settings)
+    if any(t in tasks or any(is_model_level(k) for k in keys) for t, keys in diffs.items()):
         raise UnusableInput(
-            f"settings that change the metrics' meaning differ between run and baseline (refusing to compare): {detail}"
+            "settings that change what the metrics mean differ between run and baseline (refusing to compare): "
+            f"{difference_text(run, base, diffs)}. Compare runs measured the same way, or --ignore-setting KEY for "
+            "a setting that does not change the numbers"
         )
+    for who, r in (("run", run), ("baseline", base)):
+        _check_directions_recorded(r, who, tasks)
     direction = {name: metric_direction(name, run, base, config) for name in names + new}
     samples = {}
     if config.paired:
@@ -435,7 +470,7 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
         tolerance = max(float(tol_cfg.get("abs", 0.0)), float(tol_cfg.get("rel", 0.0)) * abs(b.value))
         noise = config.z * math.hypot(c.stderr or 0.0, b.stderr or 0.0)
         row = GateRow(name, b.value, b.stderr, c.value, c.stderr, hib, tolerance, noise, "not gated")
-        row.declared = bool(lacking)
+        row.one_sided = bool(lacking)
         if hib is not None and not tol_cfg.get("skip"):
             worse = (b.value - c.value) if hib else (c.value - b.value)
             res, why = (
@@ -461,11 +496,8 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
     for name in new:
         c = run.metrics[name]
         hib, lacking = direction[name]
-        rows.append(GateRow(name, None, None, c.value, c.stderr, hib, 0.0, 0.0, "new", declared=bool(lacking)))
+        rows.append(GateRow(name, None, None, c.value, c.stderr, hib, 0.0, 0.0, "new", one_sided=bool(lacking)))
     order = {"regressed": 0, "improved": 1, "ok": 2, "not gated": 3, "new": 4}
     rows.sort(key=lambda r: order[r.status])
     without = sorted({f for _, files in direction.values() for f in files})
     return GateReport(rows, config.z, base.model, run.model, config.n_resamples, config.seed, without)
-
-
-# ----------------------------------------------------------------------------------------------- leaderboard

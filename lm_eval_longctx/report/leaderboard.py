@@ -9,33 +9,11 @@ import io
 import json
 from dataclasses import dataclass, field
 
-from .gate import NOT_NUMERIC_SETTINGS, format_number, identified_by_content
-from .results import (
-    UnusableInput,
-    find_results_files,
-    flatten,
-    load_results,
-    longctx_settings,
-    metrics_of,
-    model_name,
-    n_samples_effective,
-    split_name,
-)
-
-
-def settings_signature(data: dict, task: str, source="") -> dict:
-    """What makes a task's numbers comparable across results files: longctx_settings (flattened; paths identified
-    by a recorded content hash left out), the task version and the number of documents scored. A malformed field
-    is :class:`UnusableInput` naming it and ``source``."""
-    flat = flatten(longctx_settings(data, task, source))
-    sig = {
-        k: v
-        for k, v in flat.items()
-        if not identified_by_content(k, flat) and not any(k == i or k.startswith(i + ".") for i in NOT_NUMERIC_SETTINGS)
-    }
-    sig["<task version>"] = (data.get("versions") or {}).get(task)
-    sig["<n-samples effective>"] = n_samples_effective(data, task, source)
-    return sig
+from .comparability import differences, is_model_level, signature
+from .gate import format_number
+from .results import UnusableInput, metrics_of, split_name
+from .runs import ResultsFile, date_text, input_files
+from .text import csv_cell, cut_middle, md_cell, visible
 
 
 @dataclass
@@ -43,8 +21,12 @@ class BoardRow:
     model: str
     label: str  # the model, plus the settings that tell it apart from the model's other rows
     cells: dict  # metric -> Metric
-    settings: dict  # task -> settings signature
+    settings: dict  # task -> its signature (comparability.signature)
     sources: list
+    files: dict = field(default_factory=dict)  # task -> the ResultsFile its cells come from
+
+    def model_level(self) -> dict:
+        return {k: v for sig in self.settings.values() for k, v in sig.items() if is_model_level(k)}
 
 
 @dataclass
@@ -52,6 +34,8 @@ class Leaderboard:
     rows: list[BoardRow]
     metrics: list[str]
     files_without_metrics: dict[str, str] = field(default_factory=dict)  # file read -> its model: no metric selected
+    notices: list[str] = field(default_factory=list)  # which file --newest took over which
+    files_read: list[str] = field(default_factory=list)
 
     @property
     def models(self) -> list[str]:
@@ -60,9 +44,9 @@ class Leaderboard:
     def csv(self) -> str:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["model"] + [c for m in self.metrics for c in (m, f"{m}_stderr")])
+        w.writerow(["model"] + [csv_cell(c) for m in self.metrics for c in (m, f"{m}_stderr")])
         for row in self.rows:
-            out = [row.label]
+            out = [csv_cell(row.label)]
             for m in self.metrics:
                 cell = row.cells.get(m)
                 # missing: empty; NaN: "nan" (what the run reported)
@@ -75,7 +59,7 @@ class Leaderboard:
     def markdown(self) -> str:
         def head(m):
             hib = next((r.cells[m].higher_is_better for r in self.rows if m in r.cells), None)
-            return f"{m} {'↑' if hib else '↓' if hib is False else ''}".strip()
+            return f"{md_cell(m)} {'↑' if hib else '↓' if hib is False else ''}".strip()
 
         lines = [
             "| model | " + " | ".join(head(m) for m in self.metrics) + " |",
@@ -83,92 +67,131 @@ class Leaderboard:
         ]
         for row in self.rows:
             vals = [format_number(c.value, c.stderr) if (c := row.cells.get(m)) else "missing" for m in self.metrics]
-            lines.append(f"| {row.label} | " + " | ".join(vals) + " |")
+            lines.append(f"| {md_cell(row.label)} | " + " | ".join(vals) + " |")
         return "\n".join(lines) + "\n"
 
     def column(self, metric: str) -> dict[str, float]:
         return {r.label: r.cells[metric].value for r in self.rows if metric in r.cells}
 
 
-def _label(model: str, row_settings: dict, others: list[dict]) -> str:
-    """The model name plus, when the model has other rows, the settings in which this row differs from them."""
+def _label(row: BoardRow, others: list[BoardRow]) -> str:
+    """The model name plus, when the model has other rows, the settings in which this row differs from them (a
+    setting of the models, such as the dtype, once; a task's setting after the task's name)."""
     if not others:
-        return model
-    parts = []
-    for task in sorted(row_settings):
-        sig = row_settings[task]
-        keys = sorted(
-            {
-                k
-                for o in others
-                if task in o
-                for k in set(sig) | set(o[task])
-                if sig.get(k, KeyError) != o[task].get(k, KeyError)
-            }
+        return row.model
+    shown: dict[str, object] = {}
+    level = row.model_level()
+    for other in others:
+        for k in differences(level, other.model_level()):
+            shown.setdefault(k, level.get(k, "absent"))
+    for task in sorted(row.settings):
+        sig = row.settings[task]
+        for other in others:
+            if task in other.settings:
+                for k in differences(sig, other.settings[task]):
+                    shown.setdefault(k if is_model_level(k) else f"{task}.{k}", sig.get(k, "absent"))
+    parts = [
+        f"{k}={cut_middle(visible(v if isinstance(v, str) else json.dumps(v, default=str)), 40)}"
+        for k, v in shown.items()
+    ]
+    return f"{row.model} [{'; '.join(parts)}]" if parts else row.model
+
+
+def _compatible(row: BoardRow, sigs: dict) -> bool:
+    """A file's tasks fit a row: the same settings in every task both have, and the same model-level settings."""
+    level = {k: v for sig in sigs.values() for k, v in sig.items() if is_model_level(k)}
+    if differences(row.model_level(), level):
+        return False
+    return all(not differences(row.settings[t], sig) for t, sig in sigs.items() if t in row.settings)
+
+
+def _listed(paths: list, n: int = 4) -> str:
+    return ", ".join(map(str, paths[:n])) + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
+def _take_newer(row: BoardRow, task: str, f: ResultsFile, newest: bool, notices: list) -> bool:
+    """Whether ``f`` replaces the file a row already holds ``task`` from (same model, same settings): refused
+    without ``newest``; with it, the newer by date wins and the choice is noted."""
+    held = row.files[task]
+    both = f"{held.path} ({date_text(held.date)}) and {f.path} ({date_text(f.date)})"
+    if not newest:
+        raise UnusableInput(
+            f"{row.model!r}: {task} under the same settings in two results files ({both}): the same run twice, or "
+            "a rerun; give the one meant, or --newest to take the newest by its date"
         )
-        for k in keys:
-            v = sig.get(k, "absent")
-            v = v if isinstance(v, (int, float, bool)) or v is None else str(v)
-            text = json.dumps(v) if not isinstance(v, str) else v
-            parts.append(f"{task}.{k}={text[:24]}{'…' if len(text) > 24 else ''}")
-    return f"{model} [{'; '.join(parts)}]" if parts else model
+    if held.date is None or f.date is None or held.date == f.date:
+        raise UnusableInput(f"{row.model!r}: --newest cannot tell which of {both} is newer ({task})")
+    newer, older = (f, held) if f.date > held.date else (held, f)
+    notices.append(f"{row.model}: {task} from {newer.path}, the newest, over {older.path}")
+    return newer is f
 
 
-def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False) -> Leaderboard:
+def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False, newest: bool = False) -> Leaderboard:
     """One row per (model, settings): results files of one model are merged into a row only where their tasks'
-    settings agree (same longctx_settings up to content-identified paths, task version, number of documents; the
-    later file wins for a task with the same settings). A model with runs under other settings gets one row per
-    setting, labelled by what differs; with ``one_row_per_model`` that is an error instead. One column per
-    "task/metric" (restricted to fnmatch ``patterns`` when given). NaN stays NaN; a metric a row lacks is missing.
-    Files with no metric selected make no row; they are listed in ``files_without_metrics``."""
+    signatures agree (:mod:`.comparability`: settings up to content-identified paths, generation settings, dtype,
+    prompt format, task version, number of documents) and their model-level settings (tokenizer, dtype) match. A
+    task of a row in two files is refused (which is meant?), or with ``newest`` taken from the newer file by date.
+    A model with runs under other settings gets one row per setting, labelled by what differs; with
+    ``one_row_per_model`` that is an error instead. One column per "task/metric" (restricted to fnmatch
+    ``patterns`` when given). NaN stays NaN; a metric a row lacks is missing. Files with no metric selected make
+    no row; they are listed in ``files_without_metrics``. The files are read by the rule of :mod:`.runs` (a
+    folder's files in natural order, none below another input)."""
     rows: list[BoardRow] = []
     metrics: list[str] = []
     without: dict[str, str] = {}
-    files = [f for p in paths for f in find_results_files(p)]
+    notices: list[str] = []
+    paths = list(paths)
+    files = [ResultsFile.read(f) for i, p in enumerate(paths) for f in input_files(p, paths[:i] + paths[i + 1 :])]
     for f in files:
-        data = load_results(f)
-        model = model_name(data, fallback=f.parent.name)
+        model = f.model or f.path.parent.name
         cells = {}
-        for name, m in metrics_of(data, str(f)).items():
+        for name, m in metrics_of(f.data, str(f.path)).items():
             if patterns and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
                 continue
             if m.invalid is not None:
-                raise UnusableInput(f"{f}: {name} is {m.invalid}, not a number")
+                raise UnusableInput(f"{f.path}: {name} is {m.invalid}, not a number")
             cells[name] = m
-            if name not in metrics:
-                metrics.append(name)
         tasks = sorted({split_name(n)[0] for n in cells})
         if not tasks:
-            without[str(f)] = model
+            without[str(f.path)] = model
             continue
-        sigs = {t: settings_signature(data, t, f) for t in tasks}
-        target = next(
-            (r for r in rows if r.model == model and all(r.settings.get(t, sigs[t]) == sigs[t] for t in tasks)), None
-        )
+        sigs = {t: signature(f.data, t, f.path, model) for t in tasks}
+        target = next((r for r in rows if r.model == model and _compatible(r, sigs)), None)
         if target is None:
             target = BoardRow(model, model, {}, {}, [])
             rows.append(target)
-        for t in tasks:
+        taken = [t for t in tasks if t not in target.files or _take_newer(target, t, f, newest, notices)]
+        for t in taken:
             target.cells = {k: v for k, v in target.cells.items() if split_name(k)[0] != t}
-        target.cells.update(cells)
-        target.settings.update(sigs)
-        target.sources.append(str(f))
+            target.cells.update({k: v for k, v in cells.items() if split_name(k)[0] == t})
+            target.settings[t] = sigs[t]
+            target.files[t] = f
+        for name in cells:
+            if name not in metrics:
+                metrics.append(name)
+        target.sources.append(str(f.path))
+    read = [str(f.path) for f in files]
     if not metrics:
-        raise UnusableInput("no metrics found" + (f" matching {list(patterns)}" if patterns else ""))
+        if patterns:
+            found = sorted({n for f in files for n in metrics_of(f.data, str(f.path))})
+            raise UnusableInput(
+                f"no metric matching {list(patterns)} in {len(read)} results file(s) ({_listed(read)}); their metrics: "
+                f"{_listed(found, 8) or 'none'}"
+            )
+        raise UnusableInput(
+            f"no metrics in {len(read)} results file(s) ({_listed(read)}): a --predict_only run, or no task "
+            "finished; give results files with metrics"
+        )
     for row in rows:
-        others = [r.settings for r in rows if r.model == row.model and r is not row]
+        others = [r for r in rows if r.model == row.model and r is not row]
+        row.label = _label(row, others)
         if others and one_row_per_model:
             raise UnusableInput(
-                f"model {row.model!r} has results under different settings "
-                f"({_label(row.model, row.settings, others)} in {', '.join(row.sources)}); "
-                "one row per model would merge them"
+                f"model {row.model!r} has results under different settings ({visible(row.label)} in "
+                f"{', '.join(row.sources)}); one row per model would merge them"
             )
-        row.label = _label(row.model, row.settings, others)
     labels = [r.label for r in rows]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
-        raise UnusableInput(f"rows that cannot be told apart: {dup}")
-    return Leaderboard(rows, sorted(metrics), without)
-
-
-# ----------------------------------------------------------------------------------------------- correlation
+        raise UnusableInput(f"rows that cannot be told apart: {[visible(d) for d in dup]}")
+    return Leaderboard(rows, sorted(metrics), without, notices, read)

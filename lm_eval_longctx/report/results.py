@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,8 +45,16 @@ class UnusableInput(ValueError):
 
 
 def read_text(path, what: str = "file") -> str:
-    """A UTF-8 text file (a byte-order mark is allowed); any failure is :class:`UnusableInput` naming the file."""
+    """A UTF-8 text file (a byte-order mark is allowed); any failure is :class:`UnusableInput` naming the file. A
+    FIFO, device or folder is refused before it is opened (reading a FIFO would wait for a writer)."""
     p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        mode = None  # reported by the read below
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise UnusableInput(f"{p}: {kind}, not a regular file: give the {what} itself")
     try:
         return p.read_bytes().decode("utf-8-sig")
     except FileNotFoundError as e:
@@ -85,6 +95,10 @@ class Run:
     n_samples: dict[str, object]  # task -> n-samples.<task>.effective
     model: str
     sources: dict[str, str] = field(default_factory=dict)  # task -> file it came from
+    compared: dict[str, dict] = field(default_factory=dict)  # task -> its signature (comparability.signature)
+    results: dict[str, dict] = field(default_factory=dict)  # task -> the parsed results file it came from
+    files: list[str] = field(default_factory=list)  # every results file read for this run, chosen or not
+    notices: list[str] = field(default_factory=list)  # which file --newest took over which
 
 
 def split_name(name: str) -> tuple[str, str, str]:
@@ -92,21 +106,6 @@ def split_name(name: str) -> tuple[str, str, str]:
     task, rest = name.split("/", 1)
     metric, _, filt = rest.partition(",")
     return task, metric, filt or "none"
-
-
-def find_results_files(path) -> list[Path]:
-    """A results JSON, or every ``results_*.json`` under a folder (lm-eval's naming), sorted by name (= time)."""
-    p = Path(path)
-    if p.is_file():
-        return [p]
-    if p.is_dir():
-        files = sorted(p.rglob("results_*.json"), key=lambda f: (f.name, str(f)))
-        if not files:
-            files = sorted(p.rglob("*.json"), key=lambda f: (f.name, str(f)))
-        if not files:
-            raise UnusableInput(f"{p}: no results JSON files in this folder")
-        return files
-    raise UnusableInput(f"{p}: no such file or folder" if not p.exists() else f"{p}: not a regular file or folder")
 
 
 def load_results(path) -> dict:
@@ -117,11 +116,16 @@ def load_results(path) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise UnusableInput(f"{p}: malformed JSON ({e})") from e
+    except (ValueError, RecursionError) as e:  # an integer of more than 4300 digits; nesting too deep
+        raise UnusableInput(f"{p}: malformed JSON ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
     if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
         raise UnusableInput(f"{p}: not an lm-eval results file (no top-level 'results' object)")
     for key in ("higher_is_better", "configs", "versions", "n-samples"):
         if key in data and not isinstance(data[key], dict):
             raise UnusableInput(f"{p}: '{key}' is not an object")
+    for task, entries in data["results"].items():
+        if isinstance(entries, dict):
+            _check_format(entries, task, p)
     return data
 
 
@@ -144,12 +148,50 @@ def model_name(data: dict, fallback: str = "") -> str:
 def _number(x):
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    return float(x)
+    try:
+        return float(x)
+    except OverflowError:  # an integer beyond any float
+        return None
 
 
 def finite_number(x):
     v = _number(x)
     return v if v is not None and math.isfinite(v) else None
+
+
+# the fields of a task's entry in lm-eval 0.4's "results" that are not "metric,filter"
+ENTRY_FIELDS = frozenset({"alias", "name", "sample_len", "samples", " "})
+
+
+def _check_format(entries: dict, task: str, source) -> None:
+    """Refuse a task entry in lm-eval 0.3's format (``"acc": 0.5``, no ``,filter``): read as 0.4, it has no metric."""
+    if any("," in k for k in entries):
+        return
+    bare = [k for k, v in entries.items() if k not in ENTRY_FIELDS and isinstance(v, (int, float))]
+    if bare:
+        raise UnusableInput(
+            f"{source}: results.{task}.{bare[0]} has no ',filter' in its name (lm-eval 0.3's format, or another "
+            "tool's): these tools read lm-eval 0.4 results ('metric,none'); re-run the task with lm-eval 0.4"
+        )
+
+
+def _check_size(raw, where: str, source) -> None:
+    if isinstance(raw, int) and not isinstance(raw, bool) and _number(raw) is None:
+        raise UnusableInput(
+            f"{source}: {where} is an integer of {len(str(abs(raw)))} digits, beyond any floating-point number: "
+            "not a value a task reports; correct or remove it"
+        )
+
+
+def tasks_with_metrics(data: dict) -> list[str]:
+    """The tasks of a results dict whose entry holds at least one ``metric,filter`` value (groups without their
+    own metrics are left out)."""
+    return [
+        task
+        for task, entries in (data.get("results") or {}).items()
+        if isinstance(entries, dict)
+        and any("," in k and "_stderr," not in k and k.split(",", 1)[0] != PREDICT_ONLY_METRIC for k in entries)
+    ]
 
 
 def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
@@ -166,6 +208,7 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
         hib = hib_all.get(task) or {}
         if not isinstance(hib, dict):
             raise UnusableInput(f"{source}: higher_is_better.{task} is not an object")
+        _check_format(entries, task, source)
         for key, raw in entries.items():
             if "," not in key or "_stderr," in key:
                 continue  # "alias", "name", ... and the stderr entries (read below)
@@ -174,10 +217,12 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
                 continue  # a note, shown in lm-eval's table
             if metric == PREDICT_ONLY_METRIC:
                 continue  # --predict_only: lm-eval's placeholder (999), not a measurement
+            _check_size(raw, f"results.{task}.{key}", source)
             value = _number(raw)
             invalid = None if value is not None else json.dumps(raw)
             se_key = f"{metric}_stderr,{filt}"
             se_raw = entries.get(se_key)
+            _check_size(se_raw, f"results.{task}.{se_key}", source)
             se = None
             if se_raw is not None and se_raw != "N/A":
                 se = _number(se_raw)
@@ -224,33 +269,6 @@ def longctx_settings(data: dict, task: str, source="") -> dict:
 def n_samples_effective(data: dict, task: str, source=""):
     """``n-samples.<task>.effective`` (None when absent); an ``n-samples.<task>`` that is not an object is refused."""
     return _object((data.get("n-samples") or {}).get(task), f"n-samples.{task}", source).get("effective")
-
-
-def load_run(path) -> Run:
-    """A results file, or a folder of them merged per task (the newest file, by lm-eval's timestamped name, wins).
-
-    A folder whose files name different models is refused: their results are not one run."""
-    files = find_results_files(path)
-    run = Run({}, {}, {}, {}, "")
-    names: dict[str, list[str]] = {}
-    for f in files:
-        data = load_results(f)
-        names.setdefault(model_name(data), []).append(f.name)
-        for task in data["results"]:
-            run.sources[task] = str(f)
-            run.metrics = {k: v for k, v in run.metrics.items() if not k.startswith(task + "/")}
-            run.settings[task] = longctx_settings(data, task, f)
-            run.versions[task] = (data.get("versions") or {}).get(task)
-            run.n_samples[task] = n_samples_effective(data, task, f)
-        run.metrics.update(metrics_of(data, str(f)))
-    named = {k: v for k, v in names.items() if k}
-    if len(named) > 1:
-        detail = "; ".join(f"{m!r} in {', '.join(fs[:3])}{' ...' if len(fs) > 3 else ''}" for m, fs in named.items())
-        raise UnusableInput(
-            f"{path}: results of {len(named)} different models ({detail}); give the gate one model's folder or file"
-        )
-    run.model = next(iter(named), "") or Path(path).name
-    return run
 
 
 # ----------------------------------------------------------------------------------------------- gate config

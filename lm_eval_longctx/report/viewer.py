@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import html
 import json
 import math
 import os
@@ -36,6 +35,8 @@ import numpy as np
 
 from ..data import export_files
 from ..metrics import per_token
+from .outputs import check_outputs
+from .text import cut, esc, visible
 
 LSD_RANGE = 4.0  # the colour scale saturates at |LSD| = 4 (alpha is 2 by default)
 DNLL_RANGE = 4.0
@@ -45,7 +46,7 @@ COMPRESS_ABOVE_BYTES = 8 * 2**20
 
 
 class ViewerError(ValueError):
-    """Exports the viewer cannot show (not a longppl export, mismatching documents)."""
+    """Exports the viewer cannot show (not a key-token export, mismatching documents)."""
 
 
 @dataclass
@@ -59,15 +60,60 @@ class Export:
         return self.folder.parent.name or str(self.folder)
 
 
-def open_export(path) -> Export:
+def why_not_shown(folder: Path) -> str | None:
+    """None when the export in ``folder`` is one the viewer draws: its manifest declares the key-token view, or,
+    declaring no view, its documents hold the arrays the view reads (listed in the manifest's columns, else in the
+    first document's directory); else why not."""
+    manifest = export_files.read_manifest(folder)
+    view = manifest.get("view")
+    if view is not None:
+        if view == export_files.KEY_TOKEN_VIEW:
+            return None
+        return f"a {visible(manifest.get('task'))} export for the view {visible(view)!r}"
+    needed = set(export_files.KEY_TOKEN_ARRAYS)
+    columns = manifest.get("columns")
+    if isinstance(columns, dict) and columns:
+        where, names = "its manifest's columns", {name.strip() for key in columns for name in str(key).split(",")}
+    else:
+        files = export_files.document_files(folder)
+        if not files:
+            return f"no document files ({export_files.DOC_GLOB})"
+        where, names = files[0].name, set(export_files.array_names(files[0]))
+    missing = sorted(needed - names)
+    return (
+        f"declares no view, and {where} lack the arrays the key-token view reads ({', '.join(missing)})"
+        if missing
+        else None
+    )
+
+
+def key_token_folder(path) -> Path:
+    """The key-token export of ``path``: the folder itself when it holds a manifest, else its one subfolder whose
+    export the viewer draws (:func:`shows`)."""
+    path = Path(path)
     try:
-        folder = export_files.task_folder(path, "longppl_govreport")
+        folders = export_files.export_folders(path)
     except FileNotFoundError as e:
         raise ViewerError(str(e)) from e
+    if not folders:
+        raise ViewerError(f"{path} is not a token export (no {export_files.MANIFEST} in it or in its subfolders)")
+    why = {f: why_not_shown(f) for f in folders}
+    drawn = [f for f, reason in why.items() if reason is None]
+    if not drawn:
+        detail = "; ".join(f"{f}: {reason}" for f, reason in why.items())
+        raise ViewerError(
+            f"no key-token export (manifest view {export_files.KEY_TOKEN_VIEW!r}) in {path}: {detail}; give the "
+            "export_tokens folder of a run of a task with that view"
+        )
+    if len(drawn) > 1:
+        raise ViewerError(f"{path}: {len(drawn)} key-token exports ({', '.join(f.name for f in drawn)}): give one")
+    return drawn[0]
+
+
+def open_export(path) -> Export:
+    folder = key_token_folder(path)
     manifest = export_files.read_manifest(folder)
     _check_settings(manifest.get("settings", {}), folder / export_files.MANIFEST)
-    if manifest.get("task") != "longppl_govreport":
-        raise ViewerError(f"{folder}: a {manifest.get('task')} export; the viewer shows longppl_govreport exports")
     files = export_files.document_files(folder)
     if not files:
         raise ViewerError(f"{folder}: no document files ({export_files.DOC_GLOB})")
@@ -97,7 +143,7 @@ def _check_settings(settings: dict, source: Path) -> None:
 
 def _load(path: Path) -> dict:
     d = export_files.load_document(path)
-    export_files.check_longppl_document(d, path)
+    export_files.check_token_document(d, path)
     return d
 
 
@@ -125,7 +171,7 @@ def _title(text: str) -> str:
     for line in text.splitlines():
         line = line.strip()
         if line and set(line) - set("*=-#_~ "):
-            return line[:80]
+            return cut(visible(line), 80)
     return ""
 
 
@@ -183,6 +229,8 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
     Documents are read one at a time while the page is written: memory is one document's arrays (two
     with a diff) plus the page's own compressed text."""
     exports = [open_export(p) for p in export_paths]
+    inputs = [f for e in exports for f in (e.folder / export_files.MANIFEST, *e.files)]
+    check_outputs([("-o", out_path)], inputs)
     if not 1 <= len(exports) <= 2:
         raise ViewerError("give one export, or two for a diff")
     a = exports[0]
@@ -226,7 +274,7 @@ def _write_page(tmp: Path, a: Export, b: Export | None, compress: bool, title, i
     exports = [a] if b is None else [a, b]
     raw_bytes = 0
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(_HEAD.replace("%CSS%", _css()).replace("%TITLE%", html.escape(title or "LongPPL key tokens")))
+        f.write(_HEAD.replace("%CSS%", _css()).replace("%TITLE%", esc(title or "LongPPL key tokens")))
         for k, path in enumerate(a.files):
             da = _load(path)
             db = _load(b.files[k]) if b is not None else None
@@ -268,7 +316,7 @@ def _write_page(tmp: Path, a: Export, b: Export | None, compress: bool, title, i
 
         s = a.manifest.get("settings", {})
         meta: dict[str, Any] = {
-            "labels": [str(e.folder.parent) for e in exports],
+            "labels": [visible(e.folder.parent) for e in exports],
             "diff": b is not None,
             "alpha": s.get("alpha"),
             "beta": s.get("beta"),
@@ -574,7 +622,7 @@ init();
 def longppl_from_export(folder: str | Path) -> dict:
     """Corpus LongPPL and PPL recomputed from the per-token arrays (key flags and log-probs)."""
     pairs_key, pairs_all = [], []
-    for d in export_files.iter_documents(export_files.task_folder(folder, "longppl_govreport")):
+    for d in export_files.iter_documents(key_token_folder(folder)):
         lp = d["logprob"][1:].astype(np.float64)
         key = d["key"][1:]
         pairs_key.append((per_token.nll_sum(lp[key]), int(key.sum())))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .names import model_label
+from .names import model_label, plain_text
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -79,8 +79,23 @@ def _samples_per_length(n_docs: int, n_lengths: int) -> list[int]:
 def _number(x) -> float:
     try:
         return float(x)
-    except (TypeError, ValueError):  # "N/A"
+    except (TypeError, ValueError, OverflowError):  # "N/A"; an integer beyond any float
         return float("nan")
+
+
+# longer than any context: a length beyond it is a malformed file (and would not fit the int64 arrays drawn)
+MAX_LENGTH = 2**40
+
+
+def whole_length(value, where: str) -> int:
+    """A token length from a results file: a whole number in [0, MAX_LENGTH]; else a ValueError naming ``where``."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value, ok = int(value), True
+    if not ok or not 0 <= value <= MAX_LENGTH:
+        shown = str(value) if not isinstance(value, str) else repr(value)
+        raise ValueError(f"{where} is {shown[:40]}{'...' if len(shown) > 40 else ''}, not a token length")
+    return int(value)
 
 
 def task_results(results: dict, tasks: list[str], task: str | None, what: str, metrics: str):
@@ -106,14 +121,19 @@ def curve_from_results(results: dict, task: str | None = None, label: str | None
     for key, value in res.items():
         m = _METRIC.match(key)
         if m and m.group(3) == "none":
-            what, length = m.group(1), int(m.group(2))
+            what, length = m.group(1), whole_length(int(m.group(2)), f"the length in the metric {key!r}")
             points.setdefault(length, {})[what] = _number(value)
             points[length][what + "_stderr"] = _number(res.get(f"{what}@{m.group(2)}_stderr,none"))
     lengths = np.array(sorted(points), dtype=np.int64)
 
     # samples per length: from the run's lengths and doc count (sample-major docs)
-    run_lengths = [int(x) for x in settings.get("lengths") or lengths]
-    n_docs = int(((results.get("n-samples") or {}).get(task) or {}).get("effective", 0))
+    recorded = settings.get("lengths")
+    if recorded is not None and not isinstance(recorded, list):
+        raise ValueError(f"longctx_settings.lengths of {task} is {recorded!r}, not a list of lengths")
+    run_lengths = [whole_length(x, f"longctx_settings.lengths of {task}") for x in recorded or lengths.tolist()]
+    n_docs = whole_length(
+        ((results.get("n-samples") or {}).get(task) or {}).get("effective", 0), f"n-samples.{task}.effective"
+    )
     if n_docs and run_lengths:
         per_index = _samples_per_length(n_docs, len(run_lengths))
         n_at = dict(zip(run_lengths, per_index))
@@ -133,7 +153,10 @@ def curve_from_results(results: dict, task: str | None = None, label: str | None
     failed = ~(np.isfinite(copy_mean) & np.isfinite(lm_mean))
     fine = _number(res.get("fine_memory_length,none"))
     coarse = _number(res.get("coarse_memory_length,none"))
-    claimed = settings.get("claimed_length") or settings.get("model_max_length")
+    key = "claimed_length" if settings.get("claimed_length") else "model_max_length"
+    claimed = settings.get(key)
+    if claimed:
+        claimed = whole_length(claimed, f"longctx_settings.{key} of {task}")
     return ForgettingCurve(
         label=label or model_label(results),
         lengths=lengths,
@@ -170,6 +193,7 @@ def plot_forgetting_curves(
     return out_path
 
 
+@plain_text
 def forgetting_curve_figure(curves: list[ForgettingCurve], title: str | None = None, log_x: bool | None = None):
     """The figure (on an Agg canvas): copy and LM accuracy (+-1 std bands) against copy length.
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .names import plain_text
+
 log = logging.getLogger("lm_eval_longctx")
 
 _CELL = re.compile(r"^gain@L(\d+)_d(\d+),(.+)$")
@@ -47,14 +49,15 @@ def gain_map_tasks(results: dict) -> list[str]:
 
 
 def map_from_results(results: dict, task: str | None = None, label: str | None = None) -> GainMap:
-    from .forgetting_curve import model_label, task_results
+    from .forgetting_curve import model_label, task_results, whole_length
 
     task, res, settings = task_results(results, gain_map_tasks(results), task, "retrieval-gain map", "gain@L..._d..")
     cells = {}
     for key, value in res.items():
         m = _CELL.match(key)
         if m and m.group(3) == "none":
-            L, d = int(m.group(1)), int(m.group(2))
+            L = whole_length(int(m.group(1)), f"the context length in the metric {key!r}")
+            d = whole_length(int(m.group(2)), f"the depth in the metric {key!r}")
             se = res.get(f"gain@L{m.group(1)}_d{m.group(2)}_stderr,none")
             cells[(L, d)] = (_number(value), _number(se))
     lengths = np.array(sorted({L for L, _ in cells}), dtype=np.int64)
@@ -125,6 +128,7 @@ def plot_gain_maps(
     return out_path
 
 
+@plain_text
 def gain_map_figure(
     maps: list[GainMap], title: str | None = None, limit: float | None = None, annotate: bool | None = None
 ):

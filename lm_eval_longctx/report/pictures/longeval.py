@@ -20,9 +20,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .names import model_label
+from .names import model_label, plain_text
 
 CURVE_METRICS = ("acc", "answer_ppl", "non_answer_ppl")
+MAX_SIZE = 2**40  # lines in a prompt: beyond it, a malformed file
 _KEY = re.compile(r"^(?P<stem>acc|answer_ppl|non_answer_ppl|prompt_tokens)_(?P<n>\d+),(?P<filter>[^,]+)$")
 
 
@@ -60,6 +61,8 @@ def curves_from_results(results: dict) -> dict[str, Curve]:
             if m is None:
                 continue
             stem, n = m.group("stem"), int(m.group("n"))
+            if n > MAX_SIZE:
+                raise ValueError(f"the size in the metric {key!r} is beyond any prompt ({m.group('n')[:20]}...)")
             if stem == "prompt_tokens":
                 per_task_tokens.setdefault(task, {})[n] = _number(v)
                 continue
@@ -108,6 +111,7 @@ def plot_runs(
     return out
 
 
+@plain_text
 def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None, ppl_limits: dict | None = None):
     """The figure (on an Agg canvas; no pyplot, so the caller's backend is never switched): (b) accuracy +
     answer-token PPL and (c) accuracy + non-answer PPL for every run (label -> curves).
@@ -123,12 +127,13 @@ def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None,
 
     if not any(runs.values()):
         raise ValueError("no LongEval lines metrics (acc_N, answer_ppl_N, non_answer_ppl_N) in the results")
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    fig = Figure(figsize=(11, 4.8), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2)
     colors = rcParams["axes.prop_cycle"].by_key()["color"]
     panels = (("answer_ppl", "(b) answer tokens"), ("non_answer_ppl", "(c) non-answer tokens"))
     x_tokens = all(c.x_is_tokens for curves in runs.values() for c in curves.values())
+    handles: list = []
     for ax, (ppl_metric, panel_title) in zip(axes, panels):
         twin = ax.twinx()
         for k, (label, curves) in enumerate(runs.items()):
@@ -165,9 +170,17 @@ def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None,
         _readable_range(twin)
         ax.set_title(panel_title)
         ax.grid(alpha=0.3)
-        handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-        if handles:
-            ax.legend(handles=handles, fontsize=8, loc="best")
+        if ax is axes[0]:
+            handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    # one legend for both panels (the same runs and colours), under them: inside the axes it hid points
+    order = sorted(range(len(handles)), key=lambda i: (i % max(len(runs), 1), i))  # each run's two lines together
+    if handles:
+        fig.legend(
+            handles=[handles[i] for i in order] if len(handles) == 2 * len(runs) else handles,
+            fontsize=8,
+            loc="outside lower center",
+            ncols=min(len(runs), 4),
+        )
     fig.suptitle(
         title or (f"LongEval lines: {next(iter(runs))}" if len(runs) == 1 else f"LongEval lines of {len(runs)} models")
     )

@@ -10,6 +10,7 @@ One rule for every picture (forgetting curve, retrieval-gain map, LongEval) and 
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path, PureWindowsPath
 
@@ -55,3 +56,19 @@ def model_label(results: dict, default: str = "model") -> str:
     ``config.model_args``), else ``default``."""
     name = model_name(results)
     return display_name(name) if name else default
+
+
+def plain_text(figure_function):
+    """Build a figure with matplotlib's mathtext off: a ``$`` in a model or metric name read from a results file is
+    drawn as text, not parsed as a formula (``acc$^$`` would stop the drawing)."""
+
+    @functools.wraps(figure_function)
+    def with_plain_text(*args, **kwargs):
+        try:
+            import matplotlib
+        except ImportError:  # the figure function says how to install it
+            return figure_function(*args, **kwargs)
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return figure_function(*args, **kwargs)
+
+    return with_plain_text
