@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from lm_eval_longctx.engine import plans
 from lm_eval_longctx.engine import scoring as engine
 from lm_eval_longctx.harness import glue
 from lm_eval_longctx.keytokens import text_scoring
@@ -48,17 +49,18 @@ def messages(caplog, text: str) -> list[str]:
 @pytest.mark.integration
 def test_batch_size_auto_takes_up_to_max_batch_size_says_so_and_records_it(model_dirs, books, lm_eval_log, monkeypatch):
     md = {"data_files": books, "lengths": [8, 20], "samples_per_length": 3, "chunk_size": 16}
-    sizes = []
-    score = engine.score_long_batch
+    sizes: list[int] = []
+    for plan_class in (plans.FullPlan, plans.ChunkedPlan):
+        scores = plan_class.scores
 
-    def spy(model, seqs, *args, **kwargs):
-        sizes.append(len(seqs))
-        return score(model, seqs, *args, **kwargs)
+        def spy(self, ids_dev, ids, first, scores=scores):
+            sizes.append(int(ids_dev.shape[0]))  # sequences in one forward
+            return scores(self, ids_dev, ids, first)
 
-    monkeypatch.setattr(engine, "score_long_batch", spy)
+        monkeypatch.setattr(plan_class, "scores", spy)
     auto = run_task(FC, model_dirs["a"], md, batch_size="auto", max_batch_size=4, bootstrap_iters=0)
-    # 3 samples x (copy, LM) = 6 sequences per length: 4, then 2
-    assert max(sizes) == 4
+    # 3 samples x (copy, LM) = 6 sequences per length: 4 in a forward, then 2
+    assert max(sizes) == 4 and sorted(set(sizes)) == [2, 4], sizes
     lines = messages(lm_eval_log, "--batch_size auto")
     assert lines == [
         "--batch_size auto: longctx_scores requests take up to 4 sequences per forward (--max_batch_size), fewer for "

@@ -30,6 +30,7 @@ table{border-collapse:collapse;font-size:14px;margin:6px 0 10px}
 th,td{border-bottom:1px solid var(--line);padding:5px 10px;text-align:left;vertical-align:top}
 th{background:#f0f2f5;font-weight:600}
 td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+td.num.bad{white-space:normal;overflow-wrap:anywhere;text-align:left}
 td.meaning{color:var(--muted);min-width:16em}
 td.absent{color:var(--muted);text-align:center}
 td.bad{color:var(--warn)}
