@@ -502,20 +502,28 @@ def test_a_use_cache_db_shared_by_two_models_never_replays_the_other(docs, model
     assert cached == plain and again == plain
 
 
+def _lm_with_a_cache(model_dir: str, max_length: int):
+    """What the harness reads of an HFLM: rank, batch size, maximum length, model, tokenizer, and a --use_cache dict."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    class Stub:
+        rank, batch_size = 0, 1
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+        class cache_hook:
+            dbdict: dict = {}
+
+    Stub.max_length = max_length
+    return Stub
+
+
 def test_the_length_check_runs_on_cache_hits(model_dirs):
     from lm_eval.api.instance import Instance
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lm_eval_longctx.engine.scoring import ScoringError
 
-    class Stub:
-        rank, batch_size, max_length = 0, 1, 16
-        model = AutoModelForCausalLM.from_pretrained(model_dirs["a"])
-        tokenizer = AutoTokenizer.from_pretrained(model_dirs["a"])
-
-        class cache_hook:
-            dbdict = {}
-
+    Stub = _lm_with_a_cache(model_dirs["a"], max_length=16)
     spec = {"add_special_tokens": False, "chunk_size": 64}
     text = "word " * 20
     key = harness._spec_key(text, spec, harness.model_identity(Stub))
@@ -529,16 +537,8 @@ def test_the_length_check_runs_on_cache_hits(model_dirs):
 def test_a_cached_result_of_another_layout_is_scored_again_and_rewritten(model_dirs):
     """A --use_cache entry written by another version (another layout of the result record) is a cache miss."""
     from lm_eval.api.instance import Instance
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    class Stub:
-        rank, batch_size, max_length = 0, 1, 4096
-        model = AutoModelForCausalLM.from_pretrained(model_dirs["a"])
-        tokenizer = AutoTokenizer.from_pretrained(model_dirs["a"])
-
-        class cache_hook:
-            dbdict = {}
-
+    Stub = _lm_with_a_cache(model_dirs["a"], max_length=4096)
     spec = {"add_special_tokens": False, "chunk_size": 64}
     text = "word " * 20
     key = harness._spec_key(text, spec, harness.model_identity(Stub))
