@@ -44,7 +44,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import bench_long_documents  # noqa: E402  (a script beside this one: the Llama-3.1-8B shape, defined there once)
 
-from lm_eval_longctx.engine import plans, scoring  # noqa: E402
+from lm_eval_longctx.engine import forward, memory, plans, scoring  # noqa: E402
 
 SHAPES = {
     "tiny": dict(
@@ -143,10 +143,14 @@ def worker(args) -> dict:
             plans.long_pass_plans(model, n, 1, args.worker, args.chunk_size), args.worker
         ).need_bytes
     elif args.worker == "map":
-        longest = n + QA
-        estimate = plans.choose(
-            plans.long_pass_plans(model, longest, 1, "auto", args.chunk_size, keep_cache=True)
-        ).need_bytes
+        # the prefix fill, or the longest rung's cells packed into one forward on its cache, whichever is larger
+        plan = plans.choose(plans.long_pass_plans(model, n + QA, 1, "auto", args.chunk_size, keep_cache=True))
+        packed = plan.packed_tokens(n - 1, [QA + 1] * len(DEPTHS))
+        kernel = forward.capabilities(model).attention.with_cache
+        estimate = max(
+            plan.need_bytes,
+            memory.packed_read_bytes(model, n - 1, packed, device.type, kernel, QA + 1) if packed else 0,
+        )
     if out is not None:
         np.save(args.worker_out, out)
     return {

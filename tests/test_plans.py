@@ -185,7 +185,7 @@ def test_an_oom_in_separate_sequences_is_retried(monkeypatch):
     assert_same(clean, got)
 
 
-@pytest.mark.parametrize("stage", ["prefix fill", "continuation read"])
+@pytest.mark.parametrize("stage", ["prefix fill", "packed continuations", "one continuation per forward"])
 def test_an_oom_on_a_shared_prefix_is_retried(monkeypatch, stage):
     model = llama()
     doc = ids_for(300, 2)
@@ -193,10 +193,14 @@ def test_an_oom_on_a_shared_prefix_is_retried(monkeypatch, stage):
     rungs = [(60, conts[:2]), (150, conts), (300, conts[1:])]
     clean_ladder = engine.score_prefix_ladder(model, doc, rungs, n_scored=5)
     clean_conts = engine.score_continuations(model, doc[:200], conts, n_scored=[4, 12, 6])
+    # a prefix fill: a forward with no mask of its own; a packed read: several continuations behind one mask
     if stage == "prefix fill":
-        when = lambda self, ids, keep: ids.shape[1] > 20  # noqa: E731
-    else:
-        when = lambda self, ids, keep: ids.shape[1] <= 20 and self.length >= 100  # noqa: E731
+        when = lambda self, ids, keep, **kw: ids.shape[1] > 20 and "attention_mask" not in kw  # noqa: E731
+    elif stage == "packed continuations":
+        when = lambda self, ids, keep, **kw: "attention_mask" in kw and self.length >= 100  # noqa: E731
+    else:  # one continuation per forward
+        monkeypatch.setattr(plans.Plan, "packed_tokens", lambda *args: 0)
+        when = lambda self, ids, keep, **kw: ids.shape[1] <= 20 and self.length >= 100  # noqa: E731
     with engine.recording(model) as record:
         raised = oom_once(monkeypatch, forward.KVCache, "feed", when)
         ladder = engine.score_prefix_ladder(model, doc, rungs, n_scored=5)
@@ -205,8 +209,13 @@ def test_an_oom_on_a_shared_prefix_is_retried(monkeypatch, stage):
         got_conts = engine.score_continuations(model, doc[:200], conts, n_scored=[4, 12, 6])
         assert raised
     assert len(retries(record)) == 2
-    assert {r["failed"]["strategy"] for r in retries(record)} == {"full"}
-    assert {r["retried_with"]["strategy"] for r in retries(record)} == {"chunked"}
+    if stage == "packed continuations":  # the same cache, half as many tokens per packed forward
+        for retry in retries(record):
+            assert retry["pass"] == "packed continuations"
+            assert retry["retried_with"]["tokens_per_forward"] == retry["failed"]["tokens_per_forward"] // 2
+    else:
+        assert {r["failed"]["strategy"] for r in retries(record)} == {"full"}
+        assert {r["retried_with"]["strategy"] for r in retries(record)} == {"chunked"}
     for a, b in zip(clean_ladder, ladder, strict=True):
         assert_same(a, b)
     assert_same(clean_conts, got_conts)
@@ -244,7 +253,7 @@ def test_continuations_read_the_one_copy_of_the_prefix(monkeypatch):
     rows = []
     real = forward.KVCache.feed
     monkeypatch.setattr(
-        forward.KVCache, "feed", lambda self, ids, keep: rows.append(ids.shape[0]) or real(self, ids, keep)
+        forward.KVCache, "feed", lambda self, ids, keep, **kw: rows.append(ids.shape[0]) or real(self, ids, keep, **kw)
     )
     monkeypatch.setattr(DynamicCache, "batch_repeat_interleave", lambda *a: pytest.fail("the cache was repeated"))
     engine.score_prefix_ladder(model, doc, [(100, conts), (400, conts)], n_scored=4, batch_size=10)
@@ -263,3 +272,49 @@ def test_token_ids_beyond_the_embedding_are_refused_before_any_forward():
     with pytest.raises(engine.ScoringError, match="outside the model's input embedding"):
         engine.score_continuations(model, ids_for(50, 1), [bad[:12]])
     assert calls == []
+
+
+# ------------------------------------------------------------------ continuations packed into one forward
+
+
+def test_the_packed_layout_puts_each_sequence_at_its_own_positions_behind_the_cache():
+    positions, mask = forward.packed_layout(2, [2, 1], torch.float32, torch.device("cpu"))
+    assert positions.tolist() == [[2, 3, 2]]
+    allowed = (mask[0, 0] == 0).int().tolist()
+    assert allowed == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 1]]
+    assert mask.dtype == torch.float32 and float(mask.min()) == torch.finfo(torch.float32).min
+
+
+def test_a_model_that_would_ignore_the_packed_mask_reads_one_continuation_per_forward(monkeypatch):
+    """The probe compares packed sequences with each fed alone: a mask that lets one continuation see another (as a
+    model that builds its own causal mask would) is caught, and the continuations are read one per forward."""
+    model = llama()
+    real = forward.packed_layout
+    monkeypatch.setattr(forward, "packed_layout", lambda held, lengths, *a: real(held, [sum(lengths)], *a))
+    problem = forward.capabilities(model).packing_problem
+    assert problem and "do not get the logits each gets alone" in problem
+    doc, conts = ids_for(120, 8), [ids_for(6, 9), ids_for(4, 10)]
+    with engine.recording(model) as record:
+        got = engine.score_continuations(model, doc, conts)
+    assert record.summary()["passes"]["continuation_forwards"] == {"one_per_forward": 2}
+    for c, res in zip(conts, got):
+        ids = torch.cat([doc, c])
+        ref = torch.log_softmax(llama()(input_ids=ids[None]).logits[0, -len(c) - 1 : -1].float(), -1)
+        assert np.max(np.abs(res.logprob - ref.gather(1, c[:, None]).squeeze(1).detach().numpy())) <= 1e-4
+
+
+def test_a_packed_read_takes_as_many_tokens_as_the_free_memory_allows(monkeypatch):
+    model = llama()
+    plan = plans.choose(plans.long_pass_plans(model, 400, 1, "auto", 1024, keep_cache=True))
+    lengths = [9] * 20
+    assert plan.packed_tokens(300, lengths) == 180  # all of them: within chunk_size, and the CPU has room
+    kernel = forward.capabilities(model).attention.with_cache
+    need = memory.packed_read_bytes(model, 300, 45, "cpu", kernel)
+    free = int(need / memory.FREE_MEMORY_SHARE) + 1
+    monkeypatch.setattr(memory, "free_bytes", lambda device: free)
+    assert plan.packed_tokens(300, lengths) == 45  # 180 -> 90 -> 45
+    assert memory.packed_read_bytes(model, 300, 90, "cpu", kernel) > memory.FREE_MEMORY_SHARE * free
+    assert (
+        plans.choose(plans.long_pass_plans(model, 400, 1, "auto", 16, keep_cache=True)).packed_tokens(300, lengths)
+        == 16
+    )  # never more than a chunk

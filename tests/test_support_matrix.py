@@ -144,6 +144,43 @@ def test_continuations_and_the_ladder_equal_one_forward_each(name):
     assert used == {"shared_kv_cache" if caps.support.kv_cache_exact else "one_forward_each": 3}
 
 
+@pytest.mark.parametrize("name", EXACT)
+def test_packed_continuations_equal_one_forward_each(name):
+    """Continuations packed into one forward on their prefix's cache, where the model allows it, equal one forward
+    each: within the sliding windows (a short prefix) and beyond them (where a windowed model reads them one per
+    forward); a model that does not allow it reads one per forward."""
+    model = families.build(name)
+    if refused_here(model):
+        return
+    caps = engine_forward.capabilities(model)
+    if not caps.support.kv_cache_exact:
+        assert caps.packing_problem == caps.support.no_cache_reason
+        return
+    doc = ids_for(N, seed=9)
+    conts = [ids_for(5, seed=10), ids_for(3, seed=11), ids_for(6, seed=12), ids_for(4, seed=13)]
+    window = support.attention_window(model)
+    # prefix 8: 7 cached positions + 22 packed ones stay within the 32-token windows; prefix 150 goes beyond them
+    for p in (8, 150):
+        with engine.recording(model) as record:
+            got = engine.score_continuations(model, doc[:p], conts)
+        for c, res in zip(conts, got):
+            lp, g, m = brute_force(name, torch.cat([doc[:p], c]))
+            k = len(c)
+            assert_equal_scores(res.logprob, res.greedy, lp[-k:], g[-k:], m[-k:], f"{name} packed after {p}")
+        packs = caps.packing_problem is None and (window is None or p - 1 + sum(len(c) + 1 for c in conts) <= window)
+        forwards = record.summary()["passes"]["continuation_forwards"]
+        assert forwards == ({"packed": 1} if packs else {"one_per_forward": len(conts)}), (p, forwards)
+
+
+def test_the_attention_families_that_take_a_mask_pack_their_continuations():
+    models = {name: families.build(name) for name in EXACT}
+    allowed = {name for name, model in models.items() if engine_forward.capabilities(model).packing_problem is None}
+    assert {"llama", "mistral", "qwen3", "gemma", "gemma2", "phi3", "gpt2", "gpt_neox", "gptj", "opt"} <= allowed
+    # ALiBi built from a 2-D mask, length-dependent RoPE, recurrent state: one continuation per forward
+    refused = {"bloom", "mpt", "falcon_alibi", "llama_rope_dynamic", "phi3_longrope", "mamba", "jamba"}
+    assert not refused & allowed
+
+
 class _OwnHeadModel(torch.nn.Module):
     """A model type of no declared family whose logits come from no decoder module the engine can read (its forward
     computes them from a Llama's logits itself): neither strategy is exact for it."""

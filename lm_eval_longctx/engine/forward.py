@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import weakref
 
@@ -342,6 +343,28 @@ def own_logits(model, ids: torch.Tensor, keep: int, **kwargs):
     return logits, out
 
 
+def compute_dtype(model) -> torch.dtype:
+    """The dtype of the model's first floating-point weight: what its attention scores and masks are in."""
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
+
+
+def packed_layout(held: int, lengths: list[int], dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Position ids [1, M] and an additive attention mask [1, 1, M, held + M] (0: attend, the dtype's minimum:
+    not) for sequences of ``lengths`` (M in all) fed together onto a cache of ``held`` positions: sequence i's
+    token j sits at position held + j and attends to the cache and to tokens 0..j of its own sequence."""
+    sizes = torch.tensor(lengths, dtype=torch.long)
+    which = torch.repeat_interleave(torch.arange(len(lengths)), sizes)
+    starts = torch.cumsum(sizes, 0) - sizes
+    local = torch.arange(int(sizes.sum())) - starts[which]
+    own = (which[:, None] == which[None, :]) & (local[None, :] <= local[:, None])
+    allowed = torch.cat([torch.ones(len(which), held, dtype=torch.bool), own], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return (held + local)[None].to(device), mask[None, None].to(device)
+
+
 class KVCache:
     """A transformers ``DynamicCache`` fed through the model's own forward, passed under the name the forward
     takes, and trusted only when each forward returns it advanced by exactly the tokens fed (a model that ignores
@@ -361,9 +384,9 @@ class KVCache:
         self.cache = DynamicCache()
         self.length = 0
 
-    def feed(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+    def feed(self, ids: torch.Tensor, keep: int, **forward_kwargs) -> torch.Tensor:
         """Feed ``ids`` [batch, m] on top of the cache; returns the logits of the last ``keep`` positions."""
-        logits, out = own_logits(self.model, ids, keep, use_cache=True, **{self.argument: self.cache})
+        logits, out = own_logits(self.model, ids, keep, use_cache=True, **{self.argument: self.cache}, **forward_kwargs)
         cache = returned_cache(out)
         del out
         expected = self.length + ids.shape[1]
@@ -377,6 +400,33 @@ class KVCache:
             )
         self.cache, self.length = cache, expected
         return logits
+
+    def feed_packed(self, segments: list[torch.Tensor]) -> torch.Tensor:
+        """Feed several token sequences [m_i] on top of the cache in ONE forward, each attending to the cache and
+        causally to itself only, at the positions it would take alone (``packed_layout``); returns the logits of
+        every fed position, [sum m_i, vocab]. The cache then holds them all: crop it back before the next read."""
+        ids = torch.cat(segments)[None].to(input_device(self.model))
+        positions, mask = packed_layout(
+            self.length, [int(s.numel()) for s in segments], compute_dtype(self.model), ids.device
+        )
+        return self.feed(ids, ids.shape[1], position_ids=positions, attention_mask=mask)[0]
+
+    def reset_to(self, length: int) -> None:
+        """Back to ``length`` positions after a forward that failed part way (some layers appended, some not)."""
+        layers = getattr(self.cache, "layers", None)
+        if layers is not None:  # transformers 5.x: each layer cropped by what it holds beyond ``length``
+            for layer in layers:
+                excess = int(layer.get_seq_length()) - length
+                if excess > 0:
+                    layer.crop(-excess)
+        else:  # transformers 4.x: a positive length is the size every layer is cut to
+            self.cache.crop(length)
+        if self.cache.get_seq_length() != length:
+            raise ScoringError(
+                f"the KV cache of {type(self.model).__name__} could not be reset to {length} positions "
+                f"({self.cache.get_seq_length()} remain)"
+            )
+        self.length = length
 
     def crop(self, length: int) -> None:
         if length < self.length:
@@ -397,6 +447,7 @@ class Capabilities:
     kernels its forwards run (probed once)."""
 
     def __init__(self, model):
+        self._model = weakref.ref(model)
         self.support = describe(model)
         # a refused model is not run at all
         self.full_problem = self.support.refused or probe_full(model)
@@ -409,6 +460,12 @@ class Capabilities:
     @property
     def full(self) -> bool:
         return self.full_problem is None
+
+    @functools.cached_property
+    def packing_problem(self) -> str | None:
+        """Why continuations cannot be packed into one forward on a shared cache (``probe_packing``), or None."""
+        model = self._model()
+        return "the model is no longer loaded" if model is None else probe_packing(model, self.support)
 
 
 _CAPABILITIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -441,6 +498,62 @@ def probe_full(model) -> str | None:
         return (
             f"model type {model_type!r}: one forward with its output head replayed on the hidden states failed "
             f"({type(err).__name__}: {err})"
+        )
+    return None
+
+
+# attention implementations that apply a custom 4-D additive mask as given
+MASKED_IMPLEMENTATIONS = ("sdpa", "eager")
+
+
+@torch.no_grad()
+def probe_packing(model, support: ModelSupport) -> str | None:
+    """Why continuations of one prefix cannot be packed into one forward on its cache (``KVCache.feed_packed``),
+    or None: the cache must be exact, the attention implementation one that takes a custom mask, and on a few
+    tokens each packed sequence must get the logits it gets fed alone onto the same cache. The tolerance is the
+    larger of a few float units and 4x the difference that the mask alone makes (one sequence packed by itself).
+    A sliding window is not seen by so short a probe: ``support.attention_window`` bounds the packed reads."""
+    if not support.kv_cache_exact:
+        return support.no_cache_reason
+    config = getattr(model, "config", None)
+    implementation = str(getattr(config, "_attn_implementation", "") or "")
+    if implementation not in MASKED_IMPLEMENTATIONS:
+        return (
+            f"model type {support.model_type!r} runs the {implementation!r} attention implementation, which "
+            "the engine does not hand a custom mask"
+        )
+    if not {"attention_mask", "position_ids"} <= forward_parameters(model):
+        return f"model type {support.model_type!r}: its forward takes no attention_mask or position_ids"
+    vocab = int(getattr(config, "vocab_size", 0) or 64)
+    ids = ((torch.arange(6 * PROBE_TOKENS) * 7 + 3) % vocab).to(input_device(model))
+    prefix = ids[:PROBE_TOKENS]
+    segments = [ids[PROBE_TOKENS : 3 * PROBE_TOKENS], ids[3 * PROBE_TOKENS : 4 * PROBE_TOKENS - 3], ids[-9:]]
+    try:
+        cache = KVCache(model)
+        cache.feed(prefix[None], 1)
+        alone = []
+        for seg in segments:
+            alone.append(cache.feed(seg[None], int(seg.numel()))[0].float())
+            cache.crop(PROBE_TOKENS)
+        single = cache.feed_packed(segments[:1]).float()
+        cache.crop(PROBE_TOKENS)
+        packed = cache.feed_packed(segments).float()
+    except ScoringError as err:
+        return str(err)
+    except Exception as err:  # noqa: BLE001  (the model's own code failed on a packed forward: read one by one)
+        return (
+            f"model type {support.model_type!r}: a forward of several sequences with a custom mask failed "
+            f"({type(err).__name__}: {err})"
+        )
+    reference = torch.cat(alone)
+    eps = torch.finfo(compute_dtype(model)).eps
+    noise = float((single - alone[0]).abs().max())
+    diff = float((packed - reference).abs().max())
+    tolerance = max(4 * noise, 8 * eps * (1.0 + float(reference.abs().max())))
+    if not diff <= tolerance:
+        return (
+            f"model type {support.model_type!r}: sequences packed into one forward with a custom mask do not get "
+            f"the logits each gets alone (max difference {diff:.3g}, tolerance {tolerance:.3g})"
         )
     return None
 

@@ -129,6 +129,21 @@ def cached_forward_bytes(model, held: int, fed: int, batch: int, kept: int, devi
     return int(need)
 
 
+def packed_read_bytes(model, held: int, fed: int, device_type: str, kernel=None, longest: int | None = None) -> int:
+    """``fed`` tokens of several continuations fed together onto a cache of ``held`` (``forward.packed_layout``):
+    the cache as it grows, the activations, the additive mask in the model's dtype (and the bool one transformers
+    may build), the attention workspace, every fed position's logits, and the log-softmax blocks of one continuation
+    at a time (``longest``: its most rows; default ``fed``)."""
+    s, b = config_sizes(model), dtype_bytes(model)
+    total = held + fed
+    need = kv_cache_bytes(model, total, 1) + layer_cache_bytes(model, total, 1)
+    need += fed * activation_bytes_per_token(model) + fed * total * (b + 1)
+    if kernel is not None:
+        need += kernel.workspace_bytes(1, fed, total, b)
+    need += fed * s["vocab"] * b + 2 * logprob_block_bytes(model, longest or fed, device_type)
+    return int(need)
+
+
 def fill_bytes(model, n_tokens: int, batch: int, device_type: str = "cpu", kernel=None) -> int:
     """A prefix's KV cache filled in one forward (its last row's logits only): the decoder's peak with the cache
     it leaves behind."""

@@ -32,11 +32,13 @@ from .forward import (
     ScoringError,
     capabilities,
     full_scores,
+    head_rows_per_block,
     input_device,
     logprob_and_greedy,
     own_logits,
 )
 from .results import TokenLogprobs
+from .support import attention_window
 
 DEFAULT_CHUNK_SIZE = 1024
 LONG_PASS_CHOICES = ("auto", "full", "chunked")
@@ -124,21 +126,99 @@ class Plan:
     def read_continuations(
         self, cache: KVCache, last_token: torch.Tensor, conts: list[torch.Tensor], counts: list[int], done: dict
     ) -> None:
-        """Each continuation c not yet in ``done`` fed as [last prefix token] + c onto the cache, one per forward, so
-        every continuation attends to the one copy of the prefix; its last k tokens scored into ``done[i]``, then the
-        cache cropped back to the prefix."""
+        """Each continuation c not yet in ``done`` fed as [last prefix token] + c onto the cache, so every
+        continuation attends to the one copy of the prefix; its last k tokens scored into ``done[i]``, then the
+        cache cropped back to the prefix. Where the model allows (``packing_problem``), several continuations
+        share a forward (``KVCache.feed_packed``): as many as fit ``chunk_size`` tokens and the free memory,
+        halved on an out-of-memory error; elsewhere one continuation per forward."""
         held = cache.length
-        device = self.device
-        for i, c in enumerate(conts):
-            if i in done:
+        todo = [i for i in range(len(conts)) if i not in done]
+        segments = {i: torch.cat([last_token, conts[i]]) for i in todo}
+        budget = self.packed_tokens(held, [int(segments[i].numel()) for i in todo])
+        while todo and budget > 1:
+            group = _packed_group(todo, segments, budget)
+            if len(group) < 2:  # longer than a pack on its own
+                self._read_alone(cache, segments[group[0]], conts[group[0]], counts[group[0]], done, group[0])
+                todo = todo[1:]
                 continue
-            k = counts[i]
-            logits = cache.feed(torch.cat([last_token, c])[None].to(device), k + 1)
-            # input column j predicts c[j]: c's last k tokens come from the k columns before the last
-            lp, hit = logprob_and_greedy(logits[0, :k], c[-k:])
-            del logits
-            cache.crop(held)
-            done[i] = TokenLogprobs(lp.numpy(), hit.numpy())
+            try:
+                logits = cache.feed_packed([segments[i] for i in group])
+            except Exception as err:  # noqa: BLE001  (only out-of-memory errors lead to smaller packs)
+                if not is_out_of_memory(err):
+                    raise
+                failed = True
+            else:
+                failed = False
+                at = 0
+                for i in group:
+                    m, k = int(segments[i].numel()), counts[i]
+                    # input column j of a segment predicts c[j]: c's last k tokens come from columns m-1-k .. m-2
+                    lp, hit = logprob_and_greedy(logits[at + m - 1 - k : at + m - 1], conts[i][-k:])
+                    done[i] = TokenLogprobs(lp.numpy(), hit.numpy())
+                    at += m
+                del logits
+                cache.crop(held)
+                recording.count(self.model, "continuation_forwards", "packed")
+                todo = [i for i in todo if i not in done]
+            if failed:  # outside the except block, so the failed forward's tensors are freed first
+                release_memory(self.device)
+                cache.reset_to(held)
+                log.warning("out of memory in packed continuations of %d tokens; %d next", budget, budget // 2)
+                recording.note_retry(
+                    self.model,
+                    "packed continuations",
+                    {"strategy": "packed", "tokens_per_forward": budget},
+                    {"strategy": "packed", "tokens_per_forward": budget // 2},
+                    "out of memory",
+                )
+                budget //= 2
+        for i in todo:
+            self._read_alone(cache, segments[i], conts[i], counts[i], done, i)
+
+    def _read_alone(self, cache: KVCache, segment: torch.Tensor, cont: torch.Tensor, k: int, done: dict, i) -> None:
+        held = cache.length
+        logits = cache.feed(segment[None].to(self.device), k + 1)
+        # input column j predicts c[j]: c's last k tokens come from the k columns before the last
+        lp, hit = logprob_and_greedy(logits[0, :k], cont[-k:])
+        del logits
+        cache.crop(held)
+        done[i] = TokenLogprobs(lp.numpy(), hit.numpy())
+        recording.count(self.model, "continuation_forwards", "one_per_forward")
+
+    def packed_tokens(self, held: int, lengths: list[int]) -> int:
+        """Tokens of continuations fed onto a cache of ``held`` positions in one packed forward: 0 where the model
+        does not allow packing, within a sliding window if the model has one, else up to ``chunk_size``
+        (``DEFAULT_CHUNK_SIZE``) and the rows of one head block (``forward.head_rows_per_block``), halved until the
+        forward's memory count fits the free memory."""
+        if len(lengths) < 2 or capabilities(self.model).packing_problem is not None:
+            return 0
+        # no more logits kept than one block of the full pass's head replay: the map holds no more than a long pass
+        rows = head_rows_per_block(1, memory.config_sizes(self.model)["vocab"], self.device)
+        budget = min(int(self.chunk_size or DEFAULT_CHUNK_SIZE), rows, sum(lengths))
+        window = attention_window(self.model)
+        if window is not None:  # the whole pack within the window: no windowed layer drops or masks a position
+            budget = min(budget, window - held)
+        free = memory.free_bytes(self.device)
+        kernel = capabilities(self.model).attention.with_cache
+        while free is not None and budget > 1:
+            need = memory.packed_read_bytes(self.model, held, budget, self.device.type, kernel, max(lengths))
+            if need <= memory.FREE_MEMORY_SHARE * free:
+                break
+            budget //= 2
+        return budget
+
+
+def _packed_group(todo: list[int], segments: dict, budget: int) -> list[int]:
+    """The next continuations, in order, whose segments fit ``budget`` tokens together (at least one)."""
+    group: list[int] = []
+    total = 0
+    for i in todo:
+        m = int(segments[i].numel())
+        if group and total + m > budget:
+            break
+        group.append(i)
+        total += m
+    return group
 
 
 @dataclass(frozen=True)

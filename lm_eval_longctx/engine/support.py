@@ -171,6 +171,22 @@ def rope_types(model) -> set[str]:
     return found
 
 
+WINDOW_ATTRIBUTES = ("sliding_window", "attention_chunk_size", "window_size", "local_window_size")
+
+
+def attention_window(model) -> int | None:
+    """The fewest past positions some layer of ``model`` may attend to (a sliding window or an attention chunk, by
+    its config), or None when every layer sees the whole past. A mask the engine builds itself (packed
+    continuations) is exact only for sequences that end within it."""
+    config = _text_config(getattr(model, "config", None))
+    layer_types = getattr(config, "layer_types", None)
+    if isinstance(layer_types, (list, tuple)) and layer_types and all(t == "full_attention" for t in layer_types):
+        return None
+    windows = [getattr(config, name, None) for name in WINDOW_ATTRIBUTES]
+    sizes = [int(w) for w in windows if isinstance(w, int) and not isinstance(w, bool) and w > 0]
+    return min(sizes) if sizes else None
+
+
 @dataclass(frozen=True)
 class ModelSupport:
     """What the engine may do with one model (``support_for``): the facts the strategy choice rests on."""
