@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a virtualenv on a fresh machine, run the linters (ruff, ruff format --check, mypy) and the test suite
-# (this is what CI runs). The fast subset: bash scripts/test.sh -m "not integration".
+# (this is what CI runs). The fast subset, on every core: bash scripts/test.sh -m "not integration" -n auto.
 #   VENV        virtualenv folder (default .venv; created if missing)
 #   PYTHON      interpreter that creates it (default python3, 3.10+)
 #   TORCH_SPEC  torch to install when the venv has none (default torch==2.13.0: a CPU build here;

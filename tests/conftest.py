@@ -7,6 +7,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # under `pytest -n N` every worker takes one core: torch's default of one thread per core in each worker would
+    # run N times as many threads as there are cores
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 

@@ -9,6 +9,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
+# five worker processes, each loading torch and transformers: half a minute, so not in the fast subset
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -20,7 +20,7 @@ def test_the_suite_benchmark_measures_every_task_and_its_floor(tmp_path, capsys)
     assert bench_suite.main(["--body", "tiny", "--size", "tiny", "--generation-cases", "1", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert [r["task"] for r in result["rows"]] == list(bench_suite.TASKS)
-    assert result["decoder_tokens_per_second"] > 0
+    assert result["decoder_tokens_per_second"] > 0 and result["task_index_seconds"] > 0
     for row in result["rows"]:
         assert row["seconds"] > 0 and row["peak_mib"] >= 0, row
         assert row["tokens_forwarded"] > 0, row  # the engine's own count, from the results' runtime.scoring
