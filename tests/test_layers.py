@@ -434,3 +434,32 @@ def test_the_task_name_literal_checker_reports_each_kind(tmp_path):
         "bad.py:2: 'longeval_lines_acc'",
         "bad.py:4: 'forgetting_curve'",
     ]
+
+
+# ------------------------------------------------------------------ a plan's strategy is compared only by its plans
+
+
+def strategy_comparisons(package: Path) -> list[str]:
+    """Comparisons of anything's ``.strategy`` attribute outside engine/plans.py, which owns the plan classes."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel == "engine/plans.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and any(
+                isinstance(sub, ast.Attribute) and sub.attr == "strategy" for sub in ast.walk(node)
+            ):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_no_module_outside_the_plans_compares_a_strategy():
+    assert strategy_comparisons(PACKAGE) == []
+
+
+def test_the_strategy_checker_finds_a_comparison(tmp_path):
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "plans.py").write_text("def f(p):\n    return p.strategy == 'full'\n")
+    (tmp_path / "passes.py").write_text("def g(plan):\n    x = 1\n    return plan.strategy != 'chunked'\n")
+    assert strategy_comparisons(tmp_path) == ["passes.py:3"]

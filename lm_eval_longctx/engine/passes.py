@@ -364,10 +364,10 @@ def _ladder_on_one_cache(model, seq: torch.Tensor, ladder: list, chunk_size: int
         recording.note_plan(model, "prefix", plan.key())
         seq_dev = seq.to(plan.device)[None]
         cache = KVCache(model)
-        # full: the longest prefix in one forward, then the rungs from the longest down (a cache only shrinks);
-        # chunked: the cache grows rung by rung
-        order = range(len(ladder) - 1, -1, -1) if plan.strategy == "full" else range(len(ladder))
-        if plan.strategy == "full":
+        # the longest prefix at once, then the rungs from the longest down (a cache only shrinks); or the cache
+        # grown rung by rung
+        order = range(len(ladder) - 1, -1, -1) if plan.fills_longest_first else range(len(ladder))
+        if plan.fills_longest_first:
             todo = [r for r in order if len(done[r]) < len(ladder[r][1]) and ladder[r][0] > 1]
             if todo:
                 plan.fill(cache, seq_dev, ladder[todo[0]][0] - 1)

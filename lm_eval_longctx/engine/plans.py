@@ -85,6 +85,8 @@ class Plan:
     """One way to run a pass: sequences per forward, chunk, the attention kernel and the memory it counts."""
 
     strategy: ClassVar[str] = ""
+    # a prefix ladder fills its longest prefix in one go and crops it down rung by rung (else: grows it rung by rung)
+    fills_longest_first: ClassVar[bool] = False
     model: object = field(repr=False, compare=False)
     n_tokens: int
     batch: int
@@ -224,6 +226,7 @@ def _packed_group(todo: list[int], segments: dict, budget: int) -> list[int]:
 @dataclass(frozen=True)
 class FullPlan(Plan):
     strategy: ClassVar[str] = "full"
+    fills_longest_first: ClassVar[bool] = True
 
     def scores(self, ids_dev, ids, first):
         return full_scores(self.model, ids_dev, first, ids.shape[1] - 1, capabilities(self.model).support)
