@@ -26,6 +26,7 @@ from .memory import (
     HEAD_BLOCK_BYTES_ACCELERATOR,
     LOGPROB_BLOCK_BYTES,
     LOGPROB_BLOCK_BYTES_ACCELERATOR,
+    compute_dtype,
     config_sizes,
     dtype_bytes,
 )
@@ -341,14 +342,6 @@ def own_logits(model, ids: torch.Tensor, keep: int, **kwargs):
     if logits.shape[1] != keep:  # a model that accepts the argument but ignores it
         logits = logits[:, -keep:]
     return logits, out
-
-
-def compute_dtype(model) -> torch.dtype:
-    """The dtype of the model's first floating-point weight: what its attention scores and masks are in."""
-    for p in model.parameters():
-        if p.is_floating_point():
-            return p.dtype
-    return torch.float32
 
 
 def packed_layout(held: int, lengths: list[int], dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:

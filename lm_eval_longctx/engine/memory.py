@@ -56,11 +56,16 @@ def config_sizes(model) -> dict:
     }
 
 
-def dtype_bytes(model) -> int:
+def compute_dtype(model) -> torch.dtype:
+    """The dtype of the model's first floating-point weight: what its activations, scores and masks are in."""
     for p in model.parameters():
         if p.is_floating_point():
-            return p.element_size()
-    return 4
+            return p.dtype
+    return torch.float32
+
+
+def dtype_bytes(model) -> int:
+    return compute_dtype(model).itemsize
 
 
 def activation_bytes_per_token(model) -> int:
