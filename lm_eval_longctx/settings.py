@@ -11,7 +11,9 @@ Parsing is strict, because a typo or a wrong type must never give a different nu
   otherwise it is left to the other tasks of the run (a stock task such as RULER's ``max_seq_lengths``), with
   one log line naming it;
 * a value of the wrong type, out of range, NaN or infinite is an error naming the key, the value and
-  what is allowed; counts must be whole numbers (``2.5`` and ``True`` are not counts).
+  what is allowed; counts must be whole numbers (``2.5`` and ``True`` are not counts);
+* a count or length above its declared upper bound (``integer(lo, hi)``, ``integer_list(lo, hi, max_items)``) is an
+  error that names the bound, raised when the settings are parsed: before any case or sample is built.
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ class SettingsError(ValueError):
 class Kind:
     describe: str
     convert: Callable[[Any], Any]
+    # the largest value (a list's largest entry) a whole-number kind allows; None: no upper bound
+    upper_bound: int | None = None
+
+
+class AboveBoundError(ValueError):
+    """A whole number, or a list of them, above its declared upper bound (what is allowed is the message)."""
 
 
 def _is_integral(x: float) -> bool:
@@ -111,11 +119,13 @@ def integer(lo: int | None = None, hi: int | None = None) -> Kind:
 
     def convert(value):
         x = _to_int(value)
-        if (lo is not None and x < lo) or (hi is not None and x > hi):
+        if hi is not None and x > hi:
+            raise AboveBoundError(f"a whole number {bounds}")
+        if lo is not None and x < lo:
             raise ValueError(f"a whole number {bounds}")
         return x
 
-    return Kind(f"whole number {bounds}".strip(), convert)
+    return Kind(f"whole number {bounds}".strip(), convert, hi)
 
 
 def number(lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> Kind:
@@ -175,9 +185,12 @@ def choice(*values: str, aliases: Mapping[str, str] | None = None) -> Kind:
     return Kind(described, convert)
 
 
-def integer_list(lo: int | None = None) -> Kind:
-    """A list of whole numbers (JSON list, or comma-separated), returned sorted without duplicates."""
-    element = integer(lo)
+def integer_list(lo: int | None = None, hi: int | None = None, max_items: int | None = None) -> Kind:
+    """A list of whole numbers (JSON list, or comma-separated), returned sorted without duplicates; ``hi`` bounds
+    each entry and ``max_items`` their number."""
+    element = integer(lo, hi)
+    described = f"list of {f'at most {max_items} ' if max_items else ''}whole numbers {_bounds_text(lo, hi, False)}"
+    allowed = "a " + described.strip()
 
     def convert(value):
         items: list
@@ -188,15 +201,19 @@ def integer_list(lo: int | None = None) -> Kind:
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             items = [value]
         else:
-            raise ValueError(f"a list of whole numbers {_bounds_text(lo, None, False)}")
+            raise ValueError(allowed)
         if not items:
             raise ValueError("a non-empty list of whole numbers")
+        if max_items is not None and len(items) > max_items:
+            raise AboveBoundError(f"{allowed} (it has {len(items)})")
         try:
             return sorted({element.convert(v) for v in items})
+        except AboveBoundError:
+            raise AboveBoundError(allowed) from None
         except ValueError:
-            raise ValueError(f"a list of whole numbers {_bounds_text(lo, None, False)}") from None
+            raise ValueError(allowed) from None
 
-    return Kind(f"list of whole numbers {_bounds_text(lo, None, False)}".strip(), convert)
+    return Kind(described.strip(), convert, hi)
 
 
 def _to_text_or_list(value):
@@ -286,6 +303,12 @@ class Setting:
             shown = repr(value)
             if len(shown) > 200:  # a 5000-character value would bury the message
                 shown = f"{shown[:120]}... ({len(shown)} characters)"
+            if isinstance(err, AboveBoundError):
+                raise SettingsError(
+                    f"{owner}: setting {self.name!r} = {shown} is above its upper bound; it must be {allowed}. The "
+                    "bound lies far beyond any real run and stops a mistyped value before any work: give "
+                    f"{self.name} a value within it (a larger run is several runs)."
+                ) from None
             raise SettingsError(
                 f"{owner}: setting {self.name!r} = {shown} is not allowed; it must be {allowed}"
             ) from None

@@ -53,3 +53,53 @@ def json_numbers(value) -> bool:
     if isinstance(value, list):
         return bool(value) and all(json_numbers(v) for v in value)
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def refuse_model_loading(monkeypatch) -> None:
+    """Loading an hf model fails the test from now on: for errors that must come before lm-eval loads the model."""
+    from lm_eval.models.huggingface import HFLM
+
+    def load(self, *args, **kwargs):
+        raise AssertionError("lm-eval loaded the model before the error")
+
+    monkeypatch.setattr(HFLM, "__init__", load)
+
+
+def lm_eval_in_process(argv: list[str]) -> Path:
+    """What ``lm_eval run ...`` (``argv`` after the program name) does for our tasks, in this process and without
+    lm-eval's index of its own tasks (seconds per run): simple_evaluate with the arguments the command line would
+    pass, the results and samples saved by lm-eval's EvaluationTracker under --output_path. Returns the results
+    file."""
+    import argparse
+
+    from lm_eval import simple_evaluate
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    p = argparse.ArgumentParser()
+    for flag in ("--tasks", "--model", "--model_args", "--device", "--batch_size", "--metadata", "--output_path"):
+        p.add_argument(flag)
+    p.add_argument("--include_path")
+    p.add_argument("--log_samples", action="store_true")
+    args = p.parse_args(argv[1:] if argv and argv[0] == "run" else argv)
+    model_args = dict(item.split("=", 1) for item in args.model_args.split(","))
+    metadata = json.loads(args.metadata)
+    tm = TaskManager(include_defaults=False, include_path=str(TASK_DIR), metadata={**model_args, **metadata})
+    results = simple_evaluate(
+        model=args.model,
+        model_args=model_args,
+        tasks=args.tasks.split(","),
+        task_manager=tm,
+        device=args.device,
+        batch_size=args.batch_size,
+        log_samples=args.log_samples,
+        bootstrap_iters=200,
+    )
+    import copy
+
+    samples = results.pop("samples")
+    tracker = EvaluationTracker(output_path=args.output_path)
+    tracker.save_results_aggregated(results=copy.deepcopy(results), samples=samples)
+    for task, task_samples in samples.items():
+        tracker.save_results_samples(task_name=task, samples=task_samples)
+    return next(Path(args.output_path).glob(f"**/results_{tracker.date_id}.json")).resolve()

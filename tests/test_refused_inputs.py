@@ -165,7 +165,9 @@ def test_results_cut_short_by_a_full_file_system_fail_the_run(tmp_path, model_di
         str(out),
         preexec_fn=_small_files_only,
     )
-    assert_refused(proc, f"--output_path {out}: the results file could not be written", "cut short", "Free space")
+    assert_refused(
+        proc, f"--output_path {out}: the results file could not be written", "nothing was saved", "Free space"
+    )
 
 
 # ------------------------------------------------------------------ files that are not regular files

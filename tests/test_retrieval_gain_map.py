@@ -151,7 +151,7 @@ def test_conditions_are_built_token_by_token():
 
 def test_settings_are_checked():
     assert settings()["anchor_stride"] == 11
-    with pytest.raises(SettingsError, match="percents"):
+    with pytest.raises(SettingsError, match=r"'depths' = \[0, 50, 101\] is above its upper bound.* <= 100"):
         settings(depths=[0, 50, 101])
     with pytest.raises(SettingsError, match=r"lengths \[10\] are too short"):
         settings(context_lengths=[10, 60])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def save_tiny_model(
     vocab_size: int = 300,
     seed: int = 0,
     max_position_embeddings: int = 4096,
+    **config_overrides,
 ) -> str:
     path = Path(path)
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size, kind=kind)
@@ -56,7 +58,122 @@ def save_tiny_model(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
+        **config_overrides,
     )
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+@contextlib.contextmanager
+def writes_cut_at(n_bytes: int):
+    """Writes past the first ``n_bytes`` of any file fail as on a nearly full disk (EFBIG, "File too large", through
+    RLIMIT_FSIZE), leaving what was written before, in every code path (Python, numpy, matplotlib), without root."""
+    import resource
+    import signal
+
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the failed write returns EFBIG instead of a signal
+    resource.setrlimit(resource.RLIMIT_FSIZE, (n_bytes, limits[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def write_small_gguf(path: Path) -> Path:
+    """A small GGUF file of a Llama (the gguf package's writer): a byte tokenizer, a Q8_0 embedding and a float32
+    norm; enough for the GGUF reader and the conversion's checks of the file, not a whole model."""
+    import gguf
+    import numpy as np
+    from gguf import quants
+
+    tokens = [f"<0x{b:02X}>" for b in range(256)]
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(32)
+    w.add_head_count(2)
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    rng = np.random.default_rng(0)
+    embedding = (rng.standard_normal((len(tokens), 32)) * 0.05).astype(np.float32)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    w.add_tensor("token_embd.weight", quants.quantize(embedding, q8), raw_dtype=q8)
+    w.add_tensor("output_norm.weight", np.ones(32, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _bytes_to_unicode() -> list[str]:
+    """GPT-2's byte-level alphabet: the 256 symbols a byte-level BPE vocabulary starts with."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for c in cs]
+
+
+def write_tiny_gguf(path: Path, architecture: str = "llama", extra=None) -> Path:
+    """A tiny Llama as a GGUF file: Q8_0 matrices, float32 norms, a byte-level BPE tokenizer and a chat template."""
+    import gguf
+    import numpy as np
+    from gguf import quants
+
+    rng = np.random.default_rng(0)
+    tokens = _bytes_to_unicode() + ["Ġt", "he", "Ġthe", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab, hidden, inter, layers, heads, kv = len(tokens), 64, 128, 2, 4, 2
+    w = gguf.GGUFWriter(str(path), architecture)
+    w.add_block_count(layers)
+    w.add_context_length(256)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(inter)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(vocab)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * vocab)
+    w.add_token_merges(["Ġ t", "h e", "Ġt he"])
+    w.add_bos_token_id(vocab - 2)
+    w.add_eos_token_id(vocab - 1)
+    w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}")
+    q8 = gguf.GGMLQuantizationType.Q8_0
+
+    def tensor(name, shape, quantize=True):
+        a = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+        if quantize:
+            w.add_tensor(name, quants.quantize(a, q8), raw_dtype=q8)
+        else:
+            w.add_tensor(name, a)
+
+    tensor("token_embd.weight", (vocab, hidden))
+    for i in range(layers):
+        tensor(f"blk.{i}.attn_norm.weight", (hidden,), False)
+        tensor(f"blk.{i}.ffn_norm.weight", (hidden,), False)
+        tensor(f"blk.{i}.attn_q.weight", (hidden, hidden))
+        tensor(f"blk.{i}.attn_k.weight", (kv * hidden // heads, hidden))
+        tensor(f"blk.{i}.attn_v.weight", (kv * hidden // heads, hidden))
+        tensor(f"blk.{i}.attn_output.weight", (hidden, hidden))
+        tensor(f"blk.{i}.ffn_gate.weight", (inter, hidden))
+        tensor(f"blk.{i}.ffn_up.weight", (inter, hidden))
+        tensor(f"blk.{i}.ffn_down.weight", (hidden, inter))
+    tensor("output_norm.weight", (hidden,), False)
+    if extra is not None:
+        extra(w)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

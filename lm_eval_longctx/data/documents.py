@@ -141,10 +141,12 @@ def load_rows(dataset_path: str, revision: str | None, split: str, data_files: s
         try:
             ds = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
         except Exception as err:  # noqa: BLE001  (any unreadable file is the same message)
-            raise ValueError(
-                f"data_files {path}: cannot be read as {builder} rows ({errors.first_line(err)}); "
-                f"expected {expected or 'one record per row'}"
-            ) from None
+            ds = _load_without_datasets_cache(builder, path, split, err)
+            if ds is None:
+                raise ValueError(
+                    f"data_files {path}: cannot be read as {builder} rows ({errors.first_line(err)}); "
+                    f"expected {expected or 'one record per row'}"
+                ) from None
         return ds, {"data_files": str(path.resolve())}
     try:
         ds = datasets.load_dataset(dataset_path, split=split, revision=revision)
@@ -158,6 +160,39 @@ def load_rows(dataset_path: str, revision: str | None, split: str, data_files: s
         "revision": revision or "default branch",
         "dataset_fingerprint": getattr(ds, "_fingerprint", None),
     }
+
+
+def _load_without_datasets_cache(builder: str, path: Path, split: str, err: Exception):
+    """A local file's rows when the datasets cache cannot be written (a file in its place, a read-only or full file
+    system: an OSError under ``err``): read through a temporary folder and kept in memory, with one warning; None
+    when the cache is not the cause (the file itself cannot be read)."""
+    import shutil
+    import tempfile
+    import warnings
+
+    import datasets
+
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    folder = tempfile.mkdtemp(prefix="lm_eval_longctx_datasets_")
+    try:
+        ds = datasets.load_dataset(
+            builder, data_files={split: str(path)}, split=split, cache_dir=folder, keep_in_memory=True
+        )
+    except Exception:  # noqa: BLE001  (not the cache: the caller names the first failure)
+        return None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    msg = (
+        f"the datasets cache {datasets.config.HF_DATASETS_CACHE} cannot be used ({errors.first_line(cause)}); the run "
+        f"continues without the cache ({path} is read into memory)"
+    )
+    logging.getLogger("lm_eval_longctx").warning(msg)
+    warnings.warn(msg, errors.LongctxWarning, stacklevel=3)
+    return ds
 
 
 def load_tokenizer(name: str, role: str, **kwargs):
@@ -385,15 +420,38 @@ def sample_starts(n_tokens: int, lengths: list[int], samples_per_length: int, se
     length, which is the reference's draw order (so its samples are reproduced for the same stream
     and lengths). The unrelated text I = T[-l:] never overlaps S, because b + l <= n_tokens - 2 l.
     """
-    import random
+    starts = SampleStarts(n_tokens, lengths, samples_per_length, seed)
+    return {length: [starts.start(length, k) for k in range(samples_per_length)] for length in sorted(lengths)}
 
-    rng = random.Random(seed)
-    starts = {}
-    for length in sorted(lengths):
-        if 3 * length > n_tokens:
-            raise ValueError(f"copy length {length} needs a corpus of at least {3 * length} tokens; it has {n_tokens}")
-        starts[length] = [rng.randint(0, n_tokens - 3 * length) for _ in range(samples_per_length)]
-    return starts
+
+class SampleStarts:
+    """``sample_starts`` drawn as they are read: the starts of a length are drawn (in the reference's draw order) when
+    a sample of it, or of a longer length, is first asked for, so that reading a few samples draws few starts."""
+
+    def __init__(self, n_tokens: int, lengths: list[int], samples_per_length: int, seed: int = 0):
+        import random
+
+        too_long = [length for length in sorted(lengths) if 3 * length > n_tokens]
+        if too_long:  # every length checked now, as sample_starts does, not when its samples are read
+            raise ValueError(
+                f"copy length {too_long[0]} needs a corpus of at least {3 * too_long[0]} tokens; it has {n_tokens}"
+            )
+        self.n_tokens = n_tokens
+        self.samples_per_length = samples_per_length
+        self._undrawn = sorted(lengths)
+        self._rng = random.Random(seed)
+        self._drawn: dict[int, list[int]] = {}
+
+    def start(self, length: int, sample: int) -> int:
+        """The start of sample ``sample`` of copy length ``length``."""
+        while length not in self._drawn:
+            if not self._undrawn:
+                raise KeyError(f"copy length {length} is not among the lengths of these samples")
+            drawn = self._undrawn.pop(0)
+            self._drawn[drawn] = [
+                self._rng.randint(0, self.n_tokens - 3 * drawn) for _ in range(self.samples_per_length)
+            ]
+        return self._drawn[length][sample]
 
 
 def forgetting_curve_sample(stream, length: int, start: int, mode: str, bos_id: int, eos_id: int):

@@ -22,6 +22,7 @@ import platform
 import sys
 from pathlib import Path
 
+from .. import output_dirs
 from .documents import texts_sha256
 
 SOURCE = "pydoc_data.topics"
@@ -98,8 +99,7 @@ def write_corpus(path, texts: list[str]) -> dict:
     if not texts:
         raise ValueError("no texts to write")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    with output_dirs.atomic_file(path, "w") as f:
         for t in texts:
             f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
     return {"path": str(path.resolve()), **provenance(texts)}

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import output_dirs
+
 FORMAT = "lm_eval_longctx/token-export/1"
 MANIFEST = "manifest.json"
 SETTING = "export_tokens"
@@ -24,6 +26,10 @@ DOC_GLOB = "doc_*.npz"
 
 class ExportFolderError(ValueError):
     """An ``export_tokens`` folder this run may not write into."""
+
+
+class ExportWriteError(OSError):
+    """A file of the export could not be written (a full or read-only file system): nothing of it is left."""
 
 
 # --------------------------------------------------------------------------- settings
@@ -95,7 +101,6 @@ class TokenExport:
         self._opened = False
 
     def _open(self, settings_record: dict) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
         manifest = {
             "format": FORMAT,
             "task": self.task,
@@ -106,13 +111,13 @@ class TokenExport:
             "view": self.view,
         }
         try:
-            fd = os.open(self.folder / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            check_folder(self.folder)  # a sibling rank of this launch wrote it; anything else is refused
-        else:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+            with output_dirs.atomic_file(self.folder / MANIFEST, "w", exclusive=True) as f:
                 json.dump(manifest, f, indent=2, default=str)
                 f.write("\n")
+        except FileExistsError:
+            check_folder(self.folder)  # a sibling rank of this launch wrote it; anything else is refused
+        except OSError as err:
+            raise ExportWriteError(f"export_tokens: {output_dirs.cannot_write(self.folder / MANIFEST, err)}") from err
         self._opened = True
 
     def write(self, doc_id: int, arrays: dict, settings_record: dict) -> Path:
@@ -120,9 +125,11 @@ class TokenExport:
         if not self._opened:
             self._open(settings_record)
         path = self.folder / f"doc_{int(doc_id):05d}.npz"
-        tmp = self.folder / f".doc_{int(doc_id):05d}.{os.getpid()}.tmp.npz"
-        np.savez_compressed(tmp, **arrays)
-        os.replace(tmp, path)
+        try:
+            with output_dirs.atomic_file(path, "wb") as f:
+                np.savez_compressed(f, **arrays)
+        except OSError as err:
+            raise ExportWriteError(f"export_tokens: {output_dirs.cannot_write(path, err)}") from err
         return path
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import errors
+from .. import errors, output_dirs
 from . import documents, longeval_words
 
 log = logging.getLogger("lm_eval_longctx")
@@ -202,7 +202,7 @@ def generate_cases(
 
 def write_jsonl(cases: Iterable[TestCase], path: str | Path) -> None:
     """Write cases in LongChat's file format (one JSON record per line)."""
-    with open(path, "w", encoding="utf-8") as f:
+    with output_dirs.atomic_file(path, "w") as f:
         for case in cases:
             f.write(json.dumps(case.to_record()) + "\n")
 

@@ -808,8 +808,8 @@ def run_validation(
         "figure": str(figure) if figure else None,
         "wall_seconds": wall,
     }
-    (out / VALIDATION_JSON).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    (out / VALIDATION_MD).write_text(format_report(report), encoding="utf-8")
+    output_dirs.write_atomically(out / VALIDATION_JSON, json.dumps(report, indent=2, default=str) + "\n")
+    output_dirs.write_atomically(out / VALIDATION_MD, format_report(report))
     if echo:
         print(format_report(report), flush=True)
     return report

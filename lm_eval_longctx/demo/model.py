@@ -79,6 +79,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import output_dirs
+
 PACKAGED_MODEL = Path(__file__).resolve().parent / "assets" / "model"
 
 
@@ -1274,7 +1276,7 @@ def make_model(out_dir, recipe: Recipe | None = None, tokenizer=None, texts=None
         "saved_dtype": dtype,
         **training_record,
     }
-    (out / "recipe.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    output_dirs.write_atomically(out / "recipe.json", json.dumps(record, indent=2) + "\n")
     return record
 
 
@@ -1322,12 +1324,12 @@ def _make_portable(out: Path, rope_theta: float) -> None:
     config_path = out / "config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["rope_theta"] = float(rope_theta)
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    output_dirs.write_atomically(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
     tokenizer_config_path = out / "tokenizer_config.json"
     tokenizer_config = json.loads(tokenizer_config_path.read_text(encoding="utf-8"))
     tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
     tokenizer_config.pop("is_local", None)
-    tokenizer_config_path.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    output_dirs.write_atomically(tokenizer_config_path, json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
 
 
 # --------------------------------------------------------------------------- known-answer variants

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .. import output_dirs
+
 
 def python_reference_documents(n_docs: int = 4, chars_per_doc: int = 40_000) -> list[str]:
     """Deterministic documents: the reference topics, in name order, concatenated and cut."""
@@ -74,10 +76,8 @@ def random_llama(
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=max_position_embeddings,
-        **config,
+        **{"num_attention_heads": 4, "num_key_value_heads": 2, **config},
     )
     model = LlamaForCausalLM(cfg).float().eval()
     if head_scale != 1.0:
@@ -110,8 +110,7 @@ def build_demo(
     )
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "docs.jsonl", "w", encoding="utf-8") as f:
+    with output_dirs.atomic_file(out / "docs.jsonl", "w") as f:
         for t in docs:
             f.write(json.dumps({"text": t}) + "\n")
     n_tokens = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in docs]

@@ -510,7 +510,7 @@ def run_demo(
             f"has {len(texts)} of >= {cfg['chars_per_doc']} characters"
         )
     corpus = embedded_corpus.write_corpus(out / CORPUS_FILE, texts)
-    (out / CORPUS_PROVENANCE_FILE).write_text(json.dumps(corpus, indent=2) + "\n", encoding="utf-8")
+    output_dirs.write_atomically(out / CORPUS_PROVENANCE_FILE, json.dumps(corpus, indent=2) + "\n")
 
     argv = harness_argv(model, metadata, out / "results", batch_size or cfg["batch_size"], device, limit)
     if echo:
@@ -540,7 +540,7 @@ def run_demo(
     summary["command"] = "lm_eval " + shlex.join(argv)
     summary["metadata"] = metadata
     summary["wall_seconds"] = {"total": round(time.perf_counter() - t0, 2), "harness": round(harness_seconds, 2)}
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    output_dirs.write_atomically(out / SUMMARY_FILE, json.dumps(summary, indent=2, default=str) + "\n")
     if echo:
         print(format_summary(summary), flush=True)
     return summary

@@ -42,6 +42,43 @@ class ScoringError(ValueError):
     """A sequence or model the engine cannot score exactly."""
 
 
+class NonFiniteLogitsError(ScoringError):
+    """The model's own output holds NaN or an infinity where a token is scored: a fact of the model or its dtype,
+    not of how the engine reads it. ``names_model``: the message already names the model and the cause."""
+
+    names_model = False
+
+
+def non_finite_logits_error(model, where: str) -> NonFiniteLogitsError:
+    """The error for non-finite logits at ``where``, naming the model, its dtype and the likely cause: float16
+    overflow, weights that hold NaN or inf, or the model's own forward on this input."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None) or type(model).__name__
+    dtype = str(compute_dtype(model)).replace("torch.", "")
+    broken = [name for name, p in model.named_parameters() if p.is_floating_point() and not torch.isfinite(p).all()]
+    if broken:
+        cause = (
+            f"{len(broken)} of its weight tensors hold NaN or inf (first: {broken[0]}): the checkpoint is broken. "
+            "Way out: reload or re-download it"
+        )
+    elif dtype == "float16":
+        cause = (
+            "float16 activations overflow (its largest value is 65504). Way out: load it in bfloat16 or float32 "
+            "(--model_args dtype=bfloat16)"
+        )
+    else:
+        cause = (
+            "its weights are finite, so its own forward produces them on this input (a plain forward of the "
+            "sequence gives the same). Way out: check the model on this input; a float32 load rules out rounding "
+            "(--model_args dtype=float32)"
+        )
+    err = NonFiniteLogitsError(
+        f"model type {model_type!r} ({dtype}): its logits are not finite (NaN or inf) {where}: {cause}"
+    )
+    err.names_model = True
+    return err
+
+
 # called with (model, token positions) after every forward of the decoder (recording.py counts them)
 _FORWARD_LISTENERS: list = []
 
@@ -110,10 +147,14 @@ def input_device(model) -> torch.device:
 # ------------------------------------------------------------------ log-probs from logits
 
 
-def logprob_and_greedy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def logprob_and_greedy(
+    logits: torch.Tensor, targets: torch.Tensor, first_target: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """log_softmax(logits)[targets] in float32 and argmax == target, a block of rows at a time.
 
-    logits: [m, vocab] (any float dtype); targets: [m]. Returns float32 [m] and bool [m] on the CPU.
+    logits: [m, vocab] (any float dtype); targets: [m]; first_target: the sequence position of targets[0], for the
+    error. Returns float32 [m] and bool [m] on the CPU. Raises NonFiniteLogitsError where a log-prob is not finite
+    (the caller, ``plans.run_with_fallback``, names the model).
     """
     lps, hits = [], []
     block_bytes = LOGPROB_BLOCK_BYTES if logits.device.type == "cpu" else LOGPROB_BLOCK_BYTES_ACCELERATOR
@@ -131,7 +172,13 @@ def logprob_and_greedy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[tor
     if not lps:
         return torch.empty(0), torch.empty(0, dtype=torch.bool)
     # one copy to the host per call (each copy waits for the device)
-    return torch.cat(lps).cpu(), torch.cat(hits).cpu()
+    lp, hit = torch.cat(lps).cpu(), torch.cat(hits).cpu()
+    bad = ~torch.isfinite(lp)
+    if bad.any():
+        at = int(bad.nonzero()[0, 0])
+        where = f" (first at token position {first_target + at})" if first_target is not None else ""
+        raise NonFiniteLogitsError(f"at {int(bad.sum())} of {lp.numel()} scored tokens{where}")
+    return lp, hit
 
 
 def head_rows_per_block(batch: int, vocab: int, device: torch.device) -> int:
@@ -284,7 +331,10 @@ class FullForward:
 
 
 def check_same_logits(model, replayed: torch.Tensor, own: torch.Tensor, where: str) -> None:
-    """The replayed head must give the model's own logits (up to a few float units): else refuse, never guess."""
+    """The replayed head must give the model's own logits (up to a few float units): else refuse, never guess.
+    Non-finite logits of the model's own are its output's fault, not the replay's, and are named as such."""
+    if own.numel() and not torch.isfinite(own).all():
+        raise non_finite_logits_error(model, f"in {where}")
     if replayed.shape != own.shape:
         diff = float("inf")
     else:
@@ -314,7 +364,7 @@ def full_scores(model, ids: torch.Tensor, first: int, stop: int, support: ModelS
         logits = full.logits(a, b)
         targets = ids[:, a + 1 : b + 1]
         for r in range(batch):  # row by row: no [batch, rows, vocab] float32 copy
-            lp, hit = logprob_and_greedy(logits[r], targets[r])
+            lp, hit = logprob_and_greedy(logits[r], targets[r], a + 1)
             lps[r, a - first : b - first] = lp
             hits[r, a - first : b - first] = hit
         del logits
@@ -485,6 +535,8 @@ def probe_full(model) -> str | None:
         plain = model(input_ids=ids, use_cache=False).logits
         full = FullForward(model, ids, support)
         check_same_logits(model, full.logits(0, PROBE_TOKENS), plain, f"a {PROBE_TOKENS}-token probe")
+    except NonFiniteLogitsError:
+        raise  # the model's output, whatever the strategy: not a reason to try another
     except ScoringError as err:
         return str(err)
     except Exception as err:  # noqa: BLE001  (any failure of the model's own code: the strategy is not available)
@@ -539,6 +591,8 @@ def probe_packing(model, support: ModelSupport) -> str | None:
             f"({type(err).__name__}: {err})"
         )
     reference = torch.cat(alone)
+    if not torch.isfinite(reference).all():
+        raise non_finite_logits_error(model, f"in a {PROBE_TOKENS}-token probe of a KV cache")
     eps = torch.finfo(compute_dtype(model)).eps
     noise = float((single - alone[0]).abs().max())
     diff = float((packed - reference).abs().max())

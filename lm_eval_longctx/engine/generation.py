@@ -16,7 +16,7 @@ import torch
 
 from . import memory, plans, recording
 from .forward import ScoringError, capabilities, causal_lm, input_device
-from .passes import as_ids, check_token_ids
+from .passes import as_ids, check_positions, check_token_ids
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ def generate(
     if any(s.numel() == 0 for s in seqs):
         raise ScoringError("cannot generate after an empty prompt")
     check_token_ids(model, seqs)
+    check_positions(model, max(int(s.numel()) for s in seqs) + settings.max_new_tokens)
     order = sorted(range(len(seqs)), key=lambda i: -int(seqs[i].numel()))
     longest = int(seqs[order[0]].numel())
     plan = plans.choose(_generation_plans(model, longest, settings.max_new_tokens, min(batch_size, len(seqs))))

@@ -18,6 +18,7 @@ import torch
 from . import plans, recording
 from .forward import KVCache, ScoringError, capabilities, causal_lm, input_device
 from .results import TokenLogprobs, unscored
+from .support import learned_position_table
 
 DEFAULT_BATCH_SIZE = 8
 
@@ -71,6 +72,19 @@ def check_token_ids(model, sequences: list[torch.Tensor]) -> None:
             f"model type {plans.model_type(model)!r}: token id {bad} is outside the model's input embedding "
             f"({rows} rows), so the tokenizer is not this model's. Way out: the model's own tokenizer "
             "(--model_args tokenizer=... names another one)"
+        )
+
+
+def check_positions(model, n_positions: int) -> None:
+    """A sequence of ``n_positions`` must fit a learned position table: a model whose positions cannot extend is
+    refused, naming the table's size, whatever allow_beyond_max_length or max_length say."""
+    table = learned_position_table(model)
+    if table is not None and n_positions > table:
+        raise ScoringError(
+            f"model type {plans.model_type(model)!r} has a learned table of {table} positions and cannot read a "
+            f"{n_positions}-token sequence: a position past its table has no embedding, whatever "
+            "allow_beyond_max_length or --model_args max_length say. Way out: sequences of at most "
+            f"{table} tokens (the task's length settings)"
         )
 
 
@@ -139,6 +153,7 @@ def score_long_batch(
     if n < 2 or score_from >= n:
         return results
     check_token_ids(model, seqs)
+    check_positions(model, n)
     batch = min(len(seqs), int(batch_size)) if batch_size else len(seqs)
     plan = plans.choose(plans.long_pass_plans(model, n, batch, long_pass, chunk_size), long_pass)
     ids = torch.stack(seqs)
@@ -198,6 +213,7 @@ def score_sequence_ends(
         return []
     check_token_ids(model, seqs)
     lengths = [int(s.numel()) for s in seqs]
+    check_positions(model, max(lengths))
     strategy = ""
     for members in _equal_length_groups(lengths):
         width = lengths[members[0]]
@@ -342,6 +358,7 @@ def score_prefix_ladder(
         return []
     if check_ids:
         check_token_ids(model, [seq, *(c for _, cs, _ in ladder for c in cs)])
+    check_positions(model, max(p + max((int(c.numel()) for c in cs), default=0) for p, cs, _ in ladder))
     plans.check_strategy(model, long_pass)
     if not capabilities(model).support.kv_cache_exact:
         out = []

@@ -29,12 +29,14 @@ from . import memory, recording
 from .attention import AttentionKernel
 from .forward import (
     KVCache,
+    NonFiniteLogitsError,
     ScoringError,
     capabilities,
     full_scores,
     head_rows_per_block,
     input_device,
     logprob_and_greedy,
+    non_finite_logits_error,
     own_logits,
 )
 from .results import TokenLogprobs
@@ -257,7 +259,7 @@ class ChunkedPlan(Plan):
             stop = min(b, n - 1)
             if stop > start:
                 for r in range(rows):  # row by row: no [batch, chunk, vocab] float32 copy
-                    lp, hit = logprob_and_greedy(logits[r, : stop - start], ids[r, start + 1 : stop + 1])
+                    lp, hit = logprob_and_greedy(logits[r, : stop - start], ids[r, start + 1 : stop + 1], start + 1)
                     lps[r, start - first : stop - first] = lp
                     hits[r, start - first : stop - first] = hit
             del logits
@@ -278,7 +280,10 @@ class OwnLogitsPlan(Plan):
     def scores(self, ids_dev, ids, first):
         width = ids.shape[1]
         logits, _ = own_logits(self.model, ids_dev, width - first, use_cache=False)
-        rows = [logprob_and_greedy(logits[r, : width - 1 - first], ids[r, first + 1 :]) for r in range(ids.shape[0])]
+        rows = [
+            logprob_and_greedy(logits[r, : width - 1 - first], ids[r, first + 1 :], first + 1)
+            for r in range(ids.shape[0])
+        ]
         del logits
         return torch.stack([x[0] for x in rows]), torch.stack([x[1] for x in rows])
 
@@ -431,6 +436,10 @@ def run_with_fallback(plan: Plan, attempt, what: str):
         failure = ""
         try:
             return attempt(plan)
+        except NonFiniteLogitsError as err:
+            if err.names_model:
+                raise
+            raise non_finite_logits_error(plan.model, f"in {what} {err}") from None
         except Exception as err:  # noqa: BLE001  (only out-of-memory errors are retried; others re-raised)
             if not is_out_of_memory(err):
                 raise

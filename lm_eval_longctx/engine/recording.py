@@ -5,6 +5,7 @@ retry after an out-of-memory error, the model's dtype and device, and the suppor
 from __future__ import annotations
 
 import contextlib
+import json
 from collections import Counter
 
 from .forward import capabilities, causal_lm, input_device, on_forward
@@ -36,7 +37,11 @@ class ScoringRecord:
             "tokens_forwarded": self.tokens_forwarded,
         }
         if self.plans:
-            out["plans"] = [{**dict(key), "times": n} for key, n in sorted(self.plans.items())]
+            # a chunked plan's chunk_size is an int where a full plan's is None: order by the text of each plan
+            ordered = sorted(
+                self.plans.items(), key=lambda item: json.dumps(dict(item[0]), sort_keys=True, default=str)
+            )
+            out["plans"] = [{**dict(key), "times": n} for key, n in ordered]
         if self.retries:
             out["retries"] = list(self.retries)
         return out

@@ -26,7 +26,7 @@ vocabulary] logits tensor is ever built. Where the code lives:
 
 from __future__ import annotations
 
-from .forward import ScoringError, causal_lm, input_device
+from .forward import NonFiniteLogitsError, ScoringError, causal_lm, input_device
 from .memory import LOGPROB_BLOCK_BYTES
 from .passes import (
     DEFAULT_BATCH_SIZE,
@@ -50,12 +50,14 @@ from .plans import (
 )
 from .recording import ScoringRecord, recording
 from .results import SequenceScores, TokenLogprobs
+from .support import learned_position_table
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_CHUNK_SIZE",
     "LONG_PASS_CHOICES",
     "LOGPROB_BLOCK_BYTES",
+    "NonFiniteLogitsError",
     "OutOfMemoryScoringError",
     "ScoringError",
     "ScoringRecord",
@@ -66,6 +68,7 @@ __all__ = [
     "check_token_ids",
     "choose_long_pass",
     "input_device",
+    "learned_position_table",
     "recording",
     "score_continuations",
     "score_long",

@@ -187,6 +187,23 @@ def attention_window(model) -> int | None:
     return min(sizes) if sizes else None
 
 
+# Names of learned absolute position tables in transformers' decoders (GPT-2 and BigCode ``wpe``, OPT and BioGPT
+# ``embed_positions``, ...); rotary, ALiBi and sinusoidal positions have no such table.
+POSITION_TABLE_NAMES = ("wpe", "embed_positions", "position_embeddings")
+
+
+def learned_position_table(model) -> int | None:
+    """Positions of ``model``'s learned absolute position-embedding table, or None when it has none: a position past
+    the table has no embedding (the model's own code fails on it), whatever a maximum length says. OPT-style tables
+    hold ``offset`` extra rows before position 0."""
+    import torch
+
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLE_NAMES:
+            return int(module.num_embeddings) - int(getattr(module, "offset", 0) or 0)
+    return None
+
+
 @dataclass(frozen=True)
 class ModelSupport:
     """What the engine may do with one model (``support_for``): the facts the strategy choice rests on."""

@@ -29,7 +29,9 @@ manager): lm-eval 0.4.13 answers a ``--metadata`` value that looks like JSON but
 and :func:`_patch_json_flags` turns that into argparse's one-line error naming the flag. And for
 ``lm_eval.evaluator``: :func:`wrap_simple_evaluate` records, while ``simple_evaluate`` runs, the model it evaluates
 and the chat options it was given (``EVALUATIONS_ATTR``), which lm-eval hands no task; the tasks read them when
-they are built. The finder removes itself once the task manager and the evaluator are both loaded.
+they are built. Before it lets ``simple_evaluate`` load the model (lm-eval 0.4.13 builds the tasks after the model),
+:func:`check_before_model` asks each of our tasks the call will build to check its settings and the call's options.
+The finder removes itself once the task manager and the evaluator are both loaded.
 
 The ``.pth`` line calls :func:`_startup_from_pth`. After installing the finder, it removes
 ``lm_eval_longctx`` and this module from ``sys.modules``. Only the private alias
@@ -274,8 +276,9 @@ def _evaluations(lm_class) -> list:
 
 
 def wrap_simple_evaluate(evaluator_module) -> bool:
-    """Wrap ``evaluator_module.simple_evaluate`` to record each call's model and prompt options while it runs
-    (idempotent). Return False when this lm-eval's simple_evaluate lacks a parameter recorded."""
+    """Wrap ``evaluator_module.simple_evaluate`` to check our tasks of each call before the model loads
+    (``check_before_model``) and to record the call's model and prompt options while it runs (idempotent). Return
+    False when this lm-eval's simple_evaluate lacks a parameter recorded."""
     original = getattr(evaluator_module, "simple_evaluate", None)
     if original is None:
         return False
@@ -302,6 +305,7 @@ def wrap_simple_evaluate(evaluator_module) -> bool:
         except TypeError:
             return original(*args, **kwargs)  # its own error
         bound.apply_defaults()
+        check_before_model(bound.arguments)
         run = {name: bound.arguments.get(name) for name in RECORDED_ARGUMENTS}
         run["lm"] = run["model"] if isinstance(run["model"], LM) else None
         runs = _evaluations(LM)
@@ -317,6 +321,76 @@ def wrap_simple_evaluate(evaluator_module) -> bool:
     setattr(simple_evaluate, _MARK, True)
     evaluator_module.simple_evaluate = simple_evaluate
     return True
+
+
+# The class method of a task class of this package that checks, before lm-eval loads the model, what building the
+# task checks without one (tasks/base.py): called with the task's config as lm-eval will build it and the arguments
+# of simple_evaluate.
+BEFORE_MODEL_CHECK = "check_before_model"
+# a task YAML names its class as `class: !function lm_eval_longctx.suite.X`
+_OUR_CLASSES = "lm_eval_longctx."
+
+
+def check_before_model(arguments: dict) -> None:
+    """When ``simple_evaluate`` starts, before it loads the model (lm-eval 0.4.13 builds the tasks after the model):
+    each task of this package that the call will build checks its settings and the call's options
+    (``BEFORE_MODEL_CHECK``), so that a wrong value stops the run before minutes of loading. The tasks are found
+    as lm-eval will find them: by name, tag or group in the call's task manager (else in our task folder), each with
+    its YAML and metadata merged as lm-eval merges them; a task's own error propagates."""
+    try:
+        configs = _our_task_configs(arguments)
+    except Exception as err:  # never break lm-eval because of the hook: the tasks check again when built
+        _log().debug("lm_eval_longctx: tasks not checked before the model (%s)", err)
+        return
+    for cls, config in configs:
+        getattr(cls, BEFORE_MODEL_CHECK)(config, arguments)
+
+
+def _our_task_configs(arguments: dict) -> list:
+    """(task class, config) of every task of this package among ``arguments["tasks"]``."""
+    from pathlib import Path
+
+    from lm_eval.tasks._factory import TaskFactory
+    from lm_eval.tasks._index import Kind, TaskIndex
+    from lm_eval.utils import simple_parse_args_string
+
+    manager = arguments.get("task_manager")
+    if manager is not None:
+        index, metadata = manager.task_index, getattr(manager, "metadata", None) or {}
+    else:  # simple_evaluate builds TaskManager(metadata=model_args | metadata), whose index holds our folder
+        index = TaskIndex.build([Path(_current_task_configs_dir())])
+        model_args = arguments.get("model_args")
+        if isinstance(model_args, str):
+            model_args = simple_parse_args_string(model_args)
+        metadata = (model_args if isinstance(model_args, dict) else {}) | (arguments.get("metadata") or {})
+    factory = TaskFactory(meta=metadata)
+    found: dict[str, tuple] = {}
+
+    def visit(spec, overrides: dict, depth: int) -> None:
+        name = spec.get("task") if isinstance(spec, dict) else spec
+        entry = index.get(name) if isinstance(name, str) else None
+        if entry is None or depth > 10 or name in found:
+            return
+        if isinstance(spec, dict):
+            overrides = {**overrides, **{k: v for k, v in spec.items() if k != "task"}}
+        if entry.kind is Kind.TAG:
+            for member in sorted(entry.tags):
+                visit(member, overrides, depth + 1)
+        elif entry.kind is Kind.GROUP:
+            members = (entry.cfg or {}).get("task")
+            for member in members if isinstance(members, list) else [members]:
+                visit(member, overrides, depth + 1)
+        elif entry.kind is Kind.PY_TASK and str((entry.cfg or {}).get("class", "")).rsplit("/", 1)[-1].startswith(
+            _OUR_CLASSES
+        ):
+            config = factory._load_full_config(entry, overrides or None)
+            if hasattr(config.get("class"), BEFORE_MODEL_CHECK):
+                found[name] = (config["class"], config)
+
+    requested = arguments.get("tasks") or []
+    for spec in requested if isinstance(requested, list) else [requested]:
+        visit(spec, {}, 0)
+    return list(found.values())
 
 
 # lm-eval builds the model before it loads the tasks; these attributes of its LM class say which

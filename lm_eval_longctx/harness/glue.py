@@ -25,15 +25,17 @@ Requests carry ``args = (text, spec)``: ``text`` is a str (the harness hashes ``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import errors, settings
+from .. import errors, output_dirs, settings
 from ..data import documents
 from ..engine import scoring
 from ..keytokens import cache, evaluator, text_scoring
@@ -245,7 +247,10 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
             raise ValueError(f"unknown {REQUEST_TYPE} kind {kind!r}; known: {sorted(REQUEST_KINDS)}")
         if db is not None:
             keys[i] = _spec_key(text, spec, identity)
-            cached = _from_cache(db, keys[i], REQUEST_KINDS[kind])
+            try:
+                cached = _from_cache(db, keys[i], REQUEST_KINDS[kind])
+            except Exception as err:  # noqa: BLE001  (a database that cannot be read: the run goes on without it)
+                db, cached = _cache_database_off("read", err), None
             if cached is not None:
                 out[i] = cached
                 n = REQUEST_KINDS[kind].n_tokens(out[i])
@@ -288,8 +293,11 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
         for i, res in zip(idx, results, strict=True):
             out[i] = res
             # plain arrays, not our classes; results that say they are not cacheable (failures) are not stored
-            if keys[i] is not None and getattr(res, "cacheable", True):
-                db[keys[i]] = res.to_state()
+            if db is not None and keys[i] is not None and getattr(res, "cacheable", True):
+                try:
+                    db[keys[i]] = res.to_state()
+                except Exception as err:  # noqa: BLE001  (a full or read-only database: the run goes on without it)
+                    db = _cache_database_off("written", err)
     bar.close()
     return out
 
@@ -548,6 +556,12 @@ class EvaluatedModel:
         value = getattr(self.lm, "max_length", None)
         return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
+    @property
+    def position_table(self) -> int | None:
+        """Positions of the model's learned position table (GPT-2, OPT, ...), or None: no sequence can pass it."""
+        model = getattr(self.lm, "model", None)
+        return scoring.learned_position_table(model) if model is not None else None
+
     def max_length_words(self) -> str:
         """Where the maximum length comes from and how to raise it, in the words of the API the user called."""
         if self.python_api:
@@ -630,7 +644,6 @@ def note_evaluated_model(task_name: str, scores_per_token: bool = True) -> Evalu
     embedding is smaller than its tokenizer, accept the model_args keys that lm-eval merged into the metadata (the
     model is built before the tasks), and return the evaluated model when it is known."""
     from lm_eval.api.model import LM
-    from lm_eval.models.huggingface import HFLM
 
     from .discovery import LAST_MODEL_ATTR, MODEL_ARGS_ATTR
 
@@ -638,7 +651,20 @@ def note_evaluated_model(task_name: str, scores_per_token: bool = True) -> Evalu
     model = evaluated_model()
     cls = type(model.lm) if model is not None else getattr(LM, LAST_MODEL_ATTR, None)
     python_api = model is not None and model.python_api
-    if cls is not None and not issubclass(cls, HFLM):
+    if cls is not None:
+        check_model_class(cls, task_name, scores_per_token, python_api)
+    if model is not None:
+        setattr(model.lm, PYTHON_API_ATTR, model.python_api)
+        check_vocabulary(model.lm, task_name)
+    return model
+
+
+def check_model_class(cls, task_name: str, scores_per_token: bool = True, python_api: bool = False) -> None:
+    """Refuse a backend class that cannot serve our requests, or (``scores_per_token``) whose scoring the engine
+    would bypass; what ``note_evaluated_model`` checks, also asked of ``--model``'s class before it is built."""
+    from lm_eval.models.huggingface import HFLM
+
+    if not issubclass(cls, HFLM):
         way_out = (
             "Pass an lm_eval.models.huggingface.HFLM (or a subclass) to simple_evaluate"
             if python_api
@@ -648,12 +674,8 @@ def note_evaluated_model(task_name: str, scores_per_token: bool = True) -> Evalu
             f"{task_name} needs per-token scores ({REQUEST_TYPE} requests), which the {cls.__name__} backend does "
             f"not provide. {way_out} (Hugging Face transformers models; under `accelerate launch` for several GPUs)."
         )
-    if cls is not None and scores_per_token:
+    if scores_per_token:
         check_backend(cls, python_api, task_name)
-    if model is not None:
-        setattr(model.lm, PYTHON_API_ATTR, model.python_api)
-        check_vocabulary(model.lm, task_name)
-    return model
 
 
 # ------------------------------------------------------------------ backends and models the engine cannot serve
@@ -737,8 +759,11 @@ def tokenizer_of(task_name: str) -> dict | None:
 
 
 def _from_cache(db, key: str, kind: RequestKind):
-    """The result stored under ``key`` in the --use_cache database, or None: not there, or stored in another
-    version's layout (``records.StaleStateError``: a miss, scored again and its entry rewritten)."""
+    """The result stored under ``key`` in the --use_cache database, or None: not there, stored in another version's
+    layout (``records.StaleStateError``) or not readable as a result (a damaged entry): a miss, scored again and its
+    entry rewritten. A database that cannot be queried raises."""
+    import sqlite3
+
     if key not in db:
         return None
     try:
@@ -746,6 +771,24 @@ def _from_cache(db, key: str, kind: RequestKind):
     except StaleStateError as err:
         harness_log.info("%s: a cached result in another layout is scored again (%s)", REQUEST_TYPE, err)
         return None
+    except sqlite3.Error:
+        raise
+    except Exception as err:  # noqa: BLE001  (an entry that cannot be decoded is a miss, never a value)
+        log.warning(
+            "--use_cache: a %s result cannot be read (%s); it is scored again", REQUEST_TYPE, errors.first_line(err)
+        )
+        return None
+
+
+def _cache_database_off(failure: str, err: Exception) -> None:
+    """The one warning when the --use_cache database cannot be read or written; the caller goes on without it."""
+    log.warning(
+        "--use_cache: the database cannot be %s (%s); the run continues without the cache for %s requests",
+        failure,
+        errors.first_line(err),
+        REQUEST_TYPE,
+    )
+    return None
 
 
 def build_requests_without_request_cache(task, super_build, **kwargs):
@@ -822,6 +865,49 @@ def _complete_lines(path) -> int:
     return n if last == b"\n" else -1
 
 
+@contextlib.contextmanager
+def _lm_eval_save_error():
+    """A list that receives the error lm-eval's tracker catches while it saves: it logs a warning inside its
+    ``except`` block and goes on, so the cause (a full or read-only file system) is read from there."""
+    logger = logging.getLogger("lm_eval.loggers.evaluation_tracker")
+    shown = logger.getEffectiveLevel()
+    caught: list[Exception] = []
+
+    def note(record: logging.LogRecord) -> bool:
+        err = sys.exc_info()[1]
+        if record.levelno >= logging.WARNING and isinstance(err, Exception):
+            caught.append(err)
+        return record.levelno >= shown
+
+    level = logger.level
+    if shown > logging.WARNING:  # the warning must be made to be seen here, and is not shown
+        logger.setLevel(logging.WARNING)
+    logger.addFilter(note)
+    try:
+        yield caught
+    finally:
+        logger.removeFilter(note)
+        logger.setLevel(level)
+
+
+def _save_failure(path, caught: list[Exception], cut_short: bool) -> str:
+    """``PATH: the cause`` of a failed save, in one line."""
+    if caught and isinstance(caught[-1], OSError):
+        return output_dirs.cannot_write(path, caught[-1])
+    if caught:
+        return f"cannot write {path}: {errors.first_line(caught[-1])}"
+    return f"cannot write {path}" + (": it was cut short" if cut_short else "")
+
+
+def _remove_partial(path, size_before: int | None) -> None:
+    """Put back what ``path`` was before a failed write: its first ``size_before`` bytes, or nothing."""
+    with contextlib.suppress(OSError):
+        if size_before is None:
+            os.unlink(path)
+        else:
+            os.truncate(path, size_before)
+
+
 def _install_results_saved_hook() -> None:
     import functools
 
@@ -834,25 +920,36 @@ def _install_results_saved_hook() -> None:
     @functools.wraps(original)
     def save_results_aggregated(self, results, samples=None, *args, **kwargs):
         before = getattr(self, "date_id", None)
-        out = original(self, results, samples, *args, **kwargs)
+        with _lm_eval_save_error() as caught:
+            out = original(self, results, samples, *args, **kwargs)
         if not self.output_path:
             return out
         path = _saved_results_file(self) if getattr(self, "date_id", None) not in (None, before) else None
         if path is None or not path.is_file() or not _whole_results_file(path):
             # lm-eval logs a warning and exits 0; a CI job would then gate on a file that is not there (or is cut
-            # short: a full file system leaves the start of it)
+            # short: a full file system leaves the start of it, which goes, the file name being new)
+            cut_short = path is not None and path.is_file()
+            if cut_short:
+                _remove_partial(path, None)
+            if path is not None:
+                why = _save_failure(path, caught, cut_short)
+            else:
+                why = errors.first_line(caught[-1]) if caught else "see lm-eval's warning above"
             raise ResultsNotSavedError(
-                f"--output_path {self.output_path}: the results file could not be written"
-                + (f" ({path}{', cut short' if path.is_file() else ''})" if path is not None else "")
-                + " (see lm-eval's warning above: a read-only or full file system, or a file where a folder is "
-                "needed?). Free space or pass an --output_path that can be written."
+                f"--output_path {self.output_path}: the results file could not be written ({why}); nothing was "
+                "saved. Free space or pass an --output_path that can be written."
             )
         if path.exists():
             for name, callback in list(RESULTS_SAVED_CALLBACKS.items()):
                 try:
                     callback(results, path)
                 except Exception as e:  # noqa: BLE001  (the results are saved; a picture must not fail the run)
-                    log.warning("%s: could not write its files beside %s: %r", name, path, e)
+                    why = (
+                        output_dirs.cannot_write(e.filename, e)
+                        if getattr(e, "filename", None)
+                        else errors.first_line(e)
+                    )
+                    log.warning("%s: could not write its files beside %s: %s; the results are saved", name, path, why)
         return out
 
     save_results_aggregated._longctx_wrapped = True
@@ -866,12 +963,17 @@ def _install_results_saved_hook() -> None:
         if self.output_path and samples and getattr(self, "date_id", None):
             path = _saved_results_file(self).with_name(f"samples_{task_name}_{self.date_id}.jsonl")
         lines_before = _complete_lines(path) if path is not None and path.is_file() else 0
-        out = original_samples(self, task_name, samples, *args, **kwargs)
+        size_before = path.stat().st_size if path is not None and path.is_file() else None
+        with _lm_eval_save_error() as caught:
+            out = original_samples(self, task_name, samples, *args, **kwargs)
         if path is not None and (not path.is_file() or _complete_lines(path) != lines_before + len(samples)):
+            cut_short = path.is_file()
+            if cut_short:  # lm-eval appends: what it wrote of these samples goes, what was there stays
+                _remove_partial(path, size_before)
             raise ResultsNotSavedError(
                 f"--output_path {self.output_path}: the samples of {task_name} could not be written "
-                f"({path}{', cut short' if path.is_file() else ''}; see lm-eval's warning above: a read-only or full "
-                "file system?). Free space or pass an --output_path that can be written."
+                f"({_save_failure(path, caught, cut_short)}); the results file beside it is saved, these samples "
+                "are not. Free space or pass an --output_path that can be written."
             )
         return out
 

@@ -2,7 +2,9 @@
 
 Entries are data (plain arrays, loaded with ``allow_pickle=False``) holding the spans, the evaluator's
 token offsets and long-short differences (which LongPPL-soft needs) and a checksum of them; an entry
-that does not verify is a miss, never a wrong value.
+that does not verify is a miss, never a wrong value. The cache is an optimisation: a folder that cannot be
+read or written (a file in its place, a symlink loop, a read-only or full file system) is one warning, and
+the run goes on without it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import errors
-from .evaluator import SPAN_ALGORITHM_VERSION, EvaluatorJudgement, atomic_write_bytes
+from .. import errors, output_dirs
+from .evaluator import SPAN_ALGORITHM_VERSION, EvaluatorJudgement
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -33,6 +35,46 @@ def default_cache_dir() -> Path:
 # Arrays a cache entry holds beyond spans, offsets and LSD when the judgement has them (the per-token
 # export reads them; judgements from span files lack them).
 _OPTIONAL_ARRAYS = ("long_logprob", "short_logprob", "token_ids")
+
+
+# Cache folders this process stopped reading or writing after an OSError, and those it has warned about: one
+# warning per folder, however many documents meet the failure.
+_NOT_READ: set[Path] = set()
+_NOT_WRITTEN: set[Path] = set()
+_WARNED: set[Path] = set()
+
+
+def _give_up(directory: Path, failure: str, err: OSError, stopped: set[Path]) -> None:
+    """Stop reading or writing (``stopped``) the cache ``directory`` for this process; warn once per folder."""
+    stopped.add(directory)
+    if directory in _WARNED:
+        return
+    _WARNED.add(directory)
+    msg = (
+        f"key-span cache {directory}: {failure} ({type(err).__name__}, errno {err.errno}); the run continues "
+        "without the cache"
+    )
+    log.warning(msg)
+    warnings.warn(msg, errors.LongctxWarning, stacklevel=3)
+
+
+def _folder_fails(directory: Path) -> bool:
+    """Whether the cache folder itself cannot be searched (a loop, no permission), not one entry."""
+    try:
+        with os.scandir(directory):
+            pass
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return False
+
+
+def _unusable(path: Path, why: str) -> None:
+    """A miss: the entry at ``path`` cannot be used (it is recomputed and written again)."""
+    msg = f"key-span cache entry {path} is unusable ({why}); recomputing it"
+    log.warning(msg)
+    warnings.warn(msg, errors.LongctxWarning, stacklevel=3)
 
 
 def _entry_checksum(key: str, arrays: dict[str, np.ndarray]) -> str:
@@ -71,13 +113,21 @@ class SpanCache:
         return self.directory / f"{key}{self.SUFFIX}"
 
     def get(self, key: str) -> EvaluatorJudgement | None:
-        if self.directory is None:
+        if self.directory is None or self.directory in _NOT_READ:
             return None
         path = self.path(key)
-        if not path.is_file():
+        try:
+            data = output_dirs.read_regular_file(path)
+        except OSError as err:
+            if _folder_fails(self.directory):
+                cause = err.strerror.lower() if err.strerror else errors.first_line(err)
+                _give_up(self.directory, f"cannot read {path}: {cause}", err, _NOT_READ)
+                return None
+            return _unusable(path, errors.first_line(err))
+        if data is None:  # missing, or a folder, FIFO or device in its place: never waited on
             return None
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in ("spans", "offsets", "lsd", *_OPTIONAL_ARRAYS) if k in z.files}
                 stored_key, checksum = str(z["key"]), str(z["checksum"])
             spans, offsets = arrays["spans"], arrays["offsets"]
@@ -90,19 +140,14 @@ class SpanCache:
                 and checksum == _entry_checksum(key, arrays)
             )
         except Exception as err:  # noqa: BLE001  (any unreadable entry is a miss)
-            ok, why = False, f"{type(err).__name__}: {err}"
-        else:
-            why = "its checksum or key does not match its content"
+            return _unusable(path, f"{type(err).__name__}: {err}")
         if not ok:
-            msg = f"key-span cache entry {path} is unusable ({why}); recomputing it"
-            log.warning(msg)
-            warnings.warn(msg, errors.LongctxWarning, stacklevel=2)
-            return None
+            return _unusable(path, "its checksum or key does not match its content")
         extra = {k: arrays[k] for k in _OPTIONAL_ARRAYS if k in arrays}
         return EvaluatorJudgement([(int(a), int(b)) for a, b in spans], offsets, arrays["lsd"], **extra)
 
     def put(self, key: str, judgement: EvaluatorJudgement, settings: dict) -> None:
-        if self.directory is None:
+        if self.directory is None or self.directory in _NOT_WRITTEN:
             return
         arrays = {
             "spans": np.asarray(judgement.spans, dtype=np.int64).reshape(-1, 2),
@@ -120,4 +165,8 @@ class SpanCache:
             settings=np.array(json.dumps(settings, sort_keys=True)),
             checksum=np.array(_entry_checksum(key, arrays)),
         )
-        atomic_write_bytes(self.path(key), buf.getvalue())
+        try:
+            # a FIFO in an entry's place is replaced, never written into (that would wait for a reader)
+            output_dirs.write_atomically(self.path(key), buf.getvalue(), special_in_place=False)
+        except OSError as err:
+            _give_up(self.directory, output_dirs.cannot_write(self.path(key), err), err, _NOT_WRITTEN)

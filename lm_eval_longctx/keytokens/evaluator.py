@@ -9,19 +9,17 @@ depend on, so evaluating a second model reuses them and costs only that model's 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .. import errors
+from .. import errors, output_dirs
 from ..engine import scoring
 from ..metrics import per_token
 from . import spans_to_tokens, text_scoring
@@ -156,9 +154,9 @@ def folder_fingerprint(path: str | Path, memo_dir: str | Path | None = None) -> 
     root = Path(path).resolve()
     memo_file = Path(memo_dir) / "file_sha256.json" if memo_dir else None
     memo = {}
-    if memo_file is not None and memo_file.is_file():
-        try:
-            memo = json.loads(memo_file.read_text(encoding="utf-8"))
+    if memo_file is not None:
+        try:  # only a memo: anything but a readable JSON object is an empty one
+            memo = json.loads(output_dirs.read_regular_file(memo_file) or b"{}")
             memo = memo if isinstance(memo, dict) else {}
         except (OSError, ValueError):
             memo = {}
@@ -183,7 +181,7 @@ def folder_fingerprint(path: str | Path, memo_dir: str | Path | None = None) -> 
         h.update(file.relative_to(root).as_posix().encode() + b"\0" + digest.encode())
     if changed and memo_file is not None:
         try:
-            atomic_write_bytes(memo_file, json.dumps(memo).encode())
+            output_dirs.write_atomically(memo_file, json.dumps(memo).encode(), special_in_place=False)
         except OSError:
             pass  # only a memo: the next run hashes again
     return h.hexdigest()
@@ -336,18 +334,3 @@ def load_evaluator(
     if budget is not None:
         check_placement(identity["name"], model, budget)
     return model.eval(), tok
-
-
-def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """Write through a uniquely named temporary file in the same folder, then rename: readers see the
-    old file or the new one, never a part, and concurrent writers never share a temporary file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

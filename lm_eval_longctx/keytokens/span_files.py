@@ -103,11 +103,7 @@ def check_spans(spans: Sequence[Span], text_length: int | None, source: str) -> 
 
 
 def write_span_file(path: str | Path, spans: Sequence[Span]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(format_span_text(spans), encoding="utf-8")
-    tmp.replace(path)
+    output_dirs.write_atomically(path, format_span_text(spans))
 
 
 MANIFEST = "key_spans.json"
@@ -250,4 +246,4 @@ def write_span_dir(
         "doc_sha256": [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts],
         "slice_sha256": sums,
     }
-    (directory / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True), encoding="utf-8")
+    output_dirs.write_atomically(directory / MANIFEST, json.dumps(full, indent=2, sort_keys=True))

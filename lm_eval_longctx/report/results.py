@@ -29,6 +29,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import output_dirs
+
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 # metrics of the suite whose value is a text for the reader (which lengths were skipped, and why): not compared
 TEXT_NOTES = frozenset({"skipped_lengths"})
@@ -66,10 +68,12 @@ def read_text(path, what: str = "file") -> str:
 
 
 def write_text(path, text: str, append: bool = False, what: str = "output") -> None:
-    """Write (or append) text; a missing folder or any other failure is :class:`UnusableInput` naming the file."""
+    """Write (or append) text, whole or not at all: the file is then the old one or the new one
+    (``output_dirs.atomic_file``; a FIFO or device such as /dev/stdout is written in place). A missing folder or any
+    other failure is :class:`UnusableInput` naming the file and the cause."""
     try:
-        with open(path, "a" if append else "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        before = (output_dirs.read_regular_file(path) or b"") if append else b""
+        output_dirs.write_atomically(path, before + text.encode("utf-8"), create_folder=False)
     except OSError as e:
         raise UnusableInput(f"{path}: cannot write the {what}: {e.strerror or e}") from e
 

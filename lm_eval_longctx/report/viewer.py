@@ -26,13 +26,13 @@ import base64
 import gzip
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import output_dirs
 from ..data import export_files
 from ..metrics import per_token
 from .outputs import check_outputs
@@ -245,16 +245,9 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
         n_bytes = sum(p.stat().st_size for p in a.files) * (2 if b else 1) * 4
         compress = n_bytes > COMPRESS_ABOVE_BYTES
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
     index: list[dict[str, Any]] = []
     totals: dict[str, list[list]] = {"a": [[], []], "b": [[], []]}
-    try:
-        meta = _write_page(tmp, a, b, compress, title, index, totals)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a failed page leaves nothing behind
-        raise
-    tmp.replace(out_path)
+    meta = _write_page(out_path, a, b, compress, title, index, totals)
     raw_bytes = meta.pop("raw_bytes")
     return {
         "path": str(out_path),
@@ -269,11 +262,11 @@ def build_page(export_paths, out_path, compress: bool | None = None, title: str 
     }
 
 
-def _write_page(tmp: Path, a: Export, b: Export | None, compress: bool, title, index: list, totals: dict) -> dict:
-    """Write the page into ``tmp``; fill ``index`` and ``totals``; return the page's metadata."""
+def _write_page(out_path: Path, a: Export, b: Export | None, compress: bool, title, index: list, totals: dict) -> dict:
+    """Write the page (whole or not at all); fill ``index`` and ``totals``; return the page's metadata."""
     exports = [a] if b is None else [a, b]
     raw_bytes = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    with output_dirs.atomic_file(out_path, "w") as f:
         f.write(_HEAD.replace("%CSS%", _css()).replace("%TITLE%", esc(title or "LongPPL key tokens")))
         for k, path in enumerate(a.files):
             da = _load(path)

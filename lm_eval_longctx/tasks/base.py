@@ -9,9 +9,13 @@ registers itself when it is defined (``TASK_CLASSES``), so no shared module keep
 from __future__ import annotations
 
 import fnmatch
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from lm_eval.api.task import ConfigurableTask
+from lm_eval.utils import simple_parse_args_string
 
 from ..data import documents, export_files
 from ..engine import scoring
@@ -61,6 +65,19 @@ class ReportSection:
             "settings": list(self.settings),
             "pictures": list(self.pictures),
         }
+
+
+def _registered_model_class(model) -> type | None:
+    """The class lm-eval's registry holds for a ``--model`` name (None for an LM object or an unknown name: lm-eval
+    says so itself)."""
+    if not isinstance(model, str):
+        return None
+    from lm_eval.api import registry
+
+    try:
+        return registry.get_model(model)
+    except Exception:  # noqa: BLE001  (an unknown name, an optional backend that cannot be imported: lm-eval's error)
+        return None
 
 
 # suite name -> task class; each class adds itself when it is defined (LongContextTask.__init_subclass__)
@@ -131,10 +148,49 @@ class LongContextTask(ConfigurableTask):
     SCORES_RAW_DOCUMENTS = True
     # Why --num_fewshot cannot apply (the refusal's "because").
     NO_SHOTS_BECAUSE = "the task scores whole documents token by token; there is nothing to show as shots"
+    # The settings a data_files file replaces (the hub dataset's), for a task that reads documents
+    HUB_ONLY_SETTINGS: tuple[str, ...] = ("dataset_path", "dataset_revision")
 
     @staticmethod
     def resolve_settings(metadata: dict | None) -> dict:
         raise NotImplementedError
+
+    @classmethod
+    def check_before_model(cls, config: dict, run: Mapping) -> None:
+        """What building the task checks that needs no model, asked by the discovery hook when ``simple_evaluate``
+        starts, because lm-eval loads the model before it builds the tasks: the settings (type, range, upper bound,
+        unknown keys), the per-token export's folder, a chat template or system instruction, the number of shots.
+        ``config``: the task's config as lm-eval will build it (YAML and metadata merged); ``run``: the arguments of
+        ``simple_evaluate`` (lm-eval's names). Building the task checks them all again."""
+        glue.install()  # the hf model_args keys become known metadata keys
+        model_args = run.get("model_args")
+        if isinstance(model_args, str):
+            model_args = simple_parse_args_string(model_args)
+        if isinstance(model_args, dict):  # lm-eval merges them into the metadata, as building the model notes
+            add_external_keys("model_args of the evaluated model", model_args)
+        task_name = str(config.get("task") or cls.SUITE_TASK_NAME)
+        backend = _registered_model_class(run.get("model"))
+        if backend is not None:  # --model's class, before lm-eval builds the model
+            glue.check_model_class(backend, task_name, cls.SCORES_PER_TOKEN)
+        settings = cls.resolve_settings(config.get("metadata"))
+        if settings.get("data_files"):  # a hub setting given beside a local file would do nothing
+            refuse_inert_settings(task_name, settings, inert_settings(settings, {}, hub_only=cls.HUB_ONLY_SETTINGS))
+        folder = export_files.parse_setting(settings.get(export_files.SETTING))
+        if folder is not None and cls.EXPORT_COLUMNS is not None:
+            export_files.check_folder(Path(folder) / task_name)
+        if cls.SCORES_RAW_DOCUMENTS:
+            run_options.check_prompt_options(
+                task_name, bool(run.get("apply_chat_template")), run.get("system_instruction")
+            )
+        shots = config.get("num_fewshot")
+        run_options.check_num_fewshot(task_name, shots, cls.NO_SHOTS_BECAUSE)
+        if shots != 0:  # simple_evaluate leaves a YAML's num_fewshot: 0 as it is
+            run_options.check_num_fewshot(task_name, run.get("num_fewshot"), cls.NO_SHOTS_BECAUSE)
+        cls._check_settings_before_model(task_name, settings, run)
+
+    @classmethod
+    def _check_settings_before_model(cls, task_name: str, settings: dict, run: Mapping) -> None:
+        """A task's own checks of its settings and of the run's options that need no model (``check_before_model``)."""
 
     def __init__(self, config: dict | None = None):
         glue.install()  # before lm-eval reads the task's metrics or sends its requests
@@ -146,6 +202,7 @@ class LongContextTask(ConfigurableTask):
         self.evaluated_model = glue.note_evaluated_model(
             str(cfg.get("task", type(self).__name__)), scores_per_token=self.SCORES_PER_TOKEN
         )
+        check_position_table(str(cfg.get("task", type(self).__name__)), self.evaluated_model)
         glue.forget_scoring(str(cfg.get("task", "")))  # a new run of this task: its record starts empty
         self.settings = self.resolve_settings(cfg.get("metadata"))
         # every hub resource of this load's tasks of the suite, checked at once before any is loaded
@@ -167,7 +224,7 @@ class LongContextTask(ConfigurableTask):
         if self.REPORT is not None:
             self.config.metadata[REPORT_KEY] = self.REPORT.record()
         self._record_settings()
-        self._token_export = token_export.for_task(self)  # checks the folder before any model runs
+        self._token_export = token_export.for_task(self)  # checks the folder (again: check_before_model)
         self._check_built()
 
     def _record_settings(self) -> None:
@@ -270,6 +327,10 @@ class LongContextTask(ConfigurableTask):
             config["metadata"] = {**metadata, "longctx_settings": record}
         return config
 
+    def fewshot_docs(self):
+        # no shots (run_options refuses them): lm-eval would otherwise build a list of every test document as shots
+        return None
+
     def has_training_docs(self):
         return False
 
@@ -293,7 +354,7 @@ class SequenceTooLongError(scoring.ScoringError):
 
 # Settings of a document selection that act only on the hub dataset (a data_files file replaces it), or only on
 # rows of token ids (rows with a `text` field are read as they are).
-HUB_ONLY_SETTINGS = ("dataset_path", "dataset_revision")
+HUB_ONLY_SETTINGS = LongContextTask.HUB_ONLY_SETTINGS
 TOKEN_ID_ROWS_ONLY_SETTINGS = ("decode_tokenizer", "min_tokens", "max_tokens")
 
 
@@ -388,18 +449,70 @@ def refuse_too_long(
     )
 
 
+class LazyDocuments(Sequence):
+    """A task's documents, each built when it is read: ``--limit k`` builds the first k (a ``datasets.Dataset``
+    holds every one, built when the task is built). lm-eval reads a split's ``len``, items, iteration and the keys of
+    ``features`` (the column names)."""
+
+    def __init__(self, n_docs: int, build: Callable[[int], dict], columns: Sequence[str]):
+        self._n_docs = int(n_docs)
+        self._build = build
+        self.features = dict.fromkeys(columns)
+
+    def __len__(self) -> int:
+        return self._n_docs
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._build(i) for i in range(*index.indices(self._n_docs))]
+        i = operator.index(index)
+        if i < 0:
+            i += self._n_docs
+        if not 0 <= i < self._n_docs:
+            raise IndexError(f"document {index} of {self._n_docs}")
+        return self._build(i)
+
+    def __iter__(self) -> Iterator[dict]:
+        return (self._build(i) for i in range(self._n_docs))
+
+
 def evaluated_documents(dataset, task_name: str) -> dict[int, dict]:
     """The documents of ``dataset`` (a datasets split) the running simple_evaluate call evaluates (its --limit and
     --samples; every one outside a call), by index."""
     return {i: dataset[i] for i in glue.documents_evaluated(len(dataset), task_name)}
 
 
+def position_table_words(table: int) -> str:
+    return (
+        f"the model's learned position table ({table} positions: a position past it has no embedding, whatever "
+        "allow_beyond_max_length or --model_args max_length say)"
+    )
+
+
 def model_limit(model: glue.EvaluatedModel | None, allow_beyond: bool) -> tuple[int | None, str]:
     """The evaluated model's maximum length as a limit for ``refuse_too_long`` (None: nothing to check, the model is
-    not known or ``allow_beyond_max_length`` is on), and its words."""
-    if model is None or allow_beyond or model.max_length is None:
+    not known or ``allow_beyond_max_length`` is on), and its words. A learned position table is a limit that
+    ``allow_beyond_max_length`` does not lift."""
+    if model is None:
+        return None, ""
+    table = model.position_table
+    if table is not None and (allow_beyond or model.max_length is None):
+        return table, position_table_words(table)
+    if allow_beyond or model.max_length is None:
         return None, ""
     return model.max_length, f"the model's maximum length {model.max_length} ({model.max_length_words()})"
+
+
+def check_position_table(task_name: str, model: glue.EvaluatedModel | None) -> None:
+    """A maximum length beyond the model's learned position table is refused when the task is built: the task would
+    size its sequences for positions the model has no embedding for."""
+    table = model.position_table if model is not None else None
+    if table is not None and model is not None and model.max_length is not None and model.max_length > table:
+        raise SettingsError(
+            f"{task_name}: the maximum length {model.max_length} (from --model_args max_length or the config) is "
+            f"beyond {position_table_words(table)}. Way out: --model_args max_length={table} or less, or leave "
+            "max_length out"
+        )
 
 
 def lead_token_ids(tokenizer, bos_mode: str) -> list[int]:

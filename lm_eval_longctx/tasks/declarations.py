@@ -23,6 +23,18 @@ from ..settings import (
     number,
 )
 
+# Upper bounds of the counts and lengths, far beyond any real run (the papers' sizes times a large factor): a mistyped
+# value (10**12 cases) is an error naming the setting when the settings are parsed, before any case is built.
+MAX_TOKENS = 2**27  # a length in tokens: 134,217,728, 13 times the longest context window released (10M tokens)
+MAX_SAMPLES = 10_000  # cases or samples per configuration: 200 times LongEval's 50, 1,000 times the curve's 10
+MAX_DOCUMENTS = 1_000_000  # documents of a selection (GovReport's test split holds 973)
+MAX_ANCHORS = 10_000  # anchors per document or per cell (the default: 2 and 1)
+MAX_LIST_ENTRIES = 10_000  # entries of a list of lengths (the curve's 32, the ladder's about 8) and its count setting
+MAX_NUM_LINES = 1_000_000  # lines of a LongEval prompt (about 24M tokens; LongChat's longest: 1,350, about 32k)
+MAX_BATCH_SIZE = 65_536  # sequences per forward
+MAX_TOKEN_ID = 2**31 - 1  # a token id (an int32)
+MAX_SEED = 2**64 - 1
+
 CHUNK_SIZE_DOC = "tokens per forward when the long pass runs in KV-cache chunks (long_pass chunked)"
 LONG_PASS_DOC = (
     "how a long sequence is scored: `auto` (one forward when its memory estimate fits the device, else "
@@ -33,7 +45,9 @@ ALLOW_BEYOND_DOC = "score sequences longer than the model's maximum length inste
 
 
 def _chunk_size() -> Setting:
-    return Setting("chunk_size", integer(1), scoring.DEFAULT_CHUNK_SIZE, CHUNK_SIZE_DOC, affects_numbers=False)
+    return Setting(
+        "chunk_size", integer(1, MAX_TOKENS), scoring.DEFAULT_CHUNK_SIZE, CHUNK_SIZE_DOC, affects_numbers=False
+    )
 
 
 def _long_pass() -> list[Setting]:
@@ -101,17 +115,26 @@ def _govreport() -> list[Setting]:
             "(rows with `text`, or with `input_ids` and `tokenized_len`)",
             optional=True,
         ),
-        Setting("num_docs", integer(1), documents.GOVREPORT_NUM_DOCS, "number of documents (first in dataset order)"),
-        Setting("min_tokens", integer(1), documents.GOVREPORT_MIN_TOKENS, "rows need tokenized_len >= this"),
-        Setting("max_tokens", integer(1), documents.GOVREPORT_MAX_TOKENS, "keep each row's first max_tokens ids"),
+        Setting(
+            "num_docs",
+            integer(1, MAX_DOCUMENTS),
+            documents.GOVREPORT_NUM_DOCS,
+            "number of documents (first in dataset order)",
+        ),
+        Setting(
+            "min_tokens", integer(1, MAX_TOKENS), documents.GOVREPORT_MIN_TOKENS, "rows need tokenized_len >= this"
+        ),
+        Setting(
+            "max_tokens", integer(1, MAX_TOKENS), documents.GOVREPORT_MAX_TOKENS, "keep each row's first max_tokens ids"
+        ),
     ]
 
 
 LONGPPL = Declaration(
     "longppl_govreport",
     [
-        Setting("trunc_len", integer(1), 4096, "K: tokens of short context of the truncated windows"),
-        Setting("sliding_window", integer(1), 1024, "d: stride of the truncated windows"),
+        Setting("trunc_len", integer(1, MAX_TOKENS), 4096, "K: tokens of short context of the truncated windows"),
+        Setting("sliding_window", integer(1, MAX_TOKENS), 1024, "d: stride of the truncated windows"),
         Setting("alpha", number(), 2.0, "key token iff LSD > alpha (and LCL > beta)"),
         Setting("beta", number(), -2.0, "key token iff LCL > beta (and LSD > alpha)"),
         Setting(
@@ -178,7 +201,7 @@ LONGPPL = Declaration(
         *_long_pass(),
         Setting(
             "short_batch_size",
-            integer(1),
+            integer(1, MAX_BATCH_SIZE),
             None,
             "truncated windows per forward (default: the harness --batch_size; auto: up to --max_batch_size, "
             "as memory allows)",
@@ -194,10 +217,12 @@ LONGPPL = Declaration(
 RETRIEVAL_GAIN = Declaration(
     "retrieval_gain",
     [
-        Setting("doc_tokens", integer(1), 8192, "document = its first doc_tokens tokens (evaluated tokenizer)"),
-        Setting("query_tokens", integer(1), 24, "q: query tokens Q = x[a : a+q]"),
-        Setting("answer_tokens", integer(1), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
-        Setting("n_queries", integer(1), 2, "anchors per document"),
+        Setting(
+            "doc_tokens", integer(1, MAX_TOKENS), 8192, "document = its first doc_tokens tokens (evaluated tokenizer)"
+        ),
+        Setting("query_tokens", integer(1, MAX_TOKENS), 24, "q: query tokens Q = x[a : a+q]"),
+        Setting("answer_tokens", integer(1, MAX_TOKENS), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
+        Setting("n_queries", integer(1, MAX_ANCHORS), 2, "anchors per document"),
         Setting("anchor_min", number(0.0, 1.0), 0.1, "anchors lie in [anchor_min U, anchor_max U], U = T - q - r"),
         Setting("anchor_max", number(0.0, 1.0), 0.6, "see anchor_min"),
         Setting(
@@ -220,7 +245,7 @@ RETRIEVAL_GAIN = Declaration(
         *_long_pass(),
         Setting(
             "without_batch_size",
-            integer(1),
+            integer(1, MAX_BATCH_SIZE),
             None,
             "sequences per forward of the batched passes: the "
             "without-document sequences, and the continuations read on one prefix (default: the harness "
@@ -239,38 +264,38 @@ RETRIEVAL_GAIN_MAP = Declaration(
     [
         Setting(
             "context_lengths",
-            integer_list(1),
+            integer_list(1, MAX_TOKENS, MAX_LIST_ENTRIES),
             None,
             "context lengths L (document tokens x[0:L]) of the ladder; default: "
             "min_context doubled while the with-document sequence fits the model and every document has L + q + r "
             "tokens",
             optional=True,
         ),
-        Setting("min_context", integer(1), 1024, "first rung of the default doubling ladder"),
+        Setting("min_context", integer(1, MAX_TOKENS), 1024, "first rung of the default doubling ladder"),
         Setting(
             "max_context",
-            integer(1),
+            integer(1, MAX_TOKENS),
             None,
             "cap on L of the default ladder (default: the model's maximum length and the shortest document)",
             optional=True,
         ),
         Setting(
             "depths",
-            integer_list(0),
+            integer_list(0, 100),
             list(range(0, 100, 10)),
             "depths p in percent: the anchor of cell (L, p) is a = round(p/100 (L - q - r)), halves up",
         ),
-        Setting("query_tokens", integer(1), 24, "q: query tokens Q = x[a : a+q]"),
-        Setting("answer_tokens", integer(1), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
+        Setting("query_tokens", integer(1, MAX_TOKENS), 24, "q: query tokens Q = x[a : a+q]"),
+        Setting("answer_tokens", integer(1, MAX_TOKENS), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
         Setting(
             "anchors_per_cell",
-            integer(1),
+            integer(1, MAX_ANCHORS),
             1,
             "anchors per cell: a, a + s, ..., a + (n-1) s with s = anchor_stride; the cell's gain is their mean",
         ),
         Setting(
             "anchor_stride",
-            integer(1),
+            integer(1, MAX_TOKENS),
             None,
             "s: tokens between the anchors of a cell (default q + r: consecutive Q A spans)",
             optional=True,
@@ -310,7 +335,7 @@ RETRIEVAL_GAIN_MAP = Declaration(
         *_long_pass(),
         Setting(
             "without_batch_size",
-            integer(1),
+            integer(1, MAX_BATCH_SIZE),
             None,
             "sequences per forward of the batched passes: the "
             "without-document sequences, and the continuations read on one prefix (default: the harness "
@@ -328,13 +353,13 @@ FORGETTING_CURVE = Declaration(
     [
         Setting(
             "max_len",
-            integer(1),
+            integer(1, MAX_TOKENS),
             None,
             "largest copy length l; default: the largest whose sample fits the model, (max_length - 3) // 2",
             optional=True,
         ),
-        Setting("min_len", integer(1), documents.FORGETTING_CURVE_MIN_LEN, "smallest copy length"),
-        Setting("num_lengths", integer(1), 32, "number of copy lengths"),
+        Setting("min_len", integer(1, MAX_TOKENS), documents.FORGETTING_CURVE_MIN_LEN, "smallest copy length"),
+        Setting("num_lengths", integer(1, MAX_LIST_ENTRIES), 32, "number of copy lengths"),
         Setting(
             "spacing",
             choice("linear", "geometric", aliases={"log": "geometric"}),
@@ -344,13 +369,15 @@ FORGETTING_CURVE = Declaration(
         ),
         Setting(
             "lengths",
-            integer_list(1),
+            integer_list(1, MAX_TOKENS, MAX_LIST_ENTRIES),
             None,
             "explicit copy lengths; replace max_len, min_len, num_lengths and spacing",
             optional=True,
         ),
-        Setting("samples_per_length", integer(1), 10, "samples per copy length"),
-        Setting("seed", integer(0), 0, "seed of the sample starts (Python random, the reference's draw order)"),
+        Setting("samples_per_length", integer(1, MAX_SAMPLES), 10, "samples per copy length"),
+        Setting(
+            "seed", integer(0, MAX_SEED), 0, "seed of the sample starts (Python random, the reference's draw order)"
+        ),
         Setting(
             "fine_threshold", number(0.0, 1.0), per_token.FINE_THRESHOLD, "fine memory length: copy accuracy > this"
         ),
@@ -372,7 +399,7 @@ FORGETTING_CURVE = Declaration(
         *_long_pass(),
         Setting(
             "batch_size",
-            integer(1),
+            integer(1, MAX_BATCH_SIZE),
             None,
             "samples per forward (default: the harness --batch_size; auto: up to --max_batch_size, as memory allows)",
             optional=True,
@@ -380,14 +407,14 @@ FORGETTING_CURVE = Declaration(
         ),
         Setting(
             "bos_token_id",
-            integer(0),
+            integer(0, MAX_TOKEN_ID),
             None,
             "BOS of the samples (default: the tokenizer's BOS, else its EOS)",
             optional=True,
         ),
         Setting(
             "eos_token_id",
-            integer(0),
+            integer(0, MAX_TOKEN_ID),
             None,
             "final EOS of the samples (default: the tokenizer's EOS, else BOS)",
             optional=True,
@@ -401,7 +428,7 @@ FORGETTING_CURVE = Declaration(
         ),
         Setting(
             "claimed_length",
-            integer(1),
+            integer(1, MAX_TOKENS),
             None,
             "length marked on the plot (default: the model's maximum)",
             optional=True,
@@ -430,9 +457,12 @@ LONGEVAL_LINES = Declaration(
     "longeval_lines",
     [
         Setting(
-            "num_lines", integer_list(1), list(longeval_cases.DEFAULT_NUM_LINES), "numbers of lines (configurations)"
+            "num_lines",
+            integer_list(1, MAX_NUM_LINES, MAX_LIST_ENTRIES),
+            list(longeval_cases.DEFAULT_NUM_LINES),
+            "numbers of lines (configurations)",
         ),
-        Setting("num_cases", integer(1), longeval_cases.DEFAULT_NUM_CASES, "cases per configuration"),
+        Setting("num_cases", integer(1, MAX_SAMPLES), longeval_cases.DEFAULT_NUM_CASES, "cases per configuration"),
         Setting("seed", integer(0, 2**32 - 1), 0, "seed of the generated cases"),
         Setting(
             "trailing_space",

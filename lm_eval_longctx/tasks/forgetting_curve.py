@@ -34,10 +34,12 @@ from ..settings import SettingsError
 from . import declarations, preflight
 from .base import (
     HUB_ONLY_SETTINGS,
+    LazyDocuments,
     LongContextTask,
     ReportSection,
     add_model_settings,
     inert_settings,
+    position_table_words,
     refuse_inert_settings,
     resolve_model_max_length,
     settings_tokenizer,
@@ -57,8 +59,14 @@ _STREAMS: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictio
 
 
 def resolve_settings(metadata: dict | None) -> dict:
+    s = SETTINGS.parse(metadata)
+    if s["max_len"] is not None and not s["lengths"] and s["min_len"] > s["max_len"]:
+        raise SettingsError(
+            f"forgetting_curve: setting 'min_len' = {s['min_len']} is above 'max_len' = {s['max_len']}; the copy "
+            "lengths run from min_len up to max_len: lower min_len or raise max_len"
+        )
     # with the model's own settings, from the model_args the harness merges into the metadata
-    return add_model_settings(SETTINGS.parse(metadata), metadata)
+    return add_model_settings(s, metadata)
 
 
 def load_tokenizer(s: dict, model: glue.EvaluatedModel | None = None):
@@ -120,6 +128,14 @@ def resolve_lengths(s: dict, model_max_length: int, model: glue.EvaluatedModel |
                 max_len,
                 s["num_lengths"],
             )
+    table = model.position_table if model is not None else None
+    past_table = [x for x in lengths if table is not None and sample_tokens(x) > table]
+    if past_table:
+        raise ValueError(
+            f"forgetting_curve: copy lengths {past_table} make samples of up to {sample_tokens(past_table[-1])} "
+            f"tokens (2l + 3), beyond {position_table_words(table)}. The longest copy length that fits is "
+            f"{(table - 3) // 2}: lower max_len or lengths."
+        )
     beyond = [x for x in lengths if sample_tokens(x) > model_max_length]
     if beyond and not s["allow_beyond_max_length"]:
         raise ValueError(
@@ -247,6 +263,7 @@ glue.register_request_kind(KIND, serve, CurveSampleScore.from_state, n_tokens=la
 
 class ForgettingCurveTask(LongContextTask):
     SUITE_TASK_NAME = "forgetting_curve"
+    HUB_ONLY_SETTINGS = (*HUB_ONLY_SETTINGS, "dataset_split")
     resolve_settings = staticmethod(resolve_settings)
     # copy_acc@00512 and lm_acc@00512: one per copy length, zero-padded (self._name)
     METRIC_DIRECTIONS = (
@@ -304,8 +321,6 @@ class ForgettingCurveTask(LongContextTask):
     # ---------------------------------------------------------------- data
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        import datasets
-
         s = self.settings
         model = self.evaluated_model  # served as its requests will be: its tokenizer, its max_length
         tokenizer = load_tokenizer(s, model)
@@ -322,7 +337,7 @@ class ForgettingCurveTask(LongContextTask):
             data_files=s["data_files"],
         )
         # a data_files file replaces the hub dataset, its revision and split
-        self.inert = inert_settings(s, docs.provenance, hub_only=(*HUB_ONLY_SETTINGS, "dataset_split"))
+        self.inert = inert_settings(s, docs.provenance, hub_only=self.HUB_ONLY_SETTINGS)
         refuse_inert_settings(KIND, s, self.inert)
         self.stream = documents.token_stream(tokenizer, docs.texts, add_special_tokens=s["corpus_add_special_tokens"])
         self.stream_sha256 = hashlib.sha256(self.stream.tobytes()).hexdigest()
@@ -331,15 +346,16 @@ class ForgettingCurveTask(LongContextTask):
         _STREAMS[self.stream_key] = self.stream
         self.provenance = {**docs.provenance, "n_tokens": int(len(self.stream)), "stream_sha256": self.stream_sha256}
 
-        starts = documents.sample_starts(len(self.stream), self.lengths, s["samples_per_length"], s["seed"])
-        rows = {"doc_id": [], "sample": [], "length": [], "start": []}
-        for k in range(s["samples_per_length"]):  # sample-major: any --limit >= n covers every length
-            for length in self.lengths:
-                rows["doc_id"].append(len(rows["doc_id"]))
-                rows["sample"].append(k)
-                rows["length"].append(length)
-                rows["start"].append(starts[length][k])
-        self.dataset = datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows)})
+        starts = documents.SampleStarts(len(self.stream), self.lengths, s["samples_per_length"], s["seed"])
+        lengths = self.lengths
+
+        def sample(i: int) -> dict:
+            k, j = divmod(i, len(lengths))  # sample-major: any --limit >= n covers every length
+            return {"doc_id": i, "sample": k, "length": lengths[j], "start": starts.start(lengths[j], k)}
+
+        # built as read: --limit k draws the starts of the lengths its k samples reach
+        rows = LazyDocuments(s["samples_per_length"] * len(lengths), sample, ("doc_id", "sample", "length", "start"))
+        self.dataset = {"test": rows}
 
     def _record_settings(self) -> None:
         """Everything that changes the numbers, and what the plot needs, goes into the results JSON."""

@@ -38,10 +38,12 @@ import dataclasses
 import functools
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from lm_eval.api.instance import Instance
+from lm_eval.utils import simple_parse_args_string
 
 from ..data import longeval_cases, longeval_words
 from ..engine import generation, scoring
@@ -51,6 +53,7 @@ from ..metrics import per_token
 from ..records import StateRecord
 from . import declarations, run_options, token_export
 from .base import (
+    LazyDocuments,
     LongContextTask,
     ReportSection,
     evaluated_documents,
@@ -66,6 +69,18 @@ GENERATION_KIND = "longeval_lines_generation"
 # what --gen_kwargs may set for the accuracy task (the engine's generation takes these; anything else is refused)
 GENERATION_KEYS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p", "top_k")
 
+
+def refuse_generation_keys(task_name: str, gen_kwargs: dict) -> None:
+    """Refuse a generation setting the engine's generation does not apply."""
+    unknown = sorted(set(gen_kwargs) - set(GENERATION_KEYS))
+    if unknown:
+        raise run_options.UnsupportedOptionError(
+            f"{task_name}: generation setting(s) {', '.join(unknown)} (--gen_kwargs or the YAML's "
+            f"generation_kwargs) are not applied by this task's generation, which takes "
+            f"{', '.join(GENERATION_KEYS)}. Leave them out."
+        )
+
+
 SETTINGS = declarations.LONGEVAL_LINES
 DEFAULTS = SETTINGS.defaults()
 
@@ -74,19 +89,29 @@ def resolve_settings(metadata: dict | None) -> dict:
     return SETTINGS.parse(metadata)
 
 
-@functools.lru_cache(maxsize=4)
-def _generated(num_lines: tuple[int, ...], num_cases: int, seed: int, trailing_space) -> tuple:
-    # both tasks of the group build the same cases: generate them once per process
-    return tuple(longeval_cases.generate_cases(num_lines, num_cases, seed, trailing_space))
+@functools.lru_cache(maxsize=4096)
+def _generated_case(num_lines: int, case_index: int, seed: int, trailing_space) -> longeval_cases.TestCase:
+    # both tasks of the group, and the checks of the evaluated cases, read the same cases: each generated once
+    return longeval_cases.generate_case(num_lines, case_index, seed, trailing_space)
 
 
-def build_cases(s: dict) -> list[longeval_cases.TestCase]:
+def case_reader(s: dict) -> tuple[int, Callable[[int], longeval_cases.TestCase]]:
+    """The number of cases and case ``i`` in the harness order (``longeval_cases.interleave``: case 0 of every
+    configuration, then case 1, ...). Generated cases are generated when read, so that ``--limit k`` generates k;
+    LongChat's files are read whole."""
     if s["testcases"]:
-        cases = longeval_cases.load_testcases(s["testcases"], s["num_lines"], max_cases=s["num_cases"])
-    else:
-        longeval_cases.check_word_lists()
-        cases = list(_generated(tuple(s["num_lines"]), s["num_cases"], s["seed"], s["trailing_space"]))
-    return longeval_cases.interleave(cases)
+        cases = longeval_cases.interleave(
+            longeval_cases.load_testcases(s["testcases"], s["num_lines"], max_cases=s["num_cases"])
+        )
+        return len(cases), cases.__getitem__
+    longeval_cases.check_word_lists()
+    configurations = list(s["num_lines"])  # sorted: the declaration sorts the list
+
+    def case(i: int) -> longeval_cases.TestCase:
+        case_index, k = divmod(i, len(configurations))
+        return _generated_case(configurations[k], case_index, s["seed"], s["trailing_space"])
+
+    return s["num_cases"] * len(configurations), case
 
 
 # ------------------------------------------------------------------ request kinds (no lm-eval here)
@@ -407,22 +432,34 @@ class _LinesTask(LongContextTask):
 
     # ---------------------------------------------------------------- data
 
-    def download(self, dataset_kwargs=None, **kwargs) -> None:
-        import datasets
+    @classmethod
+    def _inert_settings(cls, s: dict) -> dict:
+        """The generator's settings, which do nothing when LongChat's files give the cases, each with why."""
+        return {name: f"testcases {s['testcases']} give the cases" for name in cls.GENERATOR_ONLY_SETTINGS}
 
-        if self.settings["testcases"]:  # the files hold the cases
-            inert = {
-                name: f"testcases {self.settings['testcases']} give the cases" for name in self.GENERATOR_ONLY_SETTINGS
-            }
-            refuse_inert_settings(str(self.config.task or self.SUITE_TASK_NAME), self.settings, inert)
-        cases = build_cases(self.settings)
-        self.configurations = sorted({c.num_lines for c in cases})
+    @classmethod
+    def _check_settings_before_model(cls, task_name: str, settings: dict, run) -> None:
+        if settings["testcases"]:
+            refuse_inert_settings(task_name, settings, cls._inert_settings(settings))
+
+    def download(self, dataset_kwargs=None, **kwargs) -> None:
+        s = self.settings
+        task_name = str(self.config.task or self.SUITE_TASK_NAME)
+        if s["testcases"]:  # the files hold the cases
+            refuse_inert_settings(task_name, s, self._inert_settings(s))
+        n_cases, case = case_reader(s)
+        if s["testcases"]:
+            self.configurations = sorted({case(i).num_lines for i in range(n_cases)})
+        else:
+            self.configurations = list(s["num_lines"])
         # zero-padded so that lm-eval's lexicographic metric sort is numeric
         self._width = max(4, len(str(self.configurations[-1])))
-        self.provenance = longeval_cases.provenance(cases)
-        self.dataset = datasets.DatasetDict(
-            {"test": datasets.Dataset.from_list([longeval_cases.to_doc(c, i) for i, c in enumerate(cases)])}
+        # what identifies the data: the cases this run evaluates (all of them without --limit or --samples)
+        self.provenance = longeval_cases.provenance(
+            [case(i) for i in glue.documents_evaluated(n_cases, str(self.config.task))]
         )
+        columns = list(longeval_cases.to_doc(case(0), 0))
+        self.dataset = {"test": LazyDocuments(n_cases, lambda i: longeval_cases.to_doc(case(i), i), columns)}
 
     def doc_to_text(self, doc, doc_to_text=None):
         return doc["prompt"]
@@ -613,13 +650,7 @@ class LongEvalLinesAccTask(_LinesTask):
         """The generation settings of the task's requests: the YAML's generation_kwargs with --gen_kwargs merged
         in (lm-eval merges them), HFLM's default of 256 new tokens when none is given; other keys are refused."""
         gen_kwargs = copy.deepcopy(self.config.generation_kwargs or {})
-        unknown = sorted(set(gen_kwargs) - set(GENERATION_KEYS))
-        if unknown:
-            raise run_options.UnsupportedOptionError(
-                f"{self.config.task}: generation setting(s) {', '.join(unknown)} (--gen_kwargs or the YAML's "
-                f"generation_kwargs) are not applied by this task's generation, which takes "
-                f"{', '.join(GENERATION_KEYS)}. Leave them out."
-            )
+        refuse_generation_keys(str(self.config.task), gen_kwargs)
         until = gen_kwargs.get("until") or []
         return {
             "kind": GENERATION_KIND,
@@ -631,6 +662,12 @@ class LongEvalLinesAccTask(_LinesTask):
             "top_k": gen_kwargs.get("top_k"),
             "over_length": self.settings["over_length"],
         }
+
+    @classmethod
+    def _check_settings_before_model(cls, task_name: str, settings: dict, run) -> None:
+        super()._check_settings_before_model(task_name, settings, run)
+        given = run.get("gen_kwargs")  # simple_evaluate merges them into the YAML's after it has built the task
+        refuse_generation_keys(task_name, simple_parse_args_string(given) if isinstance(given, str) else given or {})
 
     def construct_requests(self, doc, ctx, **kwargs):
         kwargs.pop("apply_chat_template", None)

@@ -64,9 +64,7 @@ SCORING_KEYS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_str
 
 
 def resolve_settings(metadata: dict | None) -> dict:
-    s = SETTINGS.parse(metadata)
-    if any(d > 100 for d in s["depths"]):
-        raise SettingsError(f"retrieval_gain_map: depths are percents in 0..100, got {s['depths']}")
+    s = SETTINGS.parse(metadata)  # depths are percents: declared 0..100
     if s["anchor_stride"] is None:
         s["anchor_stride"] = s["query_tokens"] + s["answer_tokens"]
     # the model's own settings, from the model_args the harness merges into the metadata
@@ -267,14 +265,19 @@ glue.register_request_kind(KIND, serve, GainMapScores.from_state, n_tokens=lambd
 # ------------------------------------------------------------------ the task
 
 
-def default_ladder(s: dict, n_tokens: list[int], extra_tokens: int, model_max_length: int | None) -> list[int]:
+def default_ladder(
+    s: dict, n_tokens: list[int], extra_tokens: int, model_max_length: int | None, position_table: int | None = None
+) -> list[int]:
     """min_context doubled while L fits: every document has L tokens, the with-context sequence
-    (L + ``extra_tokens``) fits the model unless allow_beyond_max_length, and L <= max_context."""
+    (L + ``extra_tokens``) fits the model unless allow_beyond_max_length (a learned position table always), and
+    L <= max_context."""
     cap = min(n_tokens)
     if s["max_context"]:
         cap = min(cap, s["max_context"])
     if model_max_length and not s["allow_beyond_max_length"]:
         cap = min(cap, model_max_length - extra_tokens)
+    if position_table:
+        cap = min(cap, position_table - extra_tokens)
     lengths, L = [], s["min_context"]
     while L <= cap:
         lengths.append(L)
@@ -356,7 +359,9 @@ class RetrievalGainMapTask(LongContextTask):
             n_tokens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in self.dataset["test"]["text"]]
             sep = len(tok(s["separator"], add_special_tokens=False)["input_ids"]) if s["separator"] else 0
             extra = len(lead_token_ids(tok, s["bos"])) + sep + s["query_tokens"] + s["answer_tokens"]
-            self.lengths = default_ladder(s, n_tokens, extra, self.model_max_length)
+            self.lengths = default_ladder(
+                s, n_tokens, extra, self.model_max_length, model.position_table if model is not None else None
+            )
             check_ladder(self.lengths, s)
         self.width = zero_padded_width(self.lengths, 5)
         self.depth_width = zero_padded_width(s["depths"], 2)

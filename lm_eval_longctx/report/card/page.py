@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import base64
 import math
-import os
-from pathlib import Path
 
+from ... import output_dirs
 from ..results import UnusableInput
 from ..text import esc
 
@@ -122,19 +121,9 @@ def html_page(title: str, body: str, subtitle: str = "", footer: str = "") -> st
 
 
 def write_page(path, text: str) -> None:
-    """Write a page (its folder created when missing), whole or not at all: into a temporary file beside it, then
-    renamed; any failure is :class:`UnusableInput` naming the file."""
-    path = Path(path)
+    """Write a page (its folder created when missing), whole or not at all (``output_dirs.atomic_file``); any failure
+    is :class:`UnusableInput` naming the file and the cause."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UnusableInput(f"{path}: cannot create the folder of the HTML page: {e.strerror or e}") from e
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        output_dirs.write_atomically(path, text)
     except OSError as e:
         raise UnusableInput(f"{path}: cannot write the HTML page: {e.strerror or e}") from e
-    finally:
-        tmp.unlink(missing_ok=True)

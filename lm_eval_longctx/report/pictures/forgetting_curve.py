@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import output_dirs
 from .names import model_label, plain_text
 
 log = logging.getLogger("lm_eval_longctx")
@@ -188,8 +189,8 @@ def plot_forgetting_curves(
     """Write a PNG of :func:`forgetting_curve_figure`; return its path."""
     fig = forgetting_curve_figure(curves, title, log_x)
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=fig.dpi)
+    with output_dirs.atomic_file(out_path, "wb") as f:  # a full disk leaves no part of a picture
+        fig.savefig(f, format=out_path.suffix[1:] or None, dpi=fig.dpi)
     return out_path
 
 

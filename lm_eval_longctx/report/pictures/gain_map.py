@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import output_dirs
 from .names import plain_text
 
 log = logging.getLogger("lm_eval_longctx")
@@ -123,8 +124,8 @@ def plot_gain_maps(
     """Write a PNG of :func:`gain_map_figure` at its own size (the sizes it reads in points hold); return its path."""
     fig = gain_map_figure(maps, title, limit, annotate)
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=fig.dpi, bbox_inches="tight")
+    with output_dirs.atomic_file(out_path, "wb") as f:  # a full disk leaves no part of a picture
+        fig.savefig(f, format=out_path.suffix[1:] or None, dpi=fig.dpi, bbox_inches="tight")
     return out_path
 
 

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ... import output_dirs
 from .names import model_label, plain_text
 
 CURVE_METRICS = ("acc", "answer_ppl", "non_answer_ppl")
@@ -106,8 +107,8 @@ def plot_runs(
     """Save :func:`longeval_figure` (PNG, PDF or SVG, by the suffix); return its path."""
     fig = longeval_figure(runs, title, ppl_limits)
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
+    with output_dirs.atomic_file(out, "wb") as f:  # a full disk leaves no part of a picture
+        fig.savefig(f, format=out.suffix[1:] or None, dpi=130)
     return out
 
 

@@ -1,0 +1,79 @@
+"""Non-finite logits are named as the model's output, with its dtype and the likely cause, on every plan: never
+blamed on the head replay, never passed on to the metrics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lm_eval_longctx.engine import forward
+from lm_eval_longctx.engine import scoring as engine
+from tests.tiny import tiny_llama
+
+VOCAB = 97
+
+
+def ids_for(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(3, VOCAB, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def nan_from(model, position: int):
+    """Make the first decoder layer output NaN from ``position`` on (absolute positions, any chunking)."""
+    seen = {"n": 0}
+
+    def hook(_module, args, kwargs, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        positions = kwargs.get("position_ids")
+        if positions is None:
+            positions = torch.arange(hidden.shape[1])[None]
+        hidden = hidden.clone()
+        hidden[(positions >= position).expand(hidden.shape[0], -1)] = float("nan")
+        seen["n"] += 1
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    return model.model.layers[0].register_forward_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("long_pass", ["full", "chunked"])
+def test_a_model_that_outputs_nan_is_named_as_such_not_as_a_replay_fault(long_pass):
+    model = tiny_llama(vocab_size=VOCAB, seed=3)
+    nan_from(model, 300)
+    with pytest.raises(engine.NonFiniteLogitsError) as caught:
+        engine.score_long(model, ids_for(400), chunk_size=64, long_pass=long_pass)
+    message = str(caught.value)
+    assert "model type 'llama' (float32): its logits are not finite (NaN or inf)" in message
+    assert "replayed" not in message and "long_pass" not in message
+    assert "weights are finite" in message
+    if long_pass == "chunked":  # NaN values reach every query of their chunk (0 x NaN in attention): from 256 on
+        assert "in the long pass at 64 of 64 scored tokens (first at token position 257)" in message
+
+
+def test_nan_in_the_last_row_is_the_models_output_not_the_replay():
+    model = tiny_llama(vocab_size=VOCAB, seed=3)
+    nan_from(model, 0)
+    with pytest.raises(engine.NonFiniteLogitsError, match=r"logits are not finite .* in the last row of a full"):
+        engine.score_long(model, ids_for(50), long_pass="full")
+
+
+def test_float16_overflow_names_the_dtype_and_the_way_out():
+    model = tiny_llama(vocab_size=VOCAB, seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1e4)  # logits beyond float16's 65504
+    model = model.half()
+    with pytest.raises(engine.NonFiniteLogitsError) as caught:
+        engine.score_long(model, ids_for(40), long_pass="chunked", chunk_size=16)
+    message = str(caught.value)
+    assert "(float16)" in message and "float16 activations overflow" in message and "dtype=bfloat16" in message
+
+
+def test_weights_holding_nan_are_named():
+    model = tiny_llama(vocab_size=VOCAB, seed=3)
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight[0, 0] = float("nan")
+    with pytest.raises(engine.NonFiniteLogitsError, match=r"1 of its weight tensors hold NaN or inf \(first: "):
+        engine.score_long(model, ids_for(40), long_pass="full")
+
+
+def test_finite_logits_pass_the_check():
+    lp, hit = forward.logprob_and_greedy(torch.randn(5, VOCAB), torch.arange(5), 1)
+    assert torch.isfinite(lp).all() and hit.dtype == torch.bool

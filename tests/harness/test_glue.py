@@ -1,0 +1,225 @@
+"""What the harness glue does when a file system fails under it: lm-eval's saves of the results and samples leave
+the old file or nothing and fail in one line naming the file and the cause; a picture that cannot be drawn beside
+the results is one warning; the --use_cache database is an optimisation the run goes on without."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import logging
+import os
+import pathlib
+import pickle
+import sqlite3
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from lm_eval_longctx.harness import glue
+
+# lm-eval's own results tracker (and its import): left out of the fast subset, as its other save tests are
+pytestmark = pytest.mark.integration
+
+SAMPLE = {"arguments": [["a prompt"]], "resps": [["x"]], "filtered_resps": ["x"], "target": 0, "doc": {"t": "y" * 300}}
+NO_SPACE = os.strerror(errno.ENOSPC).lower()
+
+
+def _tracker(folder: pathlib.Path):
+    from lm_eval.loggers import EvaluationTracker
+
+    glue.install()
+    tracker = EvaluationTracker(output_path=str(folder / "results.json"))
+    tracker.general_config_tracker.model_name_sanitized = "tiny"
+    return tracker
+
+
+def _samples(n: int = 3) -> list[dict]:
+    return [copy.deepcopy(SAMPLE) for _ in range(n)]
+
+
+class _FillingFile:
+    """A file on a file system with ``room`` bytes left: what does not fit raises ENOSPC, what did stays."""
+
+    def __init__(self, f, room: int):
+        self.f, self.room = f, room
+
+    def write(self, data):
+        self.f.write(data[: self.room])
+        self.f.flush()
+        self.room -= min(self.room, len(data))
+        if self.room == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return len(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def _disk_fills_at(monkeypatch, room: int) -> None:
+    """lm-eval's samples file (opened for appending) meets a full file system after ``room`` bytes."""
+    from lm_eval.loggers import evaluation_tracker
+
+    def filling_open(path, mode="r", *args, **kwargs):
+        f = open(path, mode, *args, **kwargs)
+        return _FillingFile(f, room) if "a" in mode else f
+
+    monkeypatch.setattr(evaluation_tracker, "open", filling_open, raising=False)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err)
+    assert "\n" not in text
+    return text
+
+
+def test_a_results_file_cut_short_by_a_full_disk_is_not_left_and_the_cause_is_named(tmp_path, monkeypatch):
+    write_text = pathlib.Path.write_text
+
+    def filling_write_text(self, data, *args, **kwargs):
+        if not self.name.startswith("results_"):
+            return write_text(self, data, *args, **kwargs)
+        write_text(self, data[: len(data) // 2], *args, **kwargs)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pathlib.Path, "write_text", filling_write_text)
+    tracker = _tracker(tmp_path)
+    with pytest.raises(glue.ResultsNotSavedError) as caught:
+        tracker.save_results_aggregated(results={"results": {"t": {"x": 1.0}}}, samples=None)
+    message = _one_line(caught.value)
+    assert "results_" in message and NO_SPACE in message and "nothing was saved" in message
+    assert not list(tmp_path.glob("results_*.json"))
+
+
+@pytest.mark.parametrize("room", [0, 200])
+def test_samples_that_do_not_fit_leave_no_part_and_name_the_cause(tmp_path, monkeypatch, room):
+    """The reported run: its results JSON saved, then a 0-byte (or cut) samples file and exit 2."""
+    tracker = _tracker(tmp_path)
+    tracker.save_results_aggregated(results={"results": {"t": {"x": 1.0}}}, samples=None)
+    [results_file] = tmp_path.glob("results_*.json")
+    _disk_fills_at(monkeypatch, room)
+    with pytest.raises(glue.ResultsNotSavedError) as caught:
+        tracker.save_results_samples(task_name="t", samples=_samples())
+    message = _one_line(caught.value)
+    assert f"samples_t_{tracker.date_id}.jsonl" in message and NO_SPACE in message
+    assert not list(tmp_path.glob("samples_*.jsonl"))
+    assert glue._whole_results_file(results_file)  # what was saved whole stays
+
+
+def test_samples_appended_to_a_file_put_the_file_back(tmp_path, monkeypatch):
+    tracker = _tracker(tmp_path)
+    tracker.save_results_aggregated(results={"results": {}}, samples=None)
+    tracker.save_results_samples(task_name="t", samples=_samples(2))
+    [samples_file] = tmp_path.glob("samples_*.jsonl")
+    before = samples_file.read_bytes()
+    _disk_fills_at(monkeypatch, 150)
+    with pytest.raises(glue.ResultsNotSavedError, match=NO_SPACE):
+        tracker.save_results_samples(task_name="t", samples=_samples(2))
+    assert samples_file.read_bytes() == before
+
+
+def test_samples_on_a_read_only_file_system_name_it(tmp_path, monkeypatch):
+    from lm_eval.loggers import evaluation_tracker
+
+    tracker = _tracker(tmp_path)
+    tracker.save_results_aggregated(results={"results": {}}, samples=None)
+
+    def refused_open(path, mode="r", *args, **kwargs):
+        if "a" in mode:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation_tracker, "open", refused_open, raising=False)
+    with pytest.raises(glue.ResultsNotSavedError) as caught:
+        tracker.save_results_samples(task_name="t", samples=_samples())
+    assert "read-only file system" in _one_line(caught.value)
+    assert not list(tmp_path.glob("samples_*.jsonl"))
+
+
+def test_a_picture_that_cannot_be_written_is_one_warning_line(tmp_path, monkeypatch, caplog):
+    def full_disk_picture(results, results_file):
+        png = pathlib.Path(results_file).with_suffix(".png")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(png))
+
+    monkeypatch.setitem(glue.RESULTS_SAVED_CALLBACKS, "a_picture", full_disk_picture)
+    tracker = _tracker(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
+        tracker.save_results_aggregated(results={"results": {}}, samples=None)
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "lm_eval_longctx"]
+    assert "\n" not in warning and "a_picture" in warning and "the results are saved" in warning
+    assert f".png: {NO_SPACE}" in warning
+
+
+# ------------------------------------------------------------------ the --use_cache database
+
+
+@dataclass
+class Echo:
+    text: str
+
+    def to_state(self) -> dict:
+        return {"text": self.text}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Echo:
+        return cls(state["text"])
+
+
+class FullDatabase(dict):
+    def __setitem__(self, key, value):
+        raise sqlite3.OperationalError("database or disk is full")
+
+
+class DamagedDatabase(dict):
+    def __contains__(self, key):
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+
+class DamagedEntries(dict):
+    def __getitem__(self, key):
+        raise pickle.UnpicklingError("invalid load key, '\\x00'")
+
+
+def _serve(monkeypatch, database, n: int = 3) -> tuple[list, list[str]]:
+    """Serve ``n`` requests of a kind that only echoes its text through ``longctx_scores`` with ``database`` as the
+    --use_cache database; the results and the texts scored (not read from the database)."""
+    from tests import tiny
+
+    scored: list[str] = []
+
+    def serve(ctx, items):
+        scored.extend(text for text, _ in items)
+        return [Echo(text) for text, _ in items]
+
+    monkeypatch.setitem(glue.REQUEST_KINDS, "echo", glue.RequestKind(serve, Echo.from_state, uses_model=False))
+    lm = types.SimpleNamespace(
+        cache_hook=types.SimpleNamespace(dbdict=database),
+        _longctx_identity={"name": "a model"},
+        batch_size=1,
+        max_batch_size=None,
+        max_length=None,
+        rank=0,
+        model=tiny.tiny_llama(),
+        tokenizer=None,
+    )
+    requests = [types.SimpleNamespace(args=(f"text {k}", {"kind": "echo"}), task_name="t") for k in range(n)]
+    return glue._hflm_longctx_scores(lm, requests, disable_tqdm=True), scored
+
+
+@pytest.mark.parametrize("database", [FullDatabase, DamagedDatabase])
+def test_a_cache_database_that_fails_is_one_warning_and_the_run_goes_on(monkeypatch, caplog, database):
+    with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
+        results, scored = _serve(monkeypatch, database())
+    assert [r.text for r in results] == ["text 0", "text 1", "text 2"] and len(scored) == 3
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "lm_eval_longctx"]
+    assert warning.startswith("--use_cache: the database cannot be") and "the run continues without" in warning
+
+
+def test_a_damaged_cache_entry_is_a_miss(monkeypatch):
+    database = DamagedEntries({"stale": b""})
+    first, _ = _serve(monkeypatch, database)
+    again, scored = _serve(monkeypatch, database)  # every entry is there, none can be read
+    assert [r.text for r in again] == [r.text for r in first] and len(scored) == 3

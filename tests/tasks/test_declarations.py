@@ -1,0 +1,57 @@
+"""The tasks' declared settings (``tasks/declarations.py``): every count and length has an upper bound, generous for
+real runs, that stops a mistyped value when the settings are parsed."""
+
+from __future__ import annotations
+
+import pytest
+
+from lm_eval_longctx.settings import SettingsError
+from lm_eval_longctx.tasks import declarations
+
+WHOLE_NUMBER_SETTINGS = [
+    (declaration, setting)
+    for declaration in declarations.TASK_DECLARATIONS.values()
+    for setting in declaration.settings
+    if setting.kind.describe.startswith(("whole number", "list of"))
+]
+# percents: 0..100 is what a depth means, not a bound chosen for size
+BOUNDED_BY_MEANING = {("retrieval_gain_map", "depths")}
+
+
+def test_every_count_and_length_has_an_upper_bound():
+    unbounded = [f"{d.owner}.{s.name}" for d, s in WHOLE_NUMBER_SETTINGS if s.kind.upper_bound is None]
+    assert not unbounded
+    assert {s.name for _, s in WHOLE_NUMBER_SETTINGS} >= {
+        "num_cases",
+        "samples_per_length",
+        "num_docs",
+        "num_lines",
+        "lengths",
+        "num_lengths",
+        "n_queries",
+        "anchors_per_cell",
+        "depths",
+        "context_lengths",
+    }
+
+
+@pytest.mark.parametrize(
+    ("declaration", "setting"), WHOLE_NUMBER_SETTINGS, ids=[f"{d.owner}.{s.name}" for d, s in WHOLE_NUMBER_SETTINGS]
+)
+def test_an_absurd_value_is_refused_when_parsed_and_the_defaults_are_far_below_the_bound(declaration, setting):
+    absurd = 10**30 if setting.kind.describe.startswith("whole number") else [1, 10**30]
+    with pytest.raises(SettingsError, match=rf"^{declaration.owner}: setting '{setting.name}' = .* above its upper"):
+        declaration.parse({setting.name: absurd})
+    default = setting.default
+    largest = max(default) if isinstance(default, list) else default
+    if largest and (declaration.owner, setting.name) not in BOUNDED_BY_MEANING:
+        assert setting.kind.upper_bound >= 100 * largest  # the papers' sizes are defaults: a hundred times fits
+
+
+def test_the_bounds_fit_the_papers_runs():
+    """LongChat's 1,350 lines and 50 cases, the forgetting curve's 32 lengths, GovReport's 973 test documents, a
+    10M-token context: all within the bounds, with room."""
+    assert declarations.LONGEVAL_LINES.parse({"num_lines": [200, 1350, 100_000], "num_cases": 5_000})
+    curve = declarations.FORGETTING_CURVE.parse({"num_lengths": 1000, "max_len": 5_000_000, "samples_per_length": 1000})
+    assert curve["max_len"] == 5_000_000
+    assert declarations.LONGPPL.parse({"num_docs": 973, "trunc_len": 10_000_000})["num_docs"] == 973
