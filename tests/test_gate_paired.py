@@ -436,7 +436,7 @@ def test_paired_gate_on_real_lm_eval_log_samples_output(tmp_path, model_dirs, co
         assert rows[f"{TASK}/{m}"][-1] == "not gated"
     assert code == (1 if "regressed" in out.split("| metric |")[1] else 0)
     # the same checkpoint against itself: every paired CI is [0, 0], nothing flagged
-    assert main(["gate", str(tmp_path / "base"), "--baseline", str(tmp_path / "base")]) == 0
+    assert main(["gate", str(tmp_path / "base"), "--baseline", str(tmp_path / "base"), "--allow-same"]) == 0
     rows = rows_of(capsys.readouterr().out)
     assert rows[f"{TASK}/ppl"][6] == "[+0, +0]" and rows[f"{TASK}/ppl"][-1] == "ok"
     # each checkpoint its own evaluator ("self"): the key tokens differ by construction, the runs are not compared
@@ -685,3 +685,22 @@ def test_resamples_where_the_metric_is_undefined_are_dropped_and_counted():
     res = paired.paired_bootstrap(run, base, paired._token_weighted_perplexity, False, 1.96, 1000, 0, "x")
     # P(no document 0 in 4 draws) = (3/4)^4 = 32%
     assert 250 < res.n_degenerate < 390 and res.low == res.high == pytest.approx(math.exp(2.5) - math.exp(2.0))
+
+
+def test_a_baseline_that_is_the_run_itself_is_refused(tmp_path, capsys):
+    """A CI job whose baseline path is wired to the run would pass every checkpoint: the same folder, or a copy of
+    its files, is refused (exit 2) unless --allow-same."""
+    import shutil
+
+    docs = corpus(6, seed=3)
+    write_run(tmp_path / "run", docs, DATE_RUN)
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")
+    for baseline in ("run", "copy"):
+        assert main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / baseline)]) == 2
+        err = capsys.readouterr().err
+        assert "the baseline is the run itself" in err and "--allow-same" in err
+    assert "a copy" in err
+    assert main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "run"), "--allow-same"]) == 0
+    # a rerun (another date, the same numbers) is a baseline
+    write_run(tmp_path / "rerun", docs, DATE_BASE)
+    assert main(["gate", str(tmp_path / "run"), "--baseline", str(tmp_path / "rerun")]) == 0

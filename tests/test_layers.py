@@ -33,8 +33,22 @@ LOWER = {
     "harness": {"engine", "metrics", "keytokens", "data"},
     "report": {"metrics", "data"},
     "tasks": {"engine", "metrics", "keytokens", "data", "harness", "training"},
-    "demo": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training"},
-    "entry": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training", "demo"},
+    "profiles": set(),
+    "demo": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training", "profiles"},
+    "audit": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training", "profiles", "demo"},
+    "entry": {
+        "engine",
+        "metrics",
+        "keytokens",
+        "data",
+        "harness",
+        "report",
+        "tasks",
+        "training",
+        "profiles",
+        "demo",
+        "audit",
+    },
 }
 LM_EVAL_LAYERS = {"harness", "tasks"}
 NO_HEAVY_AT_ALL = {"metrics"}

@@ -222,7 +222,7 @@ def test_markdown_tables_keep_their_columns_with_pipes_and_newlines_in_names(tmp
     # the gate's summary too
     summary = tmp_path / "summary.md"
     run = write(tmp_path / "run" / "results_2026.json", results_json(model=FORGED))
-    base = write(tmp_path / "base" / "results_2026.json", results_json(model=FORGED))
+    base = write(tmp_path / "base" / "results_2026.json", results_json(model=FORGED, longppl=7.5))
     assert main(["gate", str(run), "--baseline", str(base), "--summary", str(summary)]) == 0
     text = summary.read_text()
     assert text.splitlines()[0].count("\n") == 0 and "org/forged" in text.splitlines()[0]  # the name, escaped

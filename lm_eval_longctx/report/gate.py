@@ -404,6 +404,31 @@ def check_config_applies(config: GateConfig, run: Run, base: Run) -> None:
             )
 
 
+def _content_sha256(path: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check_not_itself(run: Run, base: Run) -> None:
+    """A baseline that is the run itself (the same results files, or a copy: files of the same names, which carry the
+    run's date, and the same content) is refused: a CI job whose baseline path points at the run would pass every
+    checkpoint. A rerun has another date."""
+
+    def identity(files: list[str]) -> list[tuple[str, str]]:
+        return sorted((Path(f).name, _content_sha256(f)) for f in files)
+
+    run_files = sorted(set(run.sources.values()))
+    base_files = sorted(set(base.sources.values()))
+    same_paths = [Path(f).resolve() for f in run_files] == [Path(f).resolve() for f in base_files]
+    if same_paths or identity(run_files) == identity(base_files):
+        how = "the same files" if same_paths else "files of the same content (a copy)"
+        raise UnusableInput(
+            f"the baseline is the run itself: {how} ({', '.join(run_files)}); a gate against itself passes every "
+            "checkpoint. Give the baseline's own results, or --allow-same to compare a run with itself on purpose"
+        )
+
+
 def _tasks_of(run: Run) -> list[str]:
     return sorted(set(run.compared) | set(run.settings) | {split_name(n)[0] for n in run.metrics})
 

@@ -9,6 +9,7 @@ import io
 import json
 from dataclasses import dataclass, field
 
+from .audits import AuditSummary, read_audits
 from .comparability import differences, is_model_level, signature
 from .gate import format_number
 from .results import UnusableInput, metrics_of, split_name
@@ -36,6 +37,14 @@ class Leaderboard:
     files_without_metrics: dict[str, str] = field(default_factory=dict)  # file read -> its model: no metric selected
     notices: list[str] = field(default_factory=list)  # which file --newest took over which
     files_read: list[str] = field(default_factory=list)
+    audits: dict[str, AuditSummary] = field(default_factory=dict)  # model -> its audit (claimed / effective columns)
+
+    def audit_cells(self, row: BoardRow) -> list[str]:
+        """The claimed / effective pair of a row (RULER's layout), or "no audit"; none at all without audits."""
+        if not self.audits:
+            return []
+        a = self.audits.get(row.model)
+        return [str(a.claimed), a.effective_text()] if a else ["no audit", "no audit"]
 
     @property
     def models(self) -> list[str]:
@@ -44,9 +53,10 @@ class Leaderboard:
     def csv(self) -> str:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["model"] + [csv_cell(c) for m in self.metrics for c in (m, f"{m}_stderr")])
+        audit_head = ["claimed_window", "effective_length"] if self.audits else []
+        w.writerow(["model", *audit_head] + [csv_cell(c) for m in self.metrics for c in (m, f"{m}_stderr")])
         for row in self.rows:
-            out = [csv_cell(row.label)]
+            out = [csv_cell(row.label), *(csv_cell(c) for c in self.audit_cells(row))]
             for m in self.metrics:
                 cell = row.cells.get(m)
                 # missing: empty; NaN: "nan" (what the run reported)
@@ -61,13 +71,21 @@ class Leaderboard:
             hib = next((r.cells[m].higher_is_better for r in self.rows if m in r.cells), None)
             return f"{md_cell(m)} {'↑' if hib else '↓' if hib is False else ''}".strip()
 
+        audit_head = ["claimed", "effective ↑"] if self.audits else []
         lines = [
-            "| model | " + " | ".join(head(m) for m in self.metrics) + " |",
-            "|---" * (len(self.metrics) + 1) + "|",
+            "| " + " | ".join(["model", *audit_head, *(head(m) for m in self.metrics)]) + " |",
+            "|---" * (len(self.metrics) + 1 + len(audit_head)) + "|",
         ]
         for row in self.rows:
             vals = [format_number(c.value, c.stderr) if (c := row.cells.get(m)) else "missing" for m in self.metrics]
-            lines.append(f"| {md_cell(row.label)} | " + " | ".join(vals) + " |")
+            cells = [md_cell(row.label), *(md_cell(c) for c in self.audit_cells(row)), *vals]
+            lines.append("| " + " | ".join(cells) + " |")
+        if self.audits:
+            lines.append("")
+            lines.append(
+                "claimed: the window the config claims; effective: the longest context length the model uses, with "
+                "its 95% bootstrap interval over documents (lm-eval-longctx audit, docs/audit.md)"
+            )
         return "\n".join(lines) + "\n"
 
     def column(self, metric: str) -> dict[str, float]:
@@ -126,7 +144,9 @@ def _take_newer(row: BoardRow, task: str, f: ResultsFile, newest: bool, notices:
     return newer is f
 
 
-def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False, newest: bool = False) -> Leaderboard:
+def build_leaderboard(
+    paths, patterns=(), one_row_per_model: bool = False, newest: bool = False, audits=()
+) -> Leaderboard:
     """One row per (model, settings): results files of one model are merged into a row only where their tasks'
     signatures agree (:mod:`.comparability`: settings up to content-identified paths, generation settings, dtype,
     prompt format, task version, number of documents) and their model-level settings (tokenizer, dtype) match. A
@@ -194,4 +214,8 @@ def build_leaderboard(paths, patterns=(), one_row_per_model: bool = False, newes
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
         raise UnusableInput(f"rows that cannot be told apart: {[visible(d) for d in dup]}")
-    return Leaderboard(rows, sorted(metrics), without, notices, read)
+    audited = {a.model: a for a in read_audits(audits)}
+    for model in audited:
+        if not any(r.model == model for r in rows):  # an audited model without results files: its own row
+            rows.append(BoardRow(model, model, {}, {}, [audited[model].path]))
+    return Leaderboard(rows, sorted(metrics), without, notices, read, audited)

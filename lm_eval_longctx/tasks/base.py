@@ -365,11 +365,21 @@ def inert_settings(settings: dict, provenance: dict, hub_only=HUB_ONLY_SETTINGS,
     if settings.get("data_files"):
         for name in hub_only:
             out[name] = f"data_files {settings['data_files']} replaces the hub dataset"
+    elif "dataset_revision" in hub_only and _is_local_folder(settings.get("dataset_path")):
+        out["dataset_revision"] = (
+            f"dataset_path {settings['dataset_path']} is a local folder (a revision names a hub commit)"
+        )
     if token_id_rows_only and "decode_tokenizer" not in provenance:
         where = f"data_files {settings['data_files']}" if settings.get("data_files") else "the dataset"
         for name in token_id_rows_only:
             out[name] = f"the rows of {where} hold text, not token ids, and are read as they are"
     return out
+
+
+def _is_local_folder(path) -> bool:
+    from pathlib import Path
+
+    return isinstance(path, str) and bool(path) and Path(path).expanduser().is_dir()
 
 
 def refuse_inert_settings(task_name: str, settings, inert: dict) -> None:

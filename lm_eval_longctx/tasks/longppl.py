@@ -78,9 +78,32 @@ def resolve_settings(metadata: dict | None) -> dict:
             )
     elif str(s["evaluator"]).lower() == "self":
         s["key_source"] = "self"
+        # the evaluated model judges its own key tokens, as lm-eval loaded it: an evaluator's loading settings act
+        # on nothing, and a recorded setting must have acted
+        given = [k for k in SELF_INERT_SETTINGS if k in s.explicit]
+        if given:
+            raise SettingsError(
+                f"longppl_govreport: {given[0]} has no effect with evaluator: self (the evaluated model judges its "
+                f"own key tokens, loaded by --model_args); remove {', '.join(repr(g) for g in given)}"
+            )
     else:
         s["key_source"] = "evaluator"
+        if "evaluator_revision" in s.explicit and Path(str(s["evaluator"])).expanduser().is_dir():
+            raise SettingsError(
+                f"longppl_govreport: evaluator_revision has no effect on the local folder {s['evaluator']} (a "
+                "revision names a hub commit); remove it"
+            )
     return s
+
+
+# settings of an evaluator model that ``evaluator: self`` never loads
+SELF_INERT_SETTINGS = (
+    "evaluator_revision",
+    "evaluator_dtype",
+    "evaluator_device",
+    "evaluator_max_memory",
+    "evaluator_trust_remote_code",
+)
 
 
 # ---------------------------------------------------------------- the per-token export

@@ -55,3 +55,19 @@ def test_the_bounds_fit_the_papers_runs():
     curve = declarations.FORGETTING_CURVE.parse({"num_lengths": 1000, "max_len": 5_000_000, "samples_per_length": 1000})
     assert curve["max_len"] == 5_000_000
     assert declarations.LONGPPL.parse({"num_docs": 973, "trunc_len": 10_000_000})["num_docs"] == 973
+
+
+def test_a_setting_that_would_act_on_nothing_is_refused(tmp_path):
+    """A recorded setting must have acted: an evaluator's loading settings beside evaluator: self, a revision beside
+    a local evaluator folder or a local dataset folder."""
+    from lm_eval_longctx.settings import SettingsError
+    from lm_eval_longctx.tasks import base, longppl
+
+    for key, value in (("evaluator_dtype", "float16"), ("evaluator_device", "cpu"), ("evaluator_revision", "x")):
+        with pytest.raises(SettingsError, match=f"{key} has no effect with evaluator: self"):
+            longppl.resolve_settings({"evaluator": "self", key: value})
+    with pytest.raises(SettingsError, match="evaluator_revision has no effect on the local folder"):
+        longppl.resolve_settings({"evaluator": str(tmp_path), "evaluator_revision": "main"})
+    inert = base.inert_settings({"dataset_path": str(tmp_path), "dataset_revision": "main"}, {})
+    assert "is a local folder" in inert["dataset_revision"]
+    assert base.inert_settings({"dataset_path": "org/data", "dataset_revision": "main"}, {}) == {}

@@ -14,6 +14,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from ..intervals import interval
 from ..results import DEFAULT_Z, UnusableInput, split_name
 from ..text import esc
 from .page import png_img, table
@@ -264,8 +265,9 @@ def trend_png(runs: list[CardRun], name: str, z: float = DEFAULT_Z) -> bytes | N
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
         xs, ys = [p[0] for p in points], [p[1] for p in points]
-        errs = [z * p[2] if p[2] is not None and math.isfinite(p[2]) else 0.0 for p in points]
-        ax.errorbar(xs, ys, yerr=errs if any(errs) else None, marker="o", ms=4, capsize=3, color="tab:blue")
+        bounds = [interval(name, p[1], p[2], z) or (p[1], p[1]) for p in points]
+        errs = [[p[1] - b[0] for p, b in zip(points, bounds)], [b[1] - p[1] for p, b in zip(points, bounds)]]
+        ax.errorbar(xs, ys, yerr=errs if any(map(any, errs)) else None, marker="o", ms=4, capsize=3, color="tab:blue")
         task, metric, _ = split_name(name)
         hib = next((r.run.metrics[name].higher_is_better for r in runs if name in r.run.metrics), None)
         arrow = " (higher is better)" if hib else " (lower is better)" if hib is False else ""

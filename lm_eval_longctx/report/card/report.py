@@ -3,10 +3,12 @@ section per declared report section (headlines, pictures, every metric, settings
 
 from __future__ import annotations
 
+from ..audits import read_audits
 from ..outputs import check_outputs
 from ..paired import level_for_z
 from ..results import DEFAULT_Z, UnusableInput
 from ..text import esc
+from .audit_part import audit_section
 from .checkpoints import checkpoint_section
 from .page import html_page, table, write_page
 from .pictures import draw
@@ -65,8 +67,14 @@ def task_section(runs: list[CardRun], section: Section, diffs: dict, z: float = 
     return "".join(parts)
 
 
-def report_card_html(runs: list[CardRun], exports=(), title: str | None = None, z: float = DEFAULT_Z) -> str:
-    """The report card of ``runs`` as one HTML page."""
+def report_card_html(
+    runs: list[CardRun], exports=(), title: str | None = None, z: float = DEFAULT_Z, audits: list | None = None
+) -> str:
+    """The report card of ``runs`` as one HTML page; ``audits`` (``audits.AuditSummary``) add their section."""
+    if not runs and audits:
+        return html_page(
+            title or f"Long-context audit: {audits[0].model}", audit_section(audits), "", "Written by lm-eval-longctx."
+        )
     if not runs:
         raise UnusableInput("no runs to report")
     if not any(r.run.metrics for r in runs):
@@ -94,6 +102,7 @@ def report_card_html(runs: list[CardRun], exports=(), title: str | None = None, 
         + runs_table(runs, all_sections),
         settings_differ_box(runs, diffs),
         "</section>",
+        audit_section(audits) if audits else "",
         at_a_glance(runs, all_sections, z),
     ]
     if runs[0].step is not None:
@@ -104,20 +113,29 @@ def report_card_html(runs: list[CardRun], exports=(), title: str | None = None, 
         body.append(viewer_section(runs, exports))
     footer = (
         f"± and CIs: {z:g} × the stderr lm-eval reports (a {level_for_z(z):.0%} normal interval), none where it "
-        "reports N/A. Written by <code>lm-eval-longctx report</code>; docs/tools/report-card.md."
+        "reports N/A; a perplexity's on the log scale (exp(ln v ± z·se/v): above 0, skewed as a perplexity is), an "
+        "accuracy's within [0, 1]. Written by <code>lm-eval-longctx report</code>; docs/tools/report-card.md."
     )
     return html_page(title, "\n".join(b for b in body if b), subtitle, footer)
 
 
 def build_report_card(
-    paths, out_path, labels=(), exports=(), title: str | None = None, order: str = "name", newest: bool = False
+    paths,
+    out_path,
+    labels=(),
+    exports=(),
+    title: str | None = None,
+    order: str = "name",
+    newest: bool = False,
+    audits=(),
 ) -> dict:
-    """Read the RESULTS inputs, write the report card to ``out_path``; return what was written, the order the runs
-    were found in and what ``newest`` chose."""
+    """Read the RESULTS inputs (and the ``audits`` folders), write the report card to ``out_path``; return what was
+    written, the order the runs were found in and what ``newest`` chose."""
+    audited = read_audits(audits)
     loaded = load_runs(paths, labels, order=order, newest=newest)
-    check_outputs([("-o", out_path)], [*loaded.files, *export_files_of(exports)])
+    check_outputs([("-o", out_path)], [*loaded.files, *export_files_of(exports), *(a.path for a in audited)])
     runs = loaded.runs
-    page = report_card_html(runs, exports, title)
+    page = report_card_html(runs, exports, title, audits=audited)
     write_page(out_path, page)
     return {
         "path": str(out_path),

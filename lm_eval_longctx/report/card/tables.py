@@ -4,8 +4,7 @@ glance. Directions (the arrows) are the results' ``higher_is_better``."""
 
 from __future__ import annotations
 
-import math
-
+from ..intervals import interval, is_symmetric
 from ..paired import level_for_z
 from ..results import DEFAULT_Z, Metric, split_name
 from ..text import esc
@@ -25,15 +24,20 @@ def metric_cell(label: str, name: str, m: Metric | None, z: float = DEFAULT_Z, c
         cell = f'<td class="num bad" {attrs}>not a number: {esc(m.invalid)}</td>'
         return cell + ('<td class="absent"></td>' if ci_column else "")
     attrs = marks(label, name, m.value, m.stderr)
-    half = z * m.stderr if m.stderr is not None else None
+    bounds = interval(name, m.value, m.stderr, z)
     if ci_column:
         ci = (
-            f"[{esc(fmt(m.value - half))}, {esc(fmt(m.value + half))}]"
-            if half is not None and math.isfinite(m.value)
+            f"[{esc(fmt(bounds[0]))}, {esc(fmt(bounds[1]))}]"
+            if bounds is not None
             else '<span class="muted">no stderr</span>'
         )
         return f'<td class="num" {attrs}>{esc(fmt(m.value))}</td><td class="num">{ci}</td>'
-    pm = f' <span class="pm">± {esc(fmt(half))}</span>' if half is not None else ""
+    if bounds is None:
+        pm = ""
+    elif is_symmetric(name, m.value):
+        pm = f' <span class="pm">± {esc(fmt(z * (m.stderr or 0.0)))}</span>'
+    else:  # a perplexity's or an accuracy's interval is not value ± one half-width
+        pm = f' <span class="pm">[{esc(fmt(bounds[0]))}, {esc(fmt(bounds[1]))}]</span>'
     return f'<td class="num" {attrs}>{esc(fmt(m.value))}{pm}</td>'
 
 

@@ -90,9 +90,11 @@ def leaderboard_page(board: Leaderboard) -> str:
     for m in board.metrics:
         first = next((r.cells[m] for r in board.rows if m in r.cells), None)
         head.append(f"<th>{metric_heading(m, first, with_task=True)}</th>")
+    if board.audits:  # RULER's layout: the window claimed and the one used, before the metrics
+        head = ["<th>claimed</th>", "<th>effective ↑</th>", *head]
     rows = []
     for row in board.rows:
-        cells = []
+        cells = [f'<td class="num">{esc(c)}</td>' for c in board.audit_cells(row)]
         for m in board.metrics:
             c = row.cells.get(m)
             if c is None:

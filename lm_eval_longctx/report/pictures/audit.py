@@ -1,0 +1,101 @@
+"""The audit's picture: the map's mean gain per length with its 95% interval, the claimed window W and the effective
+length marked, the rules' bars drawn; beside it the forgetting curve's copy and LM accuracy at the copy lengths whose
+samples fill each length.
+
+matplotlib is an optional dependency (``pip install lm_eval_longctx[plot]``), imported when a picture is drawn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ... import output_dirs
+from .names import plain_text
+
+
+def _tokens(n: float) -> str:
+    n = int(n)
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def _length_axis(ax, lengths: list[int], label: str) -> None:
+    """A log-2 axis ticked at the tested lengths, in tokens (1k = 1024)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths)
+    ax.set_xticklabels([_tokens(x) for x in lengths])
+    ax.minorticks_off()
+    ax.set_xlabel(label)
+
+
+def _legend_below(ax) -> None:
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+
+
+@plain_text
+def audit_figure(judged: dict, title: str | None = None):
+    """The figure (matplotlib ``Figure``) of an audit's verdict record (``audit.verdict.judge``)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError("plotting needs matplotlib: pip install 'lm_eval_longctx[plot]'") from err
+    rows = judged["per_length"]
+    lengths = [r["length"] for r in rows]
+    gains = [r["gain"] for r in rows]
+    below = [r["gain"] - r["gain_ci"][0] if r["gain_ci"][0] is not None else 0.0 for r in rows]
+    above = [r["gain_ci"][1] - r["gain"] if r["gain_ci"][1] is not None else 0.0 for r in rows]
+    w = judged["window"]
+    rules = judged["rules"]
+    decided = judged["effective"][rules["decides"]]
+    curve = [r for r in rows if "copy_acc" in r]
+    fig = Figure(figsize=(11.5, 5.2) if curve else (6.5, 5.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2 if curve else 1, squeeze=False)[0]
+    ax = axes[0]
+    ax.errorbar(lengths, gains, yerr=[below, above], marker="o", capsize=4, color="#1f5fa8", label="mean gain, 95% CI")
+    ax.axhline(0.0, color="#888888", linewidth=0.8)
+    ax.axhline(rules["threshold"], color="#c77c00", linestyle=":", label=f"absolute rule: {rules['threshold']:g} nats")
+    if gains and gains[0] > 0:
+        ax.axhline(
+            rules["fraction"] * gains[0],
+            color="#7a3fa0",
+            linestyle="--",
+            label=f"relative rule: {rules['fraction']:g} x gain at {_tokens(lengths[0])}",
+        )
+    ax.axvline(w, color="#b22222", linewidth=1.5, label=f"claimed window W = {w}")
+    if decided["value"] > 0:
+        ax.axvline(
+            decided["value"],
+            color="#2e8b57",
+            linewidth=1.5,
+            linestyle="-.",
+            label=f"effective ({rules['decides']} rule) = {int(decided['value'])}",
+        )
+    _length_axis(ax, sorted({*lengths, w}), "length L: tokens the model reads (log scale)")
+    ax.set_ylabel("retrieval gain (nats per answer token)")
+    ax.set_title("Retrieval gain by length")
+    ax.grid(True, alpha=0.3)
+    _legend_below(ax)
+    if curve:
+        ax2 = axes[1]
+        x = [r["length"] for r in curve]
+        ax2.plot(x, [r["copy_acc"] for r in curve], marker="o", color="#1f5fa8", label="copy accuracy")
+        ax2.plot(x, [r["lm_acc"] for r in curve], marker="s", color="#888888", label="LM accuracy (no copy)")
+        ax2.axvline(w, color="#b22222", linewidth=1.5, label=f"claimed window W = {w}")
+        ax2.set_ylim(-0.02, 1.02)
+        _length_axis(ax2, sorted({*x, w}), "length L (the copy length l fills it: 2l + 3 <= L; log scale)")
+        ax2.set_ylabel("greedy accuracy on the copied half")
+        ax2.set_title("Forgetting curve at the same lengths")
+        ax2.grid(True, alpha=0.3)
+        _legend_below(ax2)
+    fig.suptitle(title or f"Audit: {judged['verdict']} (claimed W = {w})", fontsize=11)
+    return fig
+
+
+def draw_audit(judged: dict, out_path, title: str | None = None) -> Path:
+    """Write the audit's picture as a PNG, whole or not at all."""
+    fig = audit_figure(judged, title)
+    out_path = Path(out_path)
+    with output_dirs.atomic_file(out_path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
+    return out_path
