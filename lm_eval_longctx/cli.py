@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     add_view_parser(sub)
     add_report_parser(sub)
     add_real_model_parsers(sub)
+    add_corpus_parser(sub)
     args = p.parse_args(argv)
     if args.command == "view":
         return run_view(args)
@@ -201,6 +202,11 @@ def add_leaderboard_parser(sub) -> None:
         help="only columns matching this 'task/metric' pattern (fnmatch; repeatable)",
     )
     g.add_argument(
+        "--all-metrics",
+        action="store_true",
+        help="every metric of every task (default: each task's headline metrics, as the report card shows them)",
+    )
+    g.add_argument(
         "--one-row-per-model",
         action="store_true",
         help="exit 2 when a model has results under different settings (default: one row per "
@@ -223,7 +229,12 @@ def run_leaderboard(args) -> int:
     from .report import leaderboard, outputs, results
 
     board = leaderboard.build_leaderboard(
-        args.results, args.metric, one_row_per_model=args.one_row_per_model, newest=args.newest, audits=args.audit
+        args.results,
+        args.metric,
+        one_row_per_model=args.one_row_per_model,
+        newest=args.newest,
+        audits=args.audit,
+        all_metrics=args.all_metrics,
     )
     outputs.check_outputs([("--csv", args.csv), ("--markdown", args.markdown), ("--html", args.html)], board.files_read)
     print_notices("leaderboard", board.notices)
@@ -605,6 +616,49 @@ over documents, the memory lengths and the verdict. Exit 1 with --check unless t
 2 when the audit cannot run. docs/audit.md."""
 
 
+CORPUS_HELP = """Write a short local corpus for the tasks' data_files: DOCS documents of at least TOKENS tokens each, cut
+at paragraph boundaries from the text every Python installation has (pydoc_data.topics, the demo's corpus), as JSONL
+rows with a "text" field; the tokens counted by --tokenizer (a model folder), else estimated at 4 characters per
+token. OUT must not exist. Exit 2 when the corpus cannot hold that much."""
+
+
+def add_corpus_parser(sub) -> None:
+    g = sub.add_parser("corpus", help="a short local corpus (JSONL) for data_files, from the embedded text",
+                       description=CORPUS_HELP)  # fmt: skip
+    g.add_argument("out", metavar="OUT", help="the JSONL file to write (must not exist)")
+    g.add_argument("--tokens", type=int, required=True, help="tokens per document, at least")
+    g.add_argument("--docs", type=int, required=True, help="number of documents")
+    g.add_argument("--tokenizer", default=None, metavar="DIR", help="count tokens with this model's tokenizer")
+
+
+def run_corpus(args) -> int:
+    from pathlib import Path
+
+    from .data import embedded_corpus
+
+    out = Path(args.out)
+    if out.exists():
+        print(f"error: {out} exists; corpus writes a new file only (choose another name)", file=sys.stderr)
+        return 2
+    count = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        count = lambda text: len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])  # noqa: E731
+    try:
+        texts = embedded_corpus.documents_of_tokens(args.tokens, args.docs, count)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    record = embedded_corpus.write_corpus(out, texts)
+    counted = "tokens" if count else "tokens (estimated: 4 characters per token)"
+    sizes = [count(t) for t in texts] if count else [len(t) // 4 for t in texts]
+    print(f"wrote {out}: {len(texts)} documents of {min(sizes)}-{max(sizes)} {counted}, texts_sha256 "
+          f"{record['texts_sha256'][:12]}...; use it as --metadata '{{\"data_files\": \"{out}\"}}'")  # fmt: skip
+    return 0
+
+
 def add_real_model_parsers(sub) -> None:
     from .audit import command
     from .demo import gguf_checkpoint
@@ -636,7 +690,7 @@ def run_audit(args) -> int:
     return run_from_args(args)
 
 
-REAL_MODEL_COMMANDS = {"from-gguf": run_from_gguf, "audit": run_audit}
+REAL_MODEL_COMMANDS = {"from-gguf": run_from_gguf, "audit": run_audit, "corpus": run_corpus}
 
 
 if __name__ == "__main__":

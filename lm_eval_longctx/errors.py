@@ -25,6 +25,20 @@ class LongctxWarning(UserWarning):
 
 warnings.filterwarnings("ignore", category=LongctxWarning)
 
+_NOTICED: set[str] = set()
+
+
+def notice(message: str) -> None:
+    """Tell the user ``message`` once per process: a warning line of the ``lm_eval_longctx`` logger and a
+    LongctxWarning (a task built twice, before the model and after it, says it once)."""
+    import logging
+
+    if message in _NOTICED:
+        return
+    _NOTICED.add(message)
+    logging.getLogger("lm_eval_longctx").warning(message)
+    warnings.warn(message, LongctxWarning, stacklevel=2)
+
 
 # ------------------------------------------------------------------ errors a user can act on
 # Our own messages say what is wrong, why and the ways out; a 50-line traceback above them hides that. An uncaught

@@ -244,9 +244,11 @@ def test_one_model_page_numbers_settings_and_pictures(tmp_path):
     text = out.read_text(encoding="utf-8")
     for task in SETTINGS:
         assert f"Settings of {task}" in text
-    # the CI of a headline: value +- 1.96 stderr, in the value's format
+    # the CI of a headline, in the value's format
     longppl = task_metrics(0.0, 0)["longppl_govreport"]["longppl"]
-    lo, hi = longppl[0] - 1.96 * longppl[1], longppl[0] + 1.96 * longppl[1]
+    # a perplexity's interval on the log scale: exp(ln v ± 1.96 se / v), above 0 and skewed upwards
+    half = 1.96 * longppl[1] / longppl[0]
+    lo, hi = longppl[0] * math.exp(-half), longppl[0] * math.exp(half)
     assert f"[{report_card.fmt(lo)}, {report_card.fmt(hi)}]" in text
     assert "<code>512</code>" in text and "trunc_len" in text  # K of longppl_govreport
     assert "skipped lengths: 4096: over the model&#x27;s maximum length" in text
@@ -494,7 +496,7 @@ def test_gate_and_leaderboard_html_pages(tmp_path, capsys):
     text = gate_html.read_text(encoding="utf-8")
     assert ("FAIL: " in text) == (rc == 1) and "(30 docs, token_weighted_perplexity)" in text
     board_html = tmp_path / "board.html"
-    assert main(["leaderboard", *map(str, folders.values()), "--html", str(board_html)]) == 0
+    assert main(["leaderboard", *map(str, folders.values()), "--all-metrics", "--html", str(board_html)]) == 0
     page = read_page(board_html)
     assert page.title == "Leaderboard"
     assert check_numbers(page, folders) == sum(len(m) for m in task_metrics(0, 0).values()) * 3
@@ -567,3 +569,22 @@ def test_one_model_name_in_every_picture_and_on_the_page(tmp_path, recorded, sho
     data["config"]["model_args"] = {"pretrained": recorded}
     assert names.model_label(data) == shown
     assert names.model_label({"config": {}}, "fallback") == "fallback"
+
+
+def test_the_leaderboard_shows_each_tasks_headlines_unless_asked_for_every_metric(tmp_path):
+    from lm_eval_longctx.report.leaderboard import build_leaderboard
+    from lm_eval_longctx.tasks import base
+
+    folders = three_checkpoints(tmp_path)
+    default = build_leaderboard(list(folders.values()))
+    every = build_leaderboard(list(folders.values()), all_metrics=True)
+    declared = {
+        f"{task}/{m}"
+        for task, cls in base.suite_tasks().items()
+        if cls.REPORT is not None
+        for m, _ in cls.REPORT.headlines
+    }
+    assert default.metrics and set(default.metrics) <= declared
+    assert set(default.metrics) < set(every.metrics) and len(every.metrics) == sum(
+        map(len, task_metrics(0, 0).values())
+    )

@@ -210,7 +210,7 @@ def expectations(profile: profiles.Profile | None, judged: dict) -> list[dict]:
             }
         )
     if "effective_length" in profile.expect:
-        found = judged["effective_length"]
+        found = int(judged["effective_length"])
         out.append(
             {
                 "expectation": f"effective length {profile.expect['effective_length']}",

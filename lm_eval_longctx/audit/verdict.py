@@ -277,7 +277,7 @@ def _ci(ci) -> str:
 
 def length_table(judged: dict) -> str:
     lines = [
-        "| context length | fraction of W | mean gain (nats) | 95% CI | copy length | copy acc | LM acc |",
+        "| length L (tokens read) | fraction of W | mean gain (nats) | 95% CI | copy length | copy acc | LM acc |",
         "|---:|---:|---:|---|---:|---:|---:|",
     ]
     w = judged["window"]

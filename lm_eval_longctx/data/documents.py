@@ -285,8 +285,12 @@ def load_govreport(
     max_tokens: int = GOVREPORT_MAX_TOKENS,
     num_docs: int = GOVREPORT_NUM_DOCS,
     data_files: str | None = None,
+    warn_short: bool = True,
 ) -> Documents:
     """The reference GovReport texts: selected rows' Llama-2 ids decoded with default settings.
+
+    Fewer rows than ``num_docs`` matching the selection is a warning (``warn_short``; a task warns itself, with its
+    name and what its run uses).
 
     ``data_files`` (a local json/jsonl/parquet file) replaces the hub dataset: rows with
     ``input_ids`` and ``tokenized_len`` go through the same selection and decoding; rows with a
@@ -319,7 +323,7 @@ def load_govreport(
             "num_docs": len(texts),
             "decode_tokenizer": decode_tokenizer,
         }
-    if len(texts) < num_docs:
+    if len(texts) < num_docs and warn_short:
         import warnings
 
         msg = f"only {len(texts)} documents match the selection (asked for {num_docs})"

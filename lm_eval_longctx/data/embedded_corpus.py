@@ -103,3 +103,30 @@ def write_corpus(path, texts: list[str]) -> dict:
         for t in texts:
             f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
     return {"path": str(path.resolve()), **provenance(texts)}
+
+
+def documents_of_tokens(n_tokens: int, n_docs: int, count_tokens=None) -> list[str]:
+    """``n_docs`` documents of the embedded corpus, each of at least ``n_tokens`` tokens as ``count_tokens(text)``
+    counts them (default: 4 characters per token, an estimate), cut at paragraph boundaries.
+
+    Raises:
+        ValueError: the corpus cannot hold that many documents of that many tokens (naming its size).
+    """
+    if n_tokens < 1 or n_docs < 1:
+        raise ValueError(f"--tokens and --docs must be >= 1, got {n_tokens} and {n_docs}")
+    count = count_tokens or (lambda text: len(text) // 4)
+    stream = topics_stream()
+    per_token = len(stream[:200_000]) / max(1, count(stream[:200_000]))
+    chars = int(n_tokens * per_token)
+    while True:
+        if chars * n_docs > len(stream):
+            raise ValueError(
+                f"{SOURCE} of Python {platform.python_version()} holds {len(stream)} characters (about "
+                f"{int(len(stream) / per_token)} tokens): not {n_docs} documents of {n_tokens} tokens; ask for fewer "
+                "or shorter documents, or give your own (data_files)"
+            )
+        texts = embedded_documents(chars, n_docs)
+        shortest = min(count(t) for t in texts)
+        if shortest >= n_tokens:
+            return texts
+        chars = int(chars * n_tokens / max(1, shortest)) + 64

@@ -73,6 +73,8 @@ def _rope_entries(cfg: dict, prefix: str) -> list[tuple[str, dict]]:
         value = cfg.get(field)
         if not isinstance(value, dict) or not value:
             continue
+        if field == "rope_parameters" and value == cfg.get("rope_scaling"):
+            continue  # transformers 5 keeps a config's rope_scaling under both names: one setting, stated once
         if all(isinstance(v, dict) for v in value.values()):
             out.extend((f"{prefix}{field}.{layer_type}", params) for layer_type, params in value.items())
         else:

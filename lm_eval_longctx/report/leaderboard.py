@@ -144,16 +144,25 @@ def _take_newer(row: BoardRow, task: str, f: ResultsFile, newest: bool, notices:
     return newer is f
 
 
+def _headlines(data: dict, task: str, source) -> set[str] | None:
+    """The "task/metric" names a task declares as its headlines (``longctx_report``), or None: not declared."""
+    from .card.sections import declaration
+
+    d = declaration(data, task, source)
+    return {f"{task}/{m}" for m, _ in d.headlines} if d is not None and d.headlines else None
+
+
 def build_leaderboard(
-    paths, patterns=(), one_row_per_model: bool = False, newest: bool = False, audits=()
+    paths, patterns=(), one_row_per_model: bool = False, newest: bool = False, audits=(), all_metrics: bool = False
 ) -> Leaderboard:
     """One row per (model, settings): results files of one model are merged into a row only where their tasks'
     signatures agree (:mod:`.comparability`: settings up to content-identified paths, generation settings, dtype,
     prompt format, task version, number of documents) and their model-level settings (tokenizer, dtype) match. A
     task of a row in two files is refused (which is meant?), or with ``newest`` taken from the newer file by date.
     A model with runs under other settings gets one row per setting, labelled by what differs; with
-    ``one_row_per_model`` that is an error instead. One column per "task/metric" (restricted to fnmatch
-    ``patterns`` when given). NaN stays NaN; a metric a row lacks is missing. Files with no metric selected make
+    ``one_row_per_model`` that is an error instead. One column per "task/metric": restricted to fnmatch
+    ``patterns`` when given, else to each task's declared headline metrics (its ``longctx_report``; every metric of
+    a task that declares none, and of every task with ``all_metrics``). NaN stays NaN; a metric a row lacks is missing. Files with no metric selected make
     no row; they are listed in ``files_without_metrics``. The files are read by the rule of :mod:`.runs` (a
     folder's files in natural order, none below another input)."""
     rows: list[BoardRow] = []
@@ -165,9 +174,15 @@ def build_leaderboard(
     for f in files:
         model = f.model or f.path.parent.name
         cells = {}
+        headlines: dict[str, set[str] | None] = {}
         for name, m in metrics_of(f.data, str(f.path)).items():
             if patterns and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
                 continue
+            task = split_name(name)[0]
+            if task not in headlines:
+                headlines[task] = _headlines(f.data, task, f.path)
+            if not patterns and not all_metrics and headlines[task] is not None and name not in headlines[task]:
+                continue  # a task's own headlines by default; every per-length metric with all_metrics
             if m.invalid is not None:
                 raise UnusableInput(f"{f.path}: {name} is {m.invalid}, not a number")
             cells[name] = m

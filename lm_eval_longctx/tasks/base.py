@@ -17,6 +17,7 @@ from pathlib import Path
 from lm_eval.api.task import ConfigurableTask
 from lm_eval.utils import simple_parse_args_string
 
+from .. import errors
 from ..data import documents, export_files
 from ..engine import scoring
 from ..harness import glue
@@ -406,7 +407,15 @@ def govreport_documents(settings: dict, task_name: str):
         max_tokens=s["max_tokens"],
         num_docs=s["num_docs"],
         data_files=s["data_files"],
+        warn_short=False,
     )
+    evaluated = len(glue.documents_evaluated(len(docs.texts), task_name))
+    if len(docs.texts) < s["num_docs"] and evaluated >= len(docs.texts):
+        # said once, by the task, and only when the run would use more documents than there are
+        errors.notice(
+            f"{task_name}: only {len(docs.texts)} documents match the selection (num_docs asks for {s['num_docs']}); "
+            f"the run evaluates all {len(docs.texts)}"
+        )
     if not docs.texts:
         raise ValueError("no documents matched the GovReport selection")
     inert = inert_settings(s, docs.provenance, token_id_rows_only=TOKEN_ID_ROWS_ONLY_SETTINGS)
