@@ -181,7 +181,8 @@ def build_leaderboard(
             task = split_name(name)[0]
             if task not in headlines:
                 headlines[task] = _headlines(f.data, task, f.path)
-            if not patterns and not all_metrics and headlines[task] is not None and name not in headlines[task]:
+            declared = headlines[task]
+            if not patterns and not all_metrics and declared is not None and name not in declared:
                 continue  # a task's own headlines by default; every per-length metric with all_metrics
             if m.invalid is not None:
                 raise UnusableInput(f"{f.path}: {name} is {m.invalid}, not a number")
