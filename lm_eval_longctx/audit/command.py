@@ -271,6 +271,7 @@ def run_audit(args, out_print=say, runner=None) -> dict:
         beyond=args.beyond,
         lead_tokens=len(lead_token_ids(tokenizer, "auto")),
     )
+    plan.shares_prefix = scoring.shares_prefix_cache(loaded)
     time_model = planning.probe(loaded, window.tokens)
     del loaded
     tokens = [planning.stage_tokens(r, plan) for r in plan.rungs]

@@ -86,6 +86,9 @@ class Plan:
     left_out: list[dict] = field(default_factory=list)  # {"length", "why"}
     doc_tokens: list[int] = field(default_factory=list)
     stream_tokens: int = 0
+    # whether the map's cells are read on the one cache of their document's context (a KV cache exact for the
+    # model), or each cell is a whole sequence of its own (length-dependent RoPE, recurrent state)
+    shares_prefix: bool = True
 
     def record(self) -> dict:
         return {
@@ -98,6 +101,7 @@ class Plan:
             "left_out": list(self.left_out),
             "doc_tokens": list(self.doc_tokens),
             "stream_tokens": self.stream_tokens,
+            "shares_prefix": self.shares_prefix,
         }
 
 
@@ -178,7 +182,11 @@ def stage_sequences(rung: Rung, plan: Plan) -> list[int]:
     cache) and each cell's query and answer with and without it; the forgetting curve's samples in both modes."""
     b = plan.budget
     cells = len(b.depths) * b.anchors_per_cell
-    per_doc = [rung.context_length] + [QUERY_TOKENS + ANSWER_TOKENS + 1] * (2 * cells)
+    cell = QUERY_TOKENS + ANSWER_TOKENS + 1
+    if plan.shares_prefix:
+        per_doc = [rung.context_length] + [cell] * (2 * cells)
+    else:
+        per_doc = [rung.context_length + cell] * cells + [cell] * cells
     curve = [2 * rung.copy_length + 3] * (2 * b.samples_per_length)
     return per_doc * plan.docs + curve
 

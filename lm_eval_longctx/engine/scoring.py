@@ -76,8 +76,17 @@ __all__ = [
     "score_prefix_ladder",
     "score_sequence_ends",
     "score_truncated",
+    "shares_prefix_cache",
     "truncated_windows",
 ]
+
+
+def shares_prefix_cache(model) -> bool:
+    """Whether continuations of one prefix are read on the prefix's one KV cache (exact for the model), or each is
+    a whole sequence of its own (what a pass costs depends on it)."""
+    from .forward import capabilities
+
+    return bool(capabilities(causal_lm(model)).support.kv_cache_exact)
 
 
 def check_model(model, long_pass: str = "auto") -> None:

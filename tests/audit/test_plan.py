@@ -81,3 +81,12 @@ def test_stage_tokens_count_the_map_and_the_curve():
     cells = len(CI.depths) * CI.anchors_per_cell
     expected = 3 * (1024 - 49 + 2 * cells * 49) + 2 * CI.samples_per_length * (2 * rung.copy_length + 3)
     assert plan.stage_tokens(rung, p) == expected
+
+
+def test_a_model_that_cannot_share_the_prefix_pays_each_cell_as_a_whole_sequence():
+    p = plan.plan_audit(window(1024), CI, [2000] * 3, 6000, 1024, None)
+    rung = p.rungs[-1]
+    shared = plan.stage_tokens(rung, p)
+    p.shares_prefix = False
+    cells = len(CI.depths) * CI.anchors_per_cell
+    assert plan.stage_tokens(rung, p) - shared == 3 * cells * rung.context_length - 3 * rung.context_length
