@@ -8,8 +8,8 @@ Parsing is strict, because a typo or a wrong type must never give a different nu
   lm-eval itself puts into the metadata (the YAML's ``version``, the ``--model_args`` keys, registered by the
   harness glue), or a key the user names in ``other_tasks_keys``. Any other key is an error, naming it and the
   known key it resembles, only when it looks like a misspelling of one of ours (:func:`misspelling_of`);
-  otherwise it is left to the other tasks of the run (a stock task such as RULER's ``max_seq_lengths``), with
-  one log line naming it;
+  otherwise it is left to the other tasks of the run (a stock task's, such as RULER's ``num_samples``), with one
+  log line naming it (lm-eval's own length key, ``max_seq_lengths``, is a setting of every task of this suite);
 * a value of the wrong type, out of range, NaN or infinite is an error naming the key, the value and
   what is allowed; counts must be whole numbers (``2.5`` and ``True`` are not counts);
 * a count or length above its declared upper bound (``integer(lo, hi)``, ``integer_list(lo, hi, max_items)``) is an
@@ -33,7 +33,7 @@ LM_EVAL_METADATA_KEYS = frozenset(
     {"version", "config_source", "config", "_metadata", "longctx_settings", "longctx_report"}
 )
 # The escape hatch for keys meant for tasks of other suites in the same run (e.g. RULER's
-# max_seq_lengths): listed here, they are accepted and ignored.
+# num_samples): listed here, they are accepted and ignored.
 OTHER_TASKS_KEYS = "other_tasks_keys"
 # Keys of the evaluated model's --model_args that our tasks read from the metadata (the forgetting curve's and the
 # gain map's tokenizer and maximum length): a misspelling of one of them is refused like one of a setting.
@@ -315,9 +315,26 @@ class Setting:
 
 
 class Settings(dict):
-    """Parsed settings (a dict), plus which keys the user gave explicitly."""
+    """Parsed settings (a dict), plus which keys the user gave explicitly and where each value came from
+    (``sources``: ``GIVEN``, ``preset NAME`` or ``DEFAULT``; a task that sizes a setting says so there)."""
 
     explicit: frozenset = frozenset()
+    sources: dict
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sources = {}
+
+
+# Where a setting's value came from (``Settings.sources``)
+GIVEN = "given"
+DEFAULT = "default"
+# The declared setting that picks a declaration's preset (``Declaration.presets``)
+PRESET = "preset"
+
+
+def preset_source(name: str) -> str:
+    return f"preset {name}"
 
 
 # Every declaration registers here, so the unknown-key check knows the settings of all our tasks.
@@ -354,7 +371,7 @@ def misspelling_of(key: str, names: Iterable[str]) -> str | None:
     """The name ``key`` looks like a misspelling of, or None. A misspelling differs only in case and separators
     (``Trunc-Len``), or by at most 2 edits (1 for names of up to 5 characters: ``aplha``, ``trunc_lenn``,
     ``max_lenght``), or is very close as difflib sees it (ratio >= 0.85: ``trunc_length``). Other suites' keys stay
-    clear of these rules: ``max_seq_lengths`` (ratio 0.8 to ``max_length``), ``num_samples``, ``canonical_task``."""
+    clear of these rules: ``num_samples``, ``canonical_task``, ``seq_lengths``."""
     plain = key.strip().lower().replace("-", "_").replace(" ", "_")
     best: tuple[float, str] | None = None
     for name in names:
@@ -373,6 +390,8 @@ class Declaration:
     owner: str
     settings: list[Setting]
     metadata_keys: bool = True
+    # preset name -> the values it gives settings the user did not give (the ``preset`` setting picks one)
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     by_name: dict[str, Setting] = field(init=False)
 
     def __post_init__(self):
@@ -381,6 +400,13 @@ class Declaration:
             if s.name in self.by_name:
                 raise ValueError(f"{self.owner}: setting {s.name!r} declared twice")
             self.by_name[s.name] = s
+        for name, values in self.presets.items():
+            unknown = sorted(set(values) - set(self.by_name) - {PRESET})
+            if PRESET not in self.by_name or unknown:
+                raise ValueError(f"{self.owner}: preset {name!r} names undeclared settings {unknown or [PRESET]}")
+            self.by_name[PRESET].parse(name, self.owner)  # a preset the `preset` setting allows
+            for key, value in values.items():  # a preset's values pass the checks a given value passes
+                self.by_name[key].parse(value, f"{self.owner} preset {name}")
         DECLARATIONS[self.owner] = self
 
     def names(self) -> list[str]:
@@ -394,8 +420,19 @@ class Declaration:
         if check_unknown:
             self.check_unknown_keys(md)
         out = Settings()
+        preset_setting = self.by_name.get(PRESET)
+        preset = {}
+        if preset_setting is not None:
+            chosen = preset_setting.parse(md[PRESET], self.owner) if PRESET in md else preset_setting.default
+            preset = dict(self.presets.get(chosen, {}))
         for s in self.settings:
-            out[s.name] = s.parse(md[s.name], self.owner) if s.name in md else s.default
+            if s.name in md:
+                out[s.name], out.sources[s.name] = s.parse(md[s.name], self.owner), GIVEN
+            elif s.name in preset:
+                out[s.name] = s.parse(preset[s.name], self.owner)
+                out.sources[s.name] = preset_source(out[PRESET])
+            else:
+                out[s.name], out.sources[s.name] = s.default, DEFAULT
         out.explicit = frozenset(k for k in md if k in self.by_name)
         return out
 
@@ -440,12 +477,19 @@ class Declaration:
         return rec
 
     def markdown_table(self) -> str:
-        rows = ["| setting | allowed | default | meaning |", "| --- | --- | --- | --- |"]
+        """The docs' table: a row per setting, with a column per preset (its value where it gives one)."""
+        presets = list(self.presets)
+        head = ["setting", "allowed", "default", *(f"preset `{p}`" for p in presets), "meaning"]
+        rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         for s in self.settings:
             allowed = s.kind.describe + (", or null" if s.optional else "")
             default = "null" if s.default is None else json.dumps(s.default)
+            by_preset = [
+                f"`{json.dumps(self.presets[p][s.name])}`" if s.name in self.presets[p] else "" for p in presets
+            ]
             meaning = s.doc + ("" if s.affects_numbers else " (speed, memory or files only)")
-            rows.append(f"| `{s.name}` | {allowed} | `{default}` | {meaning.replace('|', '/')} |")
+            cells = [f"`{s.name}`", allowed, f"`{default}`", *by_preset, meaning.replace("|", "/")]
+            rows.append("| " + " | ".join(cells) + " |")
         return "\n".join(rows)
 
 

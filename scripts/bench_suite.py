@@ -88,7 +88,7 @@ SIZES = {
         "chars_per_doc": 90_000,
         "n_docs": 50,
         "limit": None,
-        "metadata": {"evaluator": "self", "num_docs": 50, "max_len": 16000, "seed": 0},
+        "metadata": {"preset": "paper", "evaluator": "self", "num_docs": 50, "max_len": 16000, "seed": 0},
     },
 }
 

@@ -68,8 +68,9 @@ def test_other_backends_get_an_error_naming_the_supported_ones(model_dirs, docs)
 
 
 def test_longer_than_the_model_maximum_is_an_error_unless_asked(model_dirs, docs):
+    # the paper's documents are read whole (by default they are cut at the model's window, unless beyond is asked)
     with pytest.raises(engine.ScoringError, match="longer than the model's maximum length 64"):
-        run_task(TASK, model_dirs["a"], md(docs, evaluator="self"), model_args={"max_length": 64})
+        run_task(TASK, model_dirs["a"], md(docs, evaluator="self", preset="paper"), model_args={"max_length": 64})
     ok = run_task(
         TASK, model_dirs["a"], md(docs, evaluator="self", allow_beyond_max_length=True), model_args={"max_length": 64}
     )

@@ -1,6 +1,7 @@
 """lm-eval's run options do what they say for these tasks, or are refused before any request is sent:
 --predict_only (samples, no metrics), --num_fewshot (refused), --apply_chat_template / --system_instruction
-(refused by the document tasks, applied and recorded by LongEval), the request type in the results' configs,
+(left out of the document tasks' raw documents and recorded as such, applied and recorded by LongEval), the request
+type in the results' configs,
 and --seed (the tasks draw with their own seed, and say so)."""
 
 import logging
@@ -10,7 +11,7 @@ import yaml
 
 from lm_eval_longctx.harness import glue
 from lm_eval_longctx.keytokens import text_scoring
-from lm_eval_longctx.tasks import base, longeval
+from lm_eval_longctx.tasks import base, longeval, run_options
 from lm_eval_longctx.tasks.run_options import UnsupportedOptionError
 from tests.harness_utils import TASK_DIR, run_task, write_docs
 
@@ -119,20 +120,19 @@ def test_num_fewshot_is_refused_before_any_request(model_dirs, docs, nothing_sco
 
 
 @pytest.mark.integration
-def test_chat_template_and_system_instruction_are_refused_by_the_document_tasks(model_dirs, docs, nothing_scored):
-    with pytest.raises(UnsupportedOptionError, match=r"^longppl_govreport: --apply_chat_template does not apply"):
-        run_task(PER_TOKEN, model_dirs["a"], longppl_md(docs), apply_chat_template=True)
-    with pytest.raises(UnsupportedOptionError, match=r"--system_instruction does not apply: the task scores raw"):
-        run_task(PER_TOKEN, model_dirs["a"], longppl_md(docs), system_instruction="Be brief.")
-
-
-@pytest.mark.integration
-def test_chat_template_is_refused_when_the_task_is_built(model_dirs, tmp_path, nothing_scored):
-    """The refusal comes when the task is built, before its documents are read (here: a data file that does not
-    exist would be the first error otherwise) and before simple_evaluate looks the model's chat template up."""
-    md = {"data_files": str(tmp_path / "absent.jsonl"), "evaluator": "self"}
-    with pytest.raises(UnsupportedOptionError, match=r"^longppl_govreport: --apply_chat_template does not apply"):
-        run_task(PER_TOKEN, model_dirs["a"], md, apply_chat_template=True)
+def test_chat_options_leave_the_documents_raw_and_are_recorded_as_not_applied(model_dirs, docs):
+    """As lm-eval's own loglikelihood_rolling tasks: the document tasks score the same raw text, the same numbers,
+    with or without --apply_chat_template and --system_instruction; their results say the options were not applied."""
+    plain = run_task(PER_TOKEN, model_dirs["a"], longppl_md(docs))
+    chat = run_task(PER_TOKEN, model_dirs["a"], longppl_md(docs), system_instruction="Be brief.")
+    assert chat["results"][PER_TOKEN] == plain["results"][PER_TOKEN]
+    runtime = chat["configs"][PER_TOKEN]["metadata"]["longctx_settings"]["runtime"]
+    assert runtime["prompt_format"] == {
+        "given": ["--system_instruction"],
+        "applied": False,
+        "why": run_options.RAW_DOCUMENTS_WHY,
+    }
+    assert "prompt_format" not in plain["configs"][PER_TOKEN]["metadata"]["longctx_settings"]["runtime"]
 
 
 @pytest.mark.integration

@@ -71,19 +71,28 @@ def ours(books, **extra):
 def test_a_key_for_the_other_task_is_left_to_it_with_one_line(model_dirs, stock_task_dir, books, caplog, monkeypatch):
     monkeypatch.setattr(settings, "_IGNORED_KEYS_LOGGED", set())
     with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
-        res = run_both(model_dirs["a"], stock_task_dir, ours(books, max_seq_lengths=[4096, 8192]))
+        res = run_both(model_dirs["a"], stock_task_dir, ours(books, num_samples=500))
     assert set(res["results"]) == {OURS, STOCK}
     assert 0.0 <= res["results"][STOCK]["acc,none"] <= 1.0
-    lines = [r.getMessage() for r in caplog.records if "max_seq_lengths" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "num_samples" in r.getMessage()]
     assert len(lines) == 1 and "left to the other tasks of the run" in lines[0] and "other_tasks_keys" in lines[0]
     caplog.clear()
     # named in other_tasks_keys: accepted without the line
     monkeypatch.setattr(settings, "_IGNORED_KEYS_LOGGED", set())
     with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
-        run_both(
-            model_dirs["a"], stock_task_dir, ours(books, max_seq_lengths=[64], other_tasks_keys=["max_seq_lengths"])
-        )
+        run_both(model_dirs["a"], stock_task_dir, ours(books, num_samples=500, other_tasks_keys=["num_samples"]))
+    assert not [r for r in caplog.records if "num_samples" in r.getMessage()]
+
+
+def test_lm_evals_own_length_key_sizes_our_task_beside_the_other(model_dirs, stock_task_dir, books, caplog):
+    """RULER's and BABILong's max_seq_lengths is a setting of every task of the suite: no line leaves it to the
+    others, and it sets the copy lengths (2l + 3 fits each length)."""
+    md = {k: v for k, v in ours(books, max_seq_lengths=[64, 128]).items() if k != "lengths"}
+    with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
+        res = run_both(model_dirs["a"], stock_task_dir, md)
     assert not [r for r in caplog.records if "max_seq_lengths" in r.getMessage()]
+    record = res["configs"][OURS]["metadata"]["longctx_settings"]
+    assert record["lengths"] == [30, 62] and record["runtime"]["sizing"]["lengths_from"] == "max_seq_lengths"
 
 
 def test_a_misspelling_of_our_setting_is_still_refused_in_a_mixed_run(model_dirs, stock_task_dir, books):

@@ -258,8 +258,9 @@ def test_a_model_with_fewer_embedding_rows_than_token_ids_is_refused_before_it_r
 
 @needs_hook
 def test_documents_longer_than_the_model_are_refused_when_the_task_is_built(tmp_path, model_dirs, docs):
-    """Named at once, the longest document first, not after other requests were scored."""
-    md = {"data_files": docs, "evaluator": "self", "trunc_len": 16, "sliding_window": 8}
+    """Named at once, the longest document first, not after other requests were scored (the paper's documents are
+    read whole; by default they are cut at the model's window)."""
+    md = {"preset": "paper", "data_files": docs, "evaluator": "self", "trunc_len": 16, "sliding_window": 8}
     proc = lm_eval(
         tmp_path,
         "--model",
@@ -275,6 +276,7 @@ def test_documents_longer_than_the_model_are_refused_when_the_task_is_built(tmp_
         "longppl_govreport: document ",
         "(the longest; 3 of the 3 evaluated are over 64), longer than the model's maximum length 64",
         f"give shorter documents in data_files {docs}",
+        "cut_tokens or max_seq_lengths",
         "allow_beyond_max_length",
     )
     assert SCORING_STARTED not in proc.stderr, line

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from lm_eval_longctx.engine import forward
 from lm_eval_longctx.engine import scoring as engine
 from lm_eval_longctx.harness import glue as harness
 from lm_eval_longctx.metrics import gain_map as gainmap
@@ -76,6 +77,7 @@ def test_ladder_equals_one_forward_per_sequence_and_per_length_calls(model, chun
 def test_ladder_reads_the_prefix_once(model):
     seq = ids(300, 10)
     rungs = [(50, [ids(10, 11), ids(10, 12)]), (150, [ids(10, 13)]), (300, [ids(10, 14), ids(4, 15)])]
+    assert forward.capabilities(model).packing_problem is None  # its probes run now, before the count
     seen = []
     hook = model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(i[0].numel()))
     try:

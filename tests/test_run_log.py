@@ -140,7 +140,9 @@ def test_task_error_names_the_task_once_and_the_python_api_when_used():
 
 @pytest.mark.integration
 def test_longppl_length_error_starts_with_the_task_name(model_dirs, docs):
+    # the paper's documents are read whole (by default they are cut at the model's window)
     md = {"data_files": docs, "trunc_len": 40, "sliding_window": 16, "evaluator": "self", "alpha": 0.5, "beta": -10.0}
+    md["preset"] = "paper"
     with pytest.raises(
         engine.ScoringError,
         match=rf"^{LONGPPL}: document \d+ makes a \d+-token sequence .* longer than the model's "

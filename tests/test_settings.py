@@ -34,3 +34,56 @@ def test_a_list_bounds_its_entries_and_their_number():
         lengths.parse([1, 2, 3, 4], "forgetting_curve")
     with pytest.raises(SettingsError, match=r"'lengths' = \[0\] is not allowed; it must be a list of at most 3"):
         lengths.parse([0], "forgetting_curve")
+
+
+def _declaration_with_presets():
+    from lm_eval_longctx.settings import Declaration, choice
+
+    return Declaration(
+        "test_presets_owner",
+        [
+            Setting("preset", choice("model", "ci", "paper"), "model", "the preset"),
+            Setting("num_docs", integer(1, 100), 50, "documents"),
+            Setting("doc_tokens", integer(1, 10_000), None, "tokens", optional=True),
+        ],
+        metadata_keys=False,
+        presets={"ci": {"num_docs": 10}, "paper": {"doc_tokens": 8192, "num_docs": 50}},
+    )
+
+
+def test_a_preset_gives_its_values_a_given_setting_wins_and_the_sources_say_which():
+    from lm_eval_longctx.settings import DEFAULT, GIVEN
+
+    declaration = _declaration_with_presets()
+    s = declaration.parse({"preset": "ci"})
+    assert s["num_docs"] == 10 and s["doc_tokens"] is None
+    assert s.sources == {"preset": GIVEN, "num_docs": "preset ci", "doc_tokens": DEFAULT}
+    s = declaration.parse({"preset": "ci", "num_docs": 3})
+    assert s["num_docs"] == 3 and s.sources["num_docs"] == GIVEN and s.explicit == {"preset", "num_docs"}
+    assert declaration.parse({})["num_docs"] == 50  # the default preset gives nothing
+    assert declaration.parse({"preset": "paper"})["doc_tokens"] == 8192
+    with pytest.raises(SettingsError, match="'preset' = 'cii' is not allowed; it must be one of model, ci, paper"):
+        declaration.parse({"preset": "cii"})
+
+
+def test_a_preset_is_checked_when_declared_and_listed_in_the_docs_table():
+    from lm_eval_longctx.settings import Declaration, choice
+
+    with pytest.raises(SettingsError, match="preset ci: setting 'num_docs' = 0 is not allowed"):
+        Declaration(
+            "bad_preset_owner",
+            [Setting("preset", choice("model", "ci"), "model", "p"), Setting("num_docs", integer(1), 5, "d")],
+            metadata_keys=False,
+            presets={"ci": {"num_docs": 0}},
+        )
+    with pytest.raises(ValueError, match="undeclared settings"):
+        Declaration(
+            "bad_preset_owner",
+            [Setting("preset", choice("model", "ci"), "model", "p")],
+            metadata_keys=False,
+            presets={"ci": {"num_docs": 1}},
+        )
+    table = _declaration_with_presets().markdown_table().splitlines()
+    assert table[0] == "| setting | allowed | default | preset `ci` | preset `paper` | meaning |"
+    assert table[3] == "| `num_docs` | whole number >= 1 and <= 100 | `50` | `10` | `50` | documents |"
+    assert table[4].startswith("| `doc_tokens` | whole number >= 1 and <= 10000, or null | `null` |  | `8192` |")

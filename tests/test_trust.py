@@ -73,12 +73,14 @@ def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
         "trust_remote_code": False,
         "parallelize": True,
     }
-    assert declarations.LONGPPL.parse(md)["trunc_len"] == 4096
+    assert declarations.LONGPPL.parse(md)["alpha"] == 2.0
     # a setting of another task of the suite (one --metadata reaches every task of a run)
-    assert declarations.LONGPPL.parse({"lengths": [8, 16]})["trunc_len"] == 4096
+    assert declarations.LONGPPL.parse({"lengths": [8, 16]})["alpha"] == 2.0
     # a key for another suite's task is left to it (a log line), or named in other_tasks_keys (no line)
-    assert declarations.LONGPPL.parse({"max_seq_lengths": [4096]})["trunc_len"] == 4096
-    declarations.LONGPPL.parse({"max_seq_lengths": [4096], "other_tasks_keys": ["max_seq_lengths"]})
+    assert declarations.LONGPPL.parse({"num_samples": 5})["alpha"] == 2.0
+    declarations.LONGPPL.parse({"num_samples": 5, "other_tasks_keys": ["num_samples"]})
+    # lm-eval's own length key (RULER, BABILong) is every task's
+    assert declarations.LONGPPL.parse({"max_seq_lengths": [4096]})["max_seq_lengths"] == [4096]
 
 
 @pytest.mark.parametrize(
@@ -102,7 +104,6 @@ def test_a_misspelling_of_our_key_is_refused_naming_the_key_meant(typo, meant):
 
 # keys of other suites' tasks (RULER, lm-eval's own YAMLs): none is close to one of ours
 OTHER_SUITES_KEYS = [
-    "max_seq_lengths",
     "num_samples",
     "canonical_task",
     "task_pretty_name",
@@ -250,7 +251,7 @@ def test_the_docs_settings_tables_are_the_declarations():
         assert f"<!-- settings: {owner} -->" in pages, owner
     # the check can fail: a changed default shows
     page = (ROOT / "docs" / "tasks" / "longppl_govreport.md").read_text(encoding="utf-8")
-    stale = re.sub(r"(\| `trunc_len` \|[^|]*\| )`4096`", r"\1`2048`", page)
+    stale = re.sub(r"(\| `alpha` \|[^|]*\| )`2.0`", r"\1`3.0`", page)
     assert stale != page and declarations.render_settings_tables(stale) != stale
 
 

@@ -482,3 +482,27 @@ def forgetting_curve_scored_targets(length: int) -> tuple[int, int]:
     occupies positions [l + 2, 2 l + 2); the EOS at 2 l + 2 is not scored."""
     stop = 2 * length + 2
     return stop - (length + 1) // 2, stop
+
+
+def cut_to_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: bool = False) -> str:
+    """``text`` up to the end of its ``n_tokens``-th token (special tokens counted with ``add_special_tokens``), so
+    that it tokenizes to at most ``n_tokens`` tokens; the text itself when it already does. A cut inside a word can
+    tokenize to more tokens than it held in the whole text: the cut then moves back by the excess until it fits."""
+
+    def encode(part: str) -> dict:
+        return tokenizer(part, add_special_tokens=add_special_tokens, return_offsets_mapping=True, verbose=False)
+
+    enc = encode(text)
+    if len(enc["input_ids"]) <= n_tokens:
+        return text
+    keep = int(n_tokens)
+    while keep >= 1:
+        end = max((int(b) for _, b in enc["offset_mapping"][:keep]), default=0)
+        cut = text[:end]
+        n = len(encode(cut)["input_ids"])
+        if n <= n_tokens:
+            return cut
+        keep -= n - n_tokens
+    raise ValueError(
+        f"a text cannot be cut to {n_tokens} tokens of the tokenizer {getattr(tokenizer, 'name_or_path', '')}"
+    )

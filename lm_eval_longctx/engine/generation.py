@@ -8,11 +8,13 @@ batch per generate call is chosen by memory and halved after an out-of-memory er
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from . import memory, plans, recording
 from .forward import ScoringError, capabilities, causal_lm, input_device
@@ -60,6 +62,40 @@ def _generation_plans(model, longest: int, new_tokens: int, batch: int) -> list[
     return plans._linked(out)
 
 
+class CountForwardedTokens(StoppingCriteria):
+    """Stops nothing: counts, after each step of ``generate``, the token positions its forward ran (the padded
+    prompts at the first step, one per row after), so a progress bar ticks inside a generate call. For progress a
+    step after the first counts as the prompt tokens its time would have forwarded at the first step's rate: a step
+    of one token a row takes far more time per token than the prompts' forward."""
+
+    def __init__(self, model, width: int, on_step: Callable[[int, float, int], None] | None = None):
+        self.model, self.width, self.steps, self.work = model, width, 0, 0.0
+        self.last = time.perf_counter()
+        self.seconds_per_token = 0.0
+        self.on_step = on_step  # called with (step, its work, rows) after each step
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        now = time.perf_counter()
+        rows = int(input_ids.shape[0])
+        if self.steps == 0:
+            n = rows * self.width
+            work = float(n)
+            self.seconds_per_token = max(now - self.last, 1e-9) / n
+        else:
+            n, work = rows, (now - self.last) / self.seconds_per_token
+        recording.count_tokens(self.model, n, work=work)
+        if self.on_step is not None:
+            self.on_step(self.steps, work, rows)
+        self.last, self.steps, self.work = now, self.steps + 1, self.work + work
+        return torch.zeros(rows, dtype=torch.bool, device=input_ids.device)
+
+
+def planned_work(prompt_tokens: int, max_new_tokens: int) -> int:
+    """What a prompt counts for in progress before any of its steps ran: its tokens and one a new token (revised
+    after each generate call by what its steps took: ``generate``)."""
+    return int(prompt_tokens) + int(max_new_tokens)
+
+
 def _strip(row: torch.Tensor, settings: GenerationSettings) -> np.ndarray:
     """The generated tokens up to (not including) the first stop token; generate pads finished rows after it."""
     tokens = row.tolist()
@@ -97,6 +133,16 @@ def generate(
     out: list[np.ndarray | None] = [None] * len(seqs)
     extra = {"stop_strings": list(settings.stop_strings), "tokenizer": tokenizer} if settings.stop_strings else {}
     done = 0
+    # progress: each prompt's steps are planned at max_new_tokens, then at max_new_tokens steps of what the first
+    # step took a row, then at the mean work the steps took a row
+    steps_work, rows_done, calibrated = float(settings.max_new_tokens), 0, False
+
+    def on_step(step: int, work: float, rows: int) -> None:
+        nonlocal steps_work, calibrated
+        if step == 1 and not calibrated:  # the first step after the prompts: what a step costs, in their tokens
+            new = settings.max_new_tokens * work / rows
+            recording.revise_work(model, (len(seqs) - done) * (new - steps_work))
+            steps_work, calibrated = new, True
 
     def attempt(plan: plans.Plan) -> plans.Plan:
         nonlocal done
@@ -111,16 +157,30 @@ def generate(
                 n = int(seqs[i].numel())
                 ids[r, width - n :] = seqs[i]
                 mask[r, width - n :] = 1
+            # counts the prompts, then one position per row for every step generate takes, as it takes them
+            counter = CountForwardedTokens(model, width, on_step)
             generated = model.generate(
-                input_ids=ids.to(device), attention_mask=mask.to(device), **settings.generate_kwargs(), **extra
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                stopping_criteria=StoppingCriteriaList([counter]),
+                **settings.generate_kwargs(),
+                **extra,
             )
-            # the prompts, then one position per row for every step generate took
-            recording.count_tokens(model, generated.shape[0] * (width + max(generated.shape[1] - width - 1, 0)))
             for r, i in enumerate(group):
                 out[i] = _strip(generated[r, width:].cpu(), settings)
             del generated
             done += len(group)
+            _revise_plan(group, counter, width)
         return plan
+
+    def _revise_plan(group: list[int], counter: CountForwardedTokens, width: int) -> None:
+        # the batch's work against its plan, and the prompts still to come planned at the steps' mean work a row
+        nonlocal steps_work, rows_done
+        planned = sum(int(seqs[i].numel()) for i in group) + len(group) * steps_work
+        mean = (counter.work - len(group) * width) / len(group)
+        new = (steps_work * rows_done + mean * len(group)) / (rows_done + len(group)) if rows_done else mean
+        recording.revise_work(model, counter.work - planned + (len(seqs) - done) * (new - steps_work))
+        steps_work, rows_done = new, rows_done + len(group)
 
     plans.run_with_fallback(plan, attempt, "generation")
     recording.count(model, "generation", "generate", len(seqs))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
+from collections.abc import Callable
 
 from .forward import capabilities, causal_lm, input_device, on_forward
 
@@ -22,6 +23,10 @@ class ScoringRecord:
         self.plans: Counter = Counter()
         self.retries: list[dict] = []
         self.tokens_forwarded = 0
+        # progress: ``listeners`` get each forward's work as it happens (its tokens; a generation step the tokens its
+        # time is worth), ``revisers`` a change of the work still to come (a generation that stopped early)
+        self.listeners: list[Callable[[float], None]] = []
+        self.revisers: list[Callable[[float], None]] = []
 
     def summary(self) -> dict:
         passes: dict = {}
@@ -69,10 +74,20 @@ def count(model, what: str, how: str, n: int = 1) -> None:
         record.counts[(what, how)] += n
 
 
-def count_tokens(model, n: int) -> None:
-    """``n`` token positions run through the model's decoder (a forward of [batch, length] counts batch x length)."""
+def count_tokens(model, n: int, work: float | None = None) -> None:
+    """``n`` token positions run through the model's decoder (a forward of [batch, length] counts batch x length);
+    ``work``: what the forward counts for in progress (default ``n``)."""
     for record in _records_of(model):
         record.tokens_forwarded += int(n)
+        for listener in record.listeners:
+            listener(float(n) if work is None else work)
+
+
+def revise_work(model, delta: float) -> None:
+    """The work still to come changed by ``delta`` (progress totals follow)."""
+    for record in _records_of(model):
+        for reviser in record.revisers:
+            reviser(delta)
 
 
 def note_plan(model, what: str, plan_summary: dict) -> None:

@@ -7,6 +7,8 @@
   the supported ones.
 * ``--use_cache``: the method reads and writes the harness's cache database (``cache_hook.dbdict``)
   itself, because ``CachingLM`` only caches the three built-in request types.
+* Progress: a bar per task in token positions forwarded (``TokenProgress``), ticked at every forward the engine
+  runs (``ScoringRecord.listeners``), against each request kind's plan of its tokens (``planned_tokens``).
 * The named aggregations the tasks' metric declarations use (``aggregation_fn``), registered with lm-eval once;
   the harness knows no task's metrics: each task declares its own (``MetricDeclaration``).
 * Bootstrap stderr for corpus perplexities: lm-eval only bootstraps a fixed list of aggregations
@@ -37,7 +39,7 @@ import numpy as np
 
 from .. import errors, output_dirs, settings
 from ..data import documents
-from ..engine import scoring
+from ..engine import scoring, window
 from ..keytokens import cache, evaluator, text_scoring
 from ..metrics import per_token
 from ..records import StaleStateError
@@ -72,7 +74,8 @@ class UnsupportedModelError(NotImplementedError):
 
 @dataclass
 class ScoringContext:
-    """What a request kind may use: the HFLM's model, tokenizer, limits and progress bar."""
+    """What a request kind may use: the HFLM's model, tokenizer, limits, and ``progress(n)``: n requests done (shown
+    beside the task's progress bar, which counts the tokens forwarded)."""
 
     model: object
     tokenizer: object
@@ -90,14 +93,75 @@ class RequestKind:
     n_tokens: Callable[[object], int | None] = lambda result: None
     # whether serving runs the model (False: the tokenizer only, e.g. counting a prompt's tokens)
     uses_model: bool = True
+    # about the token positions serving these requests will run through the model: the progress bar's total (None:
+    # one token a request, the bar then grows as the tokens come)
+    planned_tokens: Callable[[ScoringContext, list], int] | None = None
 
 
 REQUEST_KINDS: dict[str, RequestKind] = {}
 
 
-def register_request_kind(name: str, serve, from_state, n_tokens=None, uses_model: bool = True) -> None:
+def register_request_kind(
+    name: str, serve, from_state, n_tokens=None, uses_model: bool = True, planned_tokens=None
+) -> None:
     """Add (or replace, on re-import) a request kind served by ``longctx_scores``."""
-    REQUEST_KINDS[name] = RequestKind(serve, from_state, n_tokens or (lambda result: None), uses_model)
+    REQUEST_KINDS[name] = RequestKind(serve, from_state, n_tokens or (lambda result: None), uses_model, planned_tokens)
+
+
+class TokenProgress:
+    """One task's progress bar, in the unit that costs time: token positions forwarded through the model, ticked at
+    every forward the engine runs (``ScoringRecord.listeners``: inside a long request too, and at every step of a
+    generation), against the kind's plan of them; the requests done shown beside. Where the plan was short the total
+    grows; at the end it is what ran."""
+
+    def __init__(self, task_name: str, planned: int, n_requests: int, show: bool):
+        from tqdm import tqdm
+
+        self.total, self.n, self.updates = float(max(1, int(planned))), 0.0, 0
+        self.n_requests, self.requests_done = n_requests, 0
+        # smoothing 0: the rate averaged over the whole task, which predicts the rest of it
+        self.bar = tqdm(
+            total=self.total,
+            desc=f"Running {REQUEST_TYPE} requests ({task_name})",
+            unit="tok",
+            unit_scale=True,
+            smoothing=0,
+            disable=not show,
+        )
+
+    def tokens(self, n: float) -> None:
+        self.n += n
+        self.updates += 1
+        if self.n > self.total:  # the plan was short: the bar never runs past its end
+            self.total = self.n
+            self.bar.total = self.total
+        self.bar.update(n)
+
+    def revise(self, delta: float) -> None:
+        """The work still to come changed by ``delta`` (a generation whose rows stopped early)."""
+        self.total = max(self.n, self.total + delta, 1)
+        self.bar.total = self.total
+        self.bar.refresh()
+
+    def requests(self, n: int) -> None:
+        self.requests_done += n
+        self.bar.set_postfix_str(f"{self.requests_done}/{self.n_requests} requests", refresh=False)
+
+    def close(self) -> None:
+        self.total = self.bar.total = max(self.n, 1)
+        self.bar.refresh()
+        self.bar.close()
+
+
+def planned_tokens(kind: RequestKind, ctx: ScoringContext, items: list) -> int:
+    """The kind's plan of the tokens it forwards for ``items``; one a request when it has none or it fails (a
+    request the engine refuses is refused by serving, with its own error)."""
+    if kind.planned_tokens is not None:
+        try:
+            return int(kind.planned_tokens(ctx, items))
+        except Exception as err:  # noqa: BLE001  (the plan only sizes a progress bar)
+            log.debug("no token plan for the progress bar (%s)", err)
+    return len(items)
 
 
 def _spec_key(text: str, spec: dict, model_identity: dict) -> str:
@@ -205,6 +269,10 @@ register_request_kind(
     ),
     scoring.SequenceScores.from_state,
     n_tokens=lambda result: len(result.token_ids),
+    planned_tokens=lambda ctx, items: sum(
+        text_scoring.tokens_to_forward(ctx.tokenizer, text, text_scoring.TextRequest.from_spec(spec))
+        for text, spec in items
+    ),
 )
 
 
@@ -214,8 +282,6 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
     Serves this rank's requests only and makes no collective call, so under data parallelism
     every rank works on its own shard independently.
     """
-    from tqdm import tqdm
-
     db = getattr(getattr(self, "cache_hook", None), "dbdict", None)
     identity = model_identity(self) if db is not None else None
     if db is not None and identity is None:
@@ -277,18 +343,22 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
         {str(requests[i].args[1].get("long_pass", "auto")) for idx in pending.values() for i in idx}
     ):
         scoring.check_model(self.model, long_pass)
-    bar = tqdm(
-        total=sum(map(len, pending.values())),
-        disable=disable_tqdm or self.rank != 0,
-        desc=f"Running {REQUEST_TYPE} requests",
-    )
-    ctx = ScoringContext(self.model, self.tokenizer, self.max_length, batch, bar.update)
+    ctx = ScoringContext(self.model, self.tokenizer, self.max_length, batch)
     for (task_name, kind), idx in pending.items():
+        items = [requests[i].args for i in idx]
+        bar = TokenProgress(
+            task_name, planned_tokens(REQUEST_KINDS[kind], ctx, items), len(idx), not disable_tqdm and self.rank == 0
+        )
+        ctx.progress = bar.requests
         with scoring.recording(self.model) as record:
+            record.listeners.append(bar.tokens)
+            record.revisers.append(bar.revise)
             try:
-                results = REQUEST_KINDS[kind].serve(ctx, [requests[i].args for i in idx])
+                results = REQUEST_KINDS[kind].serve(ctx, items)
             except scoring.ScoringError as err:
                 raise task_error(task_name, err, python_api) from err
+            finally:
+                bar.close()
         note_scoring(task_name, {**record.summary(), "batch_size": batch_record})
         for i, res in zip(idx, results, strict=True):
             out[i] = res
@@ -298,7 +368,6 @@ def _hflm_longctx_scores(self, requests, disable_tqdm: bool = False):
                     db[keys[i]] = res.to_state()
                 except Exception as err:  # noqa: BLE001  (a full or read-only database: the run goes on without it)
                     db = _cache_database_off("written", err)
-    bar.close()
     return out
 
 
@@ -561,6 +630,17 @@ class EvaluatedModel:
         """Positions of the model's learned position table (GPT-2, OPT, ...), or None: no sequence can pass it."""
         model = getattr(self.lm, "model", None)
         return scoring.learned_position_table(model) if model is not None else None
+
+    def claimed_window(self):
+        """The window the model's config claims (``engine/window.py``, the audit's reading), or None: no config, or
+        one that states no window."""
+        config = getattr(getattr(self.lm, "model", None), "config", None)
+        if config is None:
+            return None
+        try:
+            return window.claimed_window(config)
+        except window.WindowError:
+            return None
 
     def max_length_words(self) -> str:
         """Where the maximum length comes from and how to raise it, in the words of the API the user called."""

@@ -86,6 +86,16 @@ def tokenize(tokenizer, text: str, request: TextRequest) -> tuple[list[int], np.
     return list(tokenizer(text, add_special_tokens=request.add_special_tokens)["input_ids"]), None
 
 
+def tokens_to_forward(tokenizer, text: str, request: TextRequest) -> int:
+    """About the token positions scoring ``text`` runs through the model: its long pass, and its truncated windows
+    (a progress bar's plan; the engine counts what ran)."""
+    n = len(tokenizer(text, add_special_tokens=request.add_special_tokens, verbose=False)["input_ids"])
+    if request.truncated:
+        windows = scoring.truncated_windows(n, int(request.trunc_len or 0), int(request.stride or 0))
+        n += sum(w.stop - w.start for w in windows)
+    return n
+
+
 def first_token_after(offsets: np.ndarray, char: int) -> int:
     """The first token (of width > 0) that ends after character ``char``: where a response starts."""
     inside = np.flatnonzero((offsets[:, 1] > char) & (offsets[:, 1] > offsets[:, 0]))

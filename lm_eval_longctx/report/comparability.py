@@ -8,7 +8,8 @@ A task's *signature* is everything recorded that changes what its metrics mean:
   (``runtime.scoring.dtype``); a setting whose value is ``"self"`` (the evaluated model is its own key-token
   evaluator) stands for that model, so two models under ``self`` differ;
 * the task's generation settings (``configs.<task>.generation_kwargs``: ``--gen_kwargs`` included);
-* what the run records for every task: the model's dtype, a chat template, a system instruction (``run.*``);
+* what the run records for every task: the model's dtype, a chat template, a system instruction (``run.*``; the
+  prompt's only where the task applied them: a task that scores raw documents records that it did not);
 * the task version and the number of documents scored (``--limit``).
 
 Paths identified by equal content hashes recorded beside them are not differences (:data:`CONTENT_IDENTIFIED`).
@@ -45,6 +46,8 @@ SELF = "self"
 RUN_PREFIX, GENERATION_PREFIX = "run.", "generation_kwargs."
 # what lm-eval records once per run that changes every task's prompts
 RUN_FIELDS = ("chat_template_sha", "system_instruction_sha", "fewshot_as_multiturn")
+# longctx_settings.runtime.prompt_format.applied: False where the run's chat options were left out of raw documents
+PROMPT_NOT_APPLIED = "runtime.prompt_format.applied"
 
 
 def _not_numeric(key: str) -> bool:
@@ -86,7 +89,8 @@ def signature(data: dict, task: str, source="", model: str = "") -> dict:
     """The flat signature of ``task`` in a results dict (see the module docstring); a malformed field is
     :class:`~.results.UnusableInput` naming it and ``source``."""
     sig = {}
-    for key, value in flatten(longctx_settings(data, task, source)).items():
+    flat = flatten(longctx_settings(data, task, source))
+    for key, value in flat.items():
         if not _not_numeric(key):
             sig[key] = f"{SELF} ({model})" if value == SELF and model else value
     cfg = (data.get("configs") or {}).get(task)
@@ -96,8 +100,10 @@ def signature(data: dict, task: str, source="", model: str = "") -> dict:
     dtype = model_dtype(data)
     if dtype is not None:
         sig[RUN_PREFIX + "model_dtype"] = dtype
+    # a task that scores raw documents records that the run's chat options did not reach them: not its difference
+    prompt_left_out = flat.get(PROMPT_NOT_APPLIED) is False
     for key in RUN_FIELDS:
-        if data.get(key) not in (None, False, ""):
+        if data.get(key) not in (None, False, "") and not prompt_left_out:
             sig[RUN_PREFIX + key] = data[key]
     sig[VERSION_KEY] = (data.get("versions") or {}).get(task)
     sig[DOCS_KEY] = n_samples_effective(data, task, source)

@@ -18,11 +18,11 @@ from lm_eval.api.task import ConfigurableTask
 from lm_eval.utils import simple_parse_args_string
 
 from .. import errors
-from ..data import documents, export_files
+from ..data import documents, embedded_corpus, export_files
 from ..engine import scoring
 from ..harness import glue
-from ..settings import BOOLEAN, SettingsError, add_external_keys, integer
-from . import preflight, run_options, token_export
+from ..settings import BOOLEAN, GIVEN, SettingsError, add_external_keys, integer
+from . import preflight, run_options, sizing, token_export
 
 NOTHING_SCORED = "no request scored in this process (results from the --use_cache database, or none yet)"
 # longctx_settings.tokenizer: the evaluated model's tokenizer (documents.tokenizer_identity)
@@ -151,6 +151,10 @@ class LongContextTask(ConfigurableTask):
     NO_SHOTS_BECAUSE = "the task scores whole documents token by token; there is nothing to show as shots"
     # The settings a data_files file replaces (the hub dataset's), for a task that reads documents
     HUB_ONLY_SETTINGS: tuple[str, ...] = ("dataset_path", "dataset_revision")
+    # The settings that act only on rows of token ids (inert on text rows and on the embedded corpus)
+    TOKEN_ID_ROWS_ONLY: tuple[str, ...] = ()
+    # What sized the task's settings (lengths, preset, window), once its documents are read (``_size``)
+    sized_by: sizing.Sizing | None = None
 
     @staticmethod
     def resolve_settings(metadata: dict | None) -> dict:
@@ -174,13 +178,16 @@ class LongContextTask(ConfigurableTask):
         if backend is not None:  # --model's class, before lm-eval builds the model
             glue.check_model_class(backend, task_name, cls.SCORES_PER_TOKEN)
         settings = cls.resolve_settings(config.get("metadata"))
-        if settings.get("data_files"):  # a hub setting given beside a local file would do nothing
-            refuse_inert_settings(task_name, settings, inert_settings(settings, {}, hub_only=cls.HUB_ONLY_SETTINGS))
+        if settings.get("data_files") or settings.get("embedded_corpus"):  # a hub setting beside them does nothing
+            # rows of token ids or of text: known once a data_files file is read, never rows with the embedded corpus
+            by_rows = cls.TOKEN_ID_ROWS_ONLY if settings.get("embedded_corpus") else ()
+            inert = inert_settings(settings, {}, hub_only=cls.HUB_ONLY_SETTINGS, token_id_rows_only=by_rows)
+            refuse_inert_settings(task_name, settings, inert)
         folder = export_files.parse_setting(settings.get(export_files.SETTING))
         if folder is not None and cls.EXPORT_COLUMNS is not None:
             export_files.check_folder(Path(folder) / task_name)
-        if cls.SCORES_RAW_DOCUMENTS:
-            run_options.check_prompt_options(
+        if cls.SCORES_RAW_DOCUMENTS:  # said before the model loads: the documents stay raw
+            run_options.prompt_options_not_applied(
                 task_name, bool(run.get("apply_chat_template")), run.get("system_instruction")
             )
         shots = config.get("num_fewshot")
@@ -206,13 +213,15 @@ class LongContextTask(ConfigurableTask):
         check_position_table(str(cfg.get("task", type(self).__name__)), self.evaluated_model)
         glue.forget_scoring(str(cfg.get("task", "")))  # a new run of this task: its record starts empty
         self.settings = self.resolve_settings(cfg.get("metadata"))
+        # the model_args lm-eval merged into the metadata: where the window comes from outside a run
+        self.model_settings = add_model_settings({}, cfg.get("metadata"))
         # every hub resource of this load's tasks of the suite, checked at once before any is loaded
         preflight.check_once(self.SUITE_TASK_NAME, cfg.get("metadata"), glue.task_load_in_progress(), suite_tasks())
         if export_files.SETTING in self.settings:
             self.settings[export_files.SETTING] = export_files.parse_setting(self.settings[export_files.SETTING])
         options = glue.prompt_options()
-        if options is not None and self.SCORES_RAW_DOCUMENTS:  # before lm-eval looks a chat template up
-            run_options.check_prompt_options(str(cfg.get("task", "")), *options)
+        if options is not None and self.SCORES_RAW_DOCUMENTS:  # the documents stay raw, said once
+            run_options.prompt_options_not_applied(str(cfg.get("task", "")), *options)
         # a YAML's own num_fewshot (--num_fewshot comes later, through set_config)
         run_options.check_num_fewshot(str(cfg.get("task", "")), cfg.get("num_fewshot"), self.NO_SHOTS_BECAUSE)
         super().__init__(config=cfg)
@@ -288,10 +297,34 @@ class LongContextTask(ConfigurableTask):
         super().set_fewshot_seed(seed)  # lm-eval's --seed (fourth value): our tasks draw with their own seed
         run_options.note_lm_eval_seed(str(self.config.task), seed, self.sampling_seed())
 
+    def evaluated_tokenizer(self):
+        """The evaluated model's tokenizer, else the one of the model_args' ``pretrained`` (a task built outside a
+        run); None when neither is known."""
+        model = self.evaluated_model
+        if model is not None and model.tokenizer is not None:
+            return model.tokenizer
+        name = self.model_settings.get("pretrained")
+        if not isinstance(name, str) or not name:
+            return None
+        return documents.load_tokenizer(
+            name,
+            "the evaluated model's tokenizer",
+            revision=self.model_settings.get("revision"),
+            trust_remote_code=self.model_settings["trust_remote_code"],
+        )
+
+    def _size(self, for_lengths, for_window, paper, knobs: tuple[str, ...] = ()) -> None:
+        """Size the task's settings from max_seq_lengths, the preset or the evaluated model's window
+        (``sizing.size``; ``knobs``: the settings the functions set); where each value came from goes into the
+        record."""
+        window = sizing.model_window(self.evaluated_model, self.model_settings)
+        self.sized_by = sizing.size(self.settings, window, for_lengths, for_window, paper, knobs)
+
     def _store_settings(self, record: dict) -> None:
         """Put what changes the numbers where the results JSON keeps it: configs.<task>.metadata."""
         if self.config.metadata is None:
             self.config.metadata = {}
+        sizing.record(record, self.sized_by)
         if token_export.enabled(self):  # a path only: the export changes no number
             record[export_files.SETTING] = self.settings[export_files.SETTING]
         # the evaluated model's tokenizer (when the task is built outside simple_evaluate: the one that served it,
@@ -302,10 +335,16 @@ class LongContextTask(ConfigurableTask):
         self.config.metadata["longctx_settings"] = record
 
     def build_all_requests(self, **kwargs) -> None:
-        if self.SCORES_RAW_DOCUMENTS:  # before any request is built (LongPPL's evaluator runs while building)
-            run_options.check_prompt_options(
+        if self.SCORES_RAW_DOCUMENTS:  # the documents are read raw whatever the options: recorded when given
+            not_applied = run_options.prompt_options_not_applied(
                 str(self.config.task), kwargs.get("apply_chat_template", False), kwargs.get("system_instruction")
             )
+            record = (self.config.metadata or {}).get("longctx_settings")
+            if isinstance(record, dict):
+                runtime = record.setdefault("runtime", {})
+                runtime.pop(run_options.PROMPT_FORMAT_KEY, None)
+                if not_applied is not None:
+                    runtime[run_options.PROMPT_FORMAT_KEY] = not_applied
         glue.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
 
     def _scoring_records(self) -> dict:
@@ -363,6 +402,10 @@ def inert_settings(settings: dict, provenance: dict, hub_only=HUB_ONLY_SETTINGS,
     """The settings that did nothing on the rows read, each with why: ``hub_only`` ones when a data_files file was
     read, ``token_id_rows_only`` ones when the rows held text (what ``documents.load_govreport`` records)."""
     out = {}
+    if settings.get("embedded_corpus"):
+        for name in (*hub_only, "data_files", *token_id_rows_only):
+            out[name] = "embedded_corpus reads the embedded corpus instead"
+        return out
     if settings.get("data_files"):
         for name in hub_only:
             out[name] = f"data_files {settings['data_files']} replaces the hub dataset"
@@ -393,12 +436,58 @@ def refuse_inert_settings(task_name: str, settings, inert: dict) -> None:
         )
 
 
-def govreport_documents(settings: dict, task_name: str):
+# Settings that name the documents: one given beside a preset's embedded_corpus wins over it
+DOCUMENT_SOURCE_SETTINGS = ("data_files", "dataset_path", "dataset_revision")
+
+
+def resolve_embedded_corpus(task_name: str, s, source_settings=DOCUMENT_SOURCE_SETTINGS) -> None:
+    """``embedded_corpus`` from a preset yields to documents the user names (data_files, dataset_path); given
+    beside them, it is an error (two sources of documents)."""
+    given = [name for name in source_settings if name in getattr(s, "explicit", ())]
+    if not s.get("embedded_corpus") or not given:
+        return
+    if getattr(s, "sources", {}).get("embedded_corpus") == GIVEN:
+        raise SettingsError(
+            f"{task_name}: embedded_corpus and {given[0]} both name the documents; give one of them in --metadata"
+        )
+    s["embedded_corpus"] = False
+    s.sources["embedded_corpus"] = f"{given[0]} given, over {s.sources.get('embedded_corpus')}"
+
+
+def embedded_documents(task_name: str, n_docs: int, n_tokens: int, tokenizer=None) -> tuple[list[str], dict]:
+    """``n_docs`` documents of the embedded corpus, each of at least ``n_tokens`` tokens of ``tokenizer`` (about 4
+    characters a token without one), and their provenance."""
+    count = None
+    if tokenizer is not None:
+
+        def count(text: str) -> int:
+            return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    try:
+        texts = embedded_corpus.documents_of_tokens(max(1, int(n_tokens)), int(n_docs), count)
+    except ValueError as err:
+        raise SettingsError(
+            f"{task_name}: embedded_corpus: {err}. Ways out: fewer documents (num_docs), shorter ones "
+            "(max_seq_lengths), or documents of your own (data_files)"
+        ) from None
+    return texts, {**embedded_corpus.provenance(texts), "min_tokens_per_document": int(n_tokens)}
+
+
+def govreport_documents(settings: dict, task_name: str, min_doc_tokens: int = 1, tokenizer=None):
     """The GovReport selection named by the settings, as (DatasetDict with doc_id and text, provenance, the settings
-    that did nothing on these rows and so are not recorded); a given setting that did nothing is an error."""
+    that did nothing on these rows and so are not recorded); a given setting that did nothing is an error. With
+    ``embedded_corpus``: documents of the embedded corpus of at least ``min_doc_tokens`` tokens of ``tokenizer``."""
     import datasets
 
     s = settings
+    if s.get("embedded_corpus"):
+        texts, provenance = embedded_documents(task_name, s["num_docs"], min_doc_tokens, tokenizer)
+        inert = inert_settings(s, provenance, token_id_rows_only=TOKEN_ID_ROWS_ONLY_SETTINGS)
+        refuse_inert_settings(task_name, s, inert)
+        dataset = datasets.DatasetDict(
+            {"test": datasets.Dataset.from_dict({"doc_id": list(range(len(texts))), "text": texts})}
+        )
+        return dataset, provenance, list(inert)
     docs = documents.load_govreport(
         dataset_path=s["dataset_path"],
         revision=s["dataset_revision"],
@@ -430,7 +519,7 @@ def govreport_resources(settings: dict) -> list[preflight.Resource]:
     """What a GovReport selection fetches: the hub dataset and the tokenizer that decodes its rows (none with a
     data_files file)."""
     s = settings
-    if s.get("data_files"):
+    if s.get("data_files") or s.get("embedded_corpus"):
         return []
     out = [preflight.Resource("dataset", s["dataset_path"], s.get("dataset_revision"))]
     if not preflight.is_local(s.get("decode_tokenizer")):
@@ -545,6 +634,15 @@ def lead_token_ids(tokenizer, bos_mode: str) -> list[int]:
         return [int(bos)]
     probe = tokenizer("retrieval gain", add_special_tokens=True)["input_ids"]
     return [int(bos)] if bos is not None and len(probe) and probe[0] == bos else []
+
+
+def query_extra_tokens(tokenizer, s: dict) -> int:
+    """Tokens of a retrieval-gain sequence besides the document: BOS (as the tokenizer adds one, or the ``bos``
+    setting), the separator, Q and A; one BOS and no separator tokens when no tokenizer is known."""
+    if tokenizer is None:
+        return 1 + s["query_tokens"] + s["answer_tokens"]
+    sep = tokenizer(s["separator"], add_special_tokens=False)["input_ids"] if s["separator"] else []
+    return len(lead_token_ids(tokenizer, s["bos"])) + len(sep) + s["query_tokens"] + s["answer_tokens"]
 
 
 def zero_padded_width(values, minimum: int) -> int:

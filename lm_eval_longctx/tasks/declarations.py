@@ -43,6 +43,25 @@ LONG_PASS_DOC = (
 )
 ALLOW_BEYOND_DOC = "score sequences longer than the model's maximum length instead of stopping with an error"
 
+# The presets (the `preset` setting): `model` (the default) sizes every task from the evaluated model's window,
+# `paper` gives the papers' sizes, `ci` small sizes on the embedded corpus, for a CPU and a 135M model in minutes.
+PRESETS = ("model", "ci", "paper")
+# ci: the lengths every task tests, and enough documents (cases, samples) for the gate's paired test over documents
+# (report/paired.py: 10 documents, 5 samples per copy length)
+CI_LENGTHS = [256, 512, 1024]
+CI_DOCUMENTS = 10
+CI_SAMPLES_PER_LENGTH = 5
+MAX_SEQ_LENGTHS_DOC = (
+    "the lengths in tokens every task tests, lm-eval's own key (RULER, BABILong take it): each task maps it to its "
+    "own settings (docs/running-on-your-model.md); a task's own setting given beside it wins. Default: sized from "
+    "the evaluated model's window"
+)
+PRESET_DOC = (
+    "`model`: sizes from the evaluated model's window (its config, as the audit reads it); `paper`: the papers' "
+    "sizes; `ci`: max_seq_lengths 256 / 512 / 1024 on the embedded corpus, the model its own evaluator (minutes on "
+    "a CPU for a 135M model). A setting given beside a preset wins"
+)
+
 
 def _chunk_size() -> Setting:
     return Setting(
@@ -81,6 +100,30 @@ def _bos(doc: str) -> Setting:
         ),
         "auto",
         doc,
+    )
+
+
+def _sizing() -> list[Setting]:
+    """The settings every task shares that size it: the lengths it tests and the preset."""
+    return [
+        Setting("preset", choice(*PRESETS), "model", PRESET_DOC),
+        Setting(
+            "max_seq_lengths",
+            integer_list(1, MAX_TOKENS, MAX_LIST_ENTRIES),
+            None,
+            MAX_SEQ_LENGTHS_DOC,
+            optional=True,
+        ),
+    ]
+
+
+def _embedded_corpus(reads: str) -> Setting:
+    return Setting(
+        "embedded_corpus",
+        BOOLEAN,
+        False,
+        f"read the embedded corpus (Python's own reference text, pydoc_data.topics; offline) instead of the dataset: "
+        f"{reads}",
     )
 
 
@@ -127,14 +170,38 @@ def _govreport() -> list[Setting]:
         Setting(
             "max_tokens", integer(1, MAX_TOKENS), documents.GOVREPORT_MAX_TOKENS, "keep each row's first max_tokens ids"
         ),
+        _embedded_corpus("num_docs documents, each at least as long as the task reads, cut at paragraph boundaries"),
     ]
 
 
 LONGPPL = Declaration(
     "longppl_govreport",
     [
-        Setting("trunc_len", integer(1, MAX_TOKENS), 4096, "K: tokens of short context of the truncated windows"),
-        Setting("sliding_window", integer(1, MAX_TOKENS), 1024, "d: stride of the truncated windows"),
+        *_sizing(),
+        Setting(
+            "trunc_len",
+            integer(1, MAX_TOKENS),
+            None,
+            "K: tokens of short context of the truncated windows; default: the paper's 4096, a quarter of the "
+            "documents' length L where L < 16384",
+            optional=True,
+        ),
+        Setting(
+            "sliding_window",
+            integer(1, MAX_TOKENS),
+            None,
+            "d: stride of the truncated windows; default: K / 4 (the paper's 1024 at K = 4096)",
+            optional=True,
+        ),
+        Setting(
+            "cut_tokens",
+            integer(1, MAX_TOKENS),
+            None,
+            "each document ends after its first cut_tokens tokens in the evaluated model's tokenizer (the longest "
+            "sequence the model reads for it), cut at a token boundary; default: L, the model's window or the "
+            "longest max_seq_lengths (the selection then holds documents of L/2 to L tokens: min_tokens, max_tokens)",
+            optional=True,
+        ),
         Setting("alpha", number(), 2.0, "key token iff LSD > alpha (and LCL > beta)"),
         Setting("beta", number(), -2.0, "key token iff LCL > beta (and LSD > alpha)"),
         Setting(
@@ -212,13 +279,35 @@ LONGPPL = Declaration(
         _export_tokens(),
         *_govreport(),
     ],
+    presets={
+        "ci": {
+            "max_seq_lengths": CI_LENGTHS,
+            "embedded_corpus": True,
+            "evaluator": "self",
+            "num_docs": CI_DOCUMENTS,
+        },
+        "paper": {
+            "trunc_len": 4096,
+            "sliding_window": 1024,
+            "cut_tokens": None,
+            "min_tokens": documents.GOVREPORT_MIN_TOKENS,
+            "max_tokens": documents.GOVREPORT_MAX_TOKENS,
+            "num_docs": documents.GOVREPORT_NUM_DOCS,
+        },
+    },
 )
 
 RETRIEVAL_GAIN = Declaration(
     "retrieval_gain",
     [
+        *_sizing(),
         Setting(
-            "doc_tokens", integer(1, MAX_TOKENS), 8192, "document = its first doc_tokens tokens (evaluated tokenizer)"
+            "doc_tokens",
+            integer(1, MAX_TOKENS),
+            None,
+            "document = its first doc_tokens tokens (evaluated tokenizer); default: what fills L, the model's window "
+            "or the longest max_seq_lengths, with BOS, separator, Q and A (the paper: 8192)",
+            optional=True,
         ),
         Setting("query_tokens", integer(1, MAX_TOKENS), 24, "q: query tokens Q = x[a : a+q]"),
         Setting("answer_tokens", integer(1, MAX_TOKENS), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
@@ -257,18 +346,23 @@ RETRIEVAL_GAIN = Declaration(
         _export_tokens(),
         *_govreport(),
     ],
+    presets={
+        "ci": {"max_seq_lengths": CI_LENGTHS, "embedded_corpus": True, "num_docs": CI_DOCUMENTS},
+        "paper": {"doc_tokens": 8192, "num_docs": documents.GOVREPORT_NUM_DOCS},
+    },
 )
 
 RETRIEVAL_GAIN_MAP = Declaration(
     "retrieval_gain_map",
     [
+        *_sizing(),
         Setting(
             "context_lengths",
             integer_list(1, MAX_TOKENS, MAX_LIST_ENTRIES),
             None,
-            "context lengths L (document tokens x[0:L]) of the ladder; default: "
-            "min_context doubled while the with-document sequence fits the model and every document has L + q + r "
-            "tokens",
+            "context lengths L (document tokens x[0:L]) of the ladder; with max_seq_lengths: each length less BOS, "
+            "separator, Q and A (the whole sequence fills it); default: min_context doubled while the with-document "
+            "sequence fits the model's window and every document has L + q + r tokens",
             optional=True,
         ),
         Setting("min_context", integer(1, MAX_TOKENS), 1024, "first rung of the default doubling ladder"),
@@ -346,16 +440,26 @@ RETRIEVAL_GAIN_MAP = Declaration(
         _allow_beyond(),
         *_govreport(),
     ],
+    presets={
+        "ci": {
+            "max_seq_lengths": CI_LENGTHS,
+            "embedded_corpus": True,
+            "num_docs": CI_DOCUMENTS,
+            "depths": [10, 50, 90],
+        },
+        "paper": {"num_docs": documents.GOVREPORT_NUM_DOCS, "depths": list(range(0, 100, 10))},
+    },
 )
 
 FORGETTING_CURVE = Declaration(
     "forgetting_curve",
     [
+        *_sizing(),
         Setting(
             "max_len",
             integer(1, MAX_TOKENS),
             None,
-            "largest copy length l; default: the largest whose sample fits the model, (max_length - 3) // 2",
+            "largest copy length l; default: the largest whose sample fits the model's window W, (W - 3) // 2",
             optional=True,
         ),
         Setting("min_len", integer(1, MAX_TOKENS), documents.FORGETTING_CURVE_MIN_LEN, "smallest copy length"),
@@ -371,7 +475,9 @@ FORGETTING_CURVE = Declaration(
             "lengths",
             integer_list(1, MAX_TOKENS, MAX_LIST_ENTRIES),
             None,
-            "explicit copy lengths; replace max_len, min_len, num_lengths and spacing",
+            "explicit copy lengths; replace max_len, min_len, num_lengths and spacing. With max_seq_lengths: "
+            "(L - 3) // 2 for each length L (the sample's 2l + 3 tokens fit it), or max_len from the longest L when "
+            "min_len, num_lengths or spacing is given",
             optional=True,
         ),
         Setting("samples_per_length", integer(1, MAX_SAMPLES), 10, "samples per copy length"),
@@ -450,17 +556,26 @@ FORGETTING_CURVE = Declaration(
             True,
             "tokenize each corpus piece with the tokenizer's special tokens (the reference does)",
         ),
+        _embedded_corpus("every document, one after another, makes the token stream"),
     ],
+    presets={
+        "ci": {"max_seq_lengths": CI_LENGTHS, "embedded_corpus": True, "samples_per_length": CI_SAMPLES_PER_LENGTH},
+        "paper": {"num_lengths": 32, "samples_per_length": 10},
+    },
 )
 
 LONGEVAL_LINES = Declaration(
     "longeval_lines",
     [
+        *_sizing(),
         Setting(
             "num_lines",
             integer_list(1, MAX_NUM_LINES, MAX_LIST_ENTRIES),
-            list(longeval_cases.DEFAULT_NUM_LINES),
-            "numbers of lines (configurations)",
+            None,
+            "numbers of lines (configurations); default: a prompt of about each length L (W/8, W/4, W/2 and W of "
+            "the model's window W, or each max_seq_lengths) with room for the answer (max_gen_toks), lines counted "
+            "in the evaluated model's tokens (LongChat's: 200 ... 1350)",
+            optional=True,
         ),
         Setting("num_cases", integer(1, MAX_SAMPLES), longeval_cases.DEFAULT_NUM_CASES, "cases per configuration"),
         Setting("seed", integer(0, 2**32 - 1), 0, "seed of the generated cases"),
@@ -488,6 +603,10 @@ LONGEVAL_LINES = Declaration(
         *_long_pass(),
         _export_tokens("answer-token PPL only: "),
     ],
+    presets={
+        "ci": {"max_seq_lengths": CI_LENGTHS, "num_cases": CI_DOCUMENTS // 2},
+        "paper": {"num_lines": list(longeval_cases.DEFAULT_NUM_LINES), "num_cases": longeval_cases.DEFAULT_NUM_CASES},
+    },
 )
 
 TASK_DECLARATIONS = {

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from lm_eval.api.instance import Instance
 
-from ..data import documents
+from ..data import documents, embedded_corpus
 from ..engine import scoring
 from ..harness import glue
 from ..metrics import per_token
@@ -33,6 +33,7 @@ from ..records import StateRecord
 from ..settings import SettingsError
 from . import declarations, preflight
 from .base import (
+    DOCUMENT_SOURCE_SETTINGS,
     HUB_ONLY_SETTINGS,
     LazyDocuments,
     LongContextTask,
@@ -41,6 +42,7 @@ from .base import (
     inert_settings,
     position_table_words,
     refuse_inert_settings,
+    resolve_embedded_corpus,
     resolve_model_max_length,
     settings_tokenizer,
     zero_padded_width,
@@ -58,8 +60,13 @@ DEFAULTS = SETTINGS.defaults()
 _STREAMS: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
 
 
+# the settings of the grid of copy lengths (max_len ends it)
+GRID_SETTINGS = ("min_len", "num_lengths", "spacing")
+
+
 def resolve_settings(metadata: dict | None) -> dict:
     s = SETTINGS.parse(metadata)
+    resolve_embedded_corpus(SETTINGS.owner, s, (*DOCUMENT_SOURCE_SETTINGS, "dataset_split"))
     if s["max_len"] is not None and not s["lengths"] and s["min_len"] > s["max_len"]:
         raise SettingsError(
             f"forgetting_curve: setting 'min_len' = {s['min_len']} is above 'max_len' = {s['max_len']}; the copy "
@@ -111,6 +118,26 @@ def special_token_ids(tokenizer, bos_override: int | None = None, eos_override: 
 def sample_tokens(length: int) -> int:
     """Tokens in one sample of copy length l: [BOS] S [BOS] S [EOS]."""
     return 2 * length + 3
+
+
+def copy_length_for(length: int) -> int:
+    """The longest copy length whose sample fits ``length`` tokens (2l + 3 <= length)."""
+    return (length - 3) // 2
+
+
+def settings_for_lengths(lengths: list[int], s) -> dict:
+    """The curve for ``max_seq_lengths`` (or a preset's lengths): one copy length per length L, the longest whose
+    sample fits it, (L - 3) // 2; when a setting of the grid is given (max_len, min_len, num_lengths, spacing), the
+    grid up to the longest L's instead (max_len, unless given)."""
+    too_short = [n for n in lengths if copy_length_for(n) < 1]
+    if too_short:
+        raise SettingsError(
+            f"forgetting_curve: lengths {too_short} of max_seq_lengths hold no copy sample (2l + 3 tokens, l >= 1); "
+            "give lengths of 5 tokens or more"
+        )
+    if any(name in getattr(s, "explicit", ()) for name in (*GRID_SETTINGS, "max_len")):
+        return {"max_len": copy_length_for(max(lengths))}
+    return {"lengths": sorted({copy_length_for(n) for n in lengths})}
 
 
 def resolve_lengths(s: dict, model_max_length: int, model: glue.EvaluatedModel | None = None) -> list[int]:
@@ -255,7 +282,13 @@ def serve(ctx: glue.ScoringContext, items: list) -> list:
     return out
 
 
-glue.register_request_kind(KIND, serve, CurveSampleScore.from_state, n_tokens=lambda r: sample_tokens(r.length))
+glue.register_request_kind(
+    KIND,
+    serve,
+    CurveSampleScore.from_state,
+    n_tokens=lambda r: sample_tokens(r.length),
+    planned_tokens=lambda ctx, items: sum(sample_tokens(int(spec["length"])) for _, spec in items),
+)
 
 
 # ---------------------------------------------------------------- the task
@@ -312,7 +345,7 @@ class ForgettingCurveTask(LongContextTask):
     def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
         s = settings
         out = []
-        if not s.get("data_files"):
+        if not s.get("data_files") and not s.get("embedded_corpus"):
             out.append(preflight.Resource("dataset", s["dataset_path"], s.get("dataset_revision")))
         if not preflight.is_local(s.get("tokenizer")):
             out.append(preflight.Resource("tokenizer", s["tokenizer"]))
@@ -327,15 +360,28 @@ class ForgettingCurveTask(LongContextTask):
         self.samples_tokenizer = documents.tokenizer_identity(tokenizer)
         self.bos_id, self.eos_id = special_token_ids(tokenizer, s["bos_token_id"], s["eos_token_id"])
         self.model_max_length = resolve_model_max_length(s, tokenizer, model)
+
+        def for_window(window: int) -> dict:
+            # the grid up to the longest copy length the window holds (explicit lengths replace the grid)
+            return {} if s["lengths"] else {"max_len": copy_length_for(min(window, self.model_max_length))}
+
+        self._size(
+            lambda lengths: settings_for_lengths(lengths, s), for_window, SETTINGS.presets["paper"], ("lengths",)
+        )
         self.lengths = resolve_lengths(s, self.model_max_length, model)
         self.width = zero_padded_width(self.lengths, 5)
 
-        docs = documents.load_book_pieces(
-            dataset_path=s["dataset_path"],
-            revision=s["dataset_revision"],
-            split=s["dataset_split"],
-            data_files=s["data_files"],
-        )
+        if s["embedded_corpus"]:
+            # every document of the embedded corpus, as rows of text (each piece ends with a newline, as PG-19's)
+            pieces = [f"{text}\n" for text in embedded_corpus.embedded_documents()]
+            docs = documents.Documents(pieces, {**embedded_corpus.provenance(pieces), "num_pieces": len(pieces)})
+        else:
+            docs = documents.load_book_pieces(
+                dataset_path=s["dataset_path"],
+                revision=s["dataset_revision"],
+                split=s["dataset_split"],
+                data_files=s["data_files"],
+            )
         # a data_files file replaces the hub dataset, its revision and split
         self.inert = inert_settings(s, docs.provenance, hub_only=self.HUB_ONLY_SETTINGS)
         refuse_inert_settings(KIND, s, self.inert)

@@ -38,6 +38,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,7 +52,8 @@ from ..harness import glue
 from ..keytokens import text_scoring
 from ..metrics import per_token
 from ..records import StateRecord
-from . import declarations, run_options, token_export
+from ..settings import GIVEN, SettingsError
+from . import declarations, run_options, sizing, token_export
 from .base import (
     LazyDocuments,
     LongContextTask,
@@ -83,10 +85,47 @@ def refuse_generation_keys(task_name: str, gen_kwargs: dict) -> None:
 
 SETTINGS = declarations.LONGEVAL_LINES
 DEFAULTS = SETTINGS.defaults()
+# The room a sized prompt leaves for the answer: LongChat's 100 new tokens (the accuracy task's max_gen_toks), or
+# --gen_kwargs max_gen_toks when larger; the same for both tasks, so that they read the same cases
+ANSWER_ROOM = 100
+# Two sizes whose prompts fit a line's tokens (prompt tokens = a + b N)
+FIT_NUM_LINES = (16, 64)
 
 
 def resolve_settings(metadata: dict | None) -> dict:
     return SETTINGS.parse(metadata)
+
+
+def num_lines_for_lengths(
+    lengths: list[int], prompt_tokens: Callable[[int], int], room: int, drop_short: bool = False
+) -> tuple[list[int], list[str]]:
+    """The number of lines N whose prompt is about each length L with ``room`` tokens left for the answer: prompt
+    tokens grow as a + b N (``prompt_tokens(N)``: the most tokens of a prompt of N lines, measured at two sizes), N =
+    floor((L - room - a) / b), lowered while ``prompt_tokens(N)`` is over L - room. A length with no room for a line
+    is an error, or (``drop_short``: lengths not given by the user) left out with a note."""
+    lo, hi = FIT_NUM_LINES
+    tokens_lo, tokens_hi = prompt_tokens(lo), prompt_tokens(hi)
+    per_line = max((tokens_hi - tokens_lo) / (hi - lo), 1e-9)
+    base = tokens_lo - per_line * lo
+    out, notes = set(), []
+    for length in lengths:
+        budget = length - room
+        n = int((budget - base) // per_line)
+        while n >= 1 and (over := prompt_tokens(n) - budget) > 0:
+            n -= max(1, math.ceil(over / per_line))
+        if n >= 1:
+            out.add(n)
+            continue
+        why = (
+            f"a length of {length} tokens holds no line: the prompt's header and question take about {round(base)} "
+            f"tokens and {room} are left for the answer"
+        )
+        if not drop_short:
+            raise SettingsError(f"longeval_lines: {why}; raise max_seq_lengths or give num_lines")
+        notes.append(f"{why}: left out")
+    if not out:
+        raise SettingsError(f"longeval_lines: no length of {list(lengths)} holds a line; {notes[-1]}")
+    return sorted(out), notes
 
 
 @functools.lru_cache(maxsize=4096)
@@ -218,8 +257,20 @@ def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> P
 serve_answers = glue.serve_each(
     lambda ctx, text, spec: score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length)
 )
+
+
+def _text_tokens(tokenizer, text: str) -> int:
+    return len(
+        tokenizer(text, add_special_tokens=_add_special_tokens(tokenizer, text, "auto"), verbose=False)["input_ids"]
+    )
+
+
 glue.register_request_kind(
-    ANSWER_KIND, serve_answers, AnswerScores.from_state, n_tokens=lambda r: None if r.skipped else r.n_tokens
+    ANSWER_KIND,
+    serve_answers,
+    AnswerScores.from_state,
+    n_tokens=lambda r: None if r.skipped else r.n_tokens,
+    planned_tokens=lambda ctx, items: sum(_text_tokens(ctx.tokenizer, text) for text, _ in items),
 )
 
 
@@ -313,6 +364,10 @@ glue.register_request_kind(
     serve_generations,
     GeneratedAnswer.from_state,
     n_tokens=lambda r: None if r.skipped else r.prompt_tokens,
+    # each prompt, then its steps, as the engine plans them before any ran (it revises the plan as they run)
+    planned_tokens=lambda ctx, items: sum(
+        generation.planned_work(_text_tokens(ctx.tokenizer, text), int(spec["max_gen_toks"])) for text, spec in items
+    ),
 )
 
 
@@ -442,11 +497,80 @@ class _LinesTask(LongContextTask):
         if settings["testcases"]:
             refuse_inert_settings(task_name, settings, cls._inert_settings(settings))
 
+    def _answer_room(self) -> int:
+        """Tokens a sized prompt leaves for the answer (``ANSWER_ROOM``, or a larger --gen_kwargs max_gen_toks)."""
+        given = (glue.generation_options() or {}).get("max_gen_toks")
+        return max(ANSWER_ROOM, int(given)) if given is not None else ANSWER_ROOM
+
+    def _prompt_tokens(self, tokenizer) -> Callable[[int], int]:
+        """``prompt_tokens(N)``: the most tokens of the run's generated prompts of N lines (every case of the
+        configuration, whatever --limit evaluates, so that a size is the same in every run), as the model reads them:
+        with the chat template and system instruction when the run applies them."""
+        s = self.settings
+        options = glue.prompt_options() or (False, None)
+        model = self.evaluated_model
+
+        def render(prompt: str) -> str:
+            if not options[0] or model is None or not hasattr(model.lm, "apply_chat_template"):
+                # without a template a system instruction goes before the prompt: its tokens, about
+                return prompt if not options[1] else f"{options[1]}\n\n{prompt}"
+            system = [{"role": "system", "content": options[1]}] if options[1] else []
+            return model.lm.apply_chat_template([*system, {"role": "user", "content": prompt}])
+
+        @functools.cache
+        def prompt_tokens(n: int) -> int:
+            cases = range(s["num_cases"])
+            texts = [render(_generated_case(n, i, s["seed"], s["trailing_space"]).prompt) for i in cases]
+            return max(
+                len(tokenizer(x, add_special_tokens=_add_special_tokens(tokenizer, x, "auto"))["input_ids"])
+                for x in texts
+            )
+
+        return prompt_tokens
+
+    def _num_lines_for(self, lengths: list[int], given: bool) -> dict:
+        """num_lines for ``lengths`` (the task's function for max_seq_lengths: ``num_lines_for_lengths``) counted with
+        the evaluated model's tokenizer."""
+        tokenizer = self.evaluated_tokenizer()
+        if tokenizer is None:
+            raise SettingsError(
+                "longeval_lines: sizing num_lines counts the prompts' tokens with the evaluated model's tokenizer: run "
+                "the task through lm_eval (or simple_evaluate), give --model_args pretrained=..., or give num_lines"
+            )
+        num_lines, notes = num_lines_for_lengths(
+            lengths, self._prompt_tokens(tokenizer), self._answer_room(), drop_short=not given
+        )
+        self._sizing_notes = notes
+        return {"num_lines": num_lines}
+
+    def _size_num_lines(self) -> None:
+        s = self.settings
+        paper = SETTINGS.presets["paper"]
+        if s["testcases"]:  # LongChat's files hold their sizes: the papers' unless num_lines names others
+            files = {"num_lines": paper["num_lines"]}
+            self._size(lambda lengths: files, lambda window: files, files)
+            if self.sized_by is not None and self.sized_by.lengths_from != sizing.PAPER_SOURCE:
+                self.sized_by.notes.append(
+                    "testcases: LongChat's files hold their own sizes; num_lines picks the files"
+                )
+            return
+        self._sizing_notes: list[str] = []
+        given = getattr(s, "sources", {}).get(sizing.LENGTHS_KEY) == GIVEN
+        self._size(
+            lambda lengths: self._num_lines_for(lengths, given),
+            lambda window: self._num_lines_for(sizing.window_ladder(window), False),
+            paper,
+            ("num_lines",),
+        )
+        if self.sized_by is not None:
+            self.sized_by.notes.extend(self._sizing_notes)
+
     def download(self, dataset_kwargs=None, **kwargs) -> None:
         s = self.settings
         task_name = str(self.config.task or self.SUITE_TASK_NAME)
         if s["testcases"]:  # the files hold the cases
             refuse_inert_settings(task_name, s, self._inert_settings(s))
+        self._size_num_lines()
         n_cases, case = case_reader(s)
         if s["testcases"]:
             self.configurations = sorted({case(i).num_lines for i in range(n_cases)})

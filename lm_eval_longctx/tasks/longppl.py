@@ -17,24 +17,29 @@ from pathlib import Path
 
 import numpy as np
 from lm_eval.api.instance import Instance
+from lm_eval.utils import simple_parse_args_string
 
 from .. import errors
+from ..data import documents
 from ..engine import scoring
 from ..harness import glue
 from ..keytokens import cache, evaluator, span_files, spans_to_tokens, text_scoring
 from ..metrics import per_token
-from ..settings import SettingsError
-from . import declarations, preflight, token_export
+from ..settings import GIVEN, SettingsError
+from . import declarations, preflight, sizing, token_export
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
+    TOKEN_ID_ROWS_ONLY_SETTINGS,
     LongContextTask,
     ReportSection,
+    add_model_settings,
     evaluated_documents,
     govreport_documents,
     govreport_resources,
     longest_document_words,
     model_limit,
     refuse_too_long,
+    resolve_embedded_corpus,
 )
 
 log = logging.getLogger("lm_eval_longctx")
@@ -56,8 +61,38 @@ NO_GAIN_NATS = 1e-3
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
+# The paper's truncated context: K = 4096 on documents of 16,384 to 32,767 tokens
+PAPER_TRUNC_LEN = 4096
+# the settings max_seq_lengths and the window size (settings_for_lengths)
+SIZED_SETTINGS = ("cut_tokens", "min_tokens", "max_tokens", "trunc_len", "sliding_window")
+
+
+def settings_for_lengths(lengths: list[int]) -> dict:
+    """LongPPL sized for the longest length L of ``max_seq_lengths`` (or the model's window): documents of L/2 to L
+    tokens (the GovReport rows' selection, at least the paper's 16,384 tokens), each cut at L tokens of the evaluated
+    model, K a quarter of L up to the paper's 4096, d = K / 4 (the paper's 1024). L = 32,768 gives the paper's
+    selection and K, d."""
+    longest = max(lengths)
+    k = max(1, min(PAPER_TRUNC_LEN, longest // 4))
+    return {
+        "cut_tokens": longest,
+        "min_tokens": max(1, min(longest // 2, documents.GOVREPORT_MIN_TOKENS)),
+        "max_tokens": max(1, longest - 1),
+        "trunc_len": k,
+        "sliding_window": max(1, k // 4),
+    }
+
+
 def resolve_settings(metadata: dict | None) -> dict:
     s = SETTINGS.parse(metadata)
+    resolve_embedded_corpus(SETTINGS.owner, s)
+    longest = s["cut_tokens"] if "cut_tokens" in s.explicit else max(s["max_seq_lengths"] or [0]) or None
+    if "trunc_len" in s.explicit and longest is not None and s["trunc_len"] >= longest:
+        raise SettingsError(
+            f"longppl_govreport: trunc_len = {s['trunc_len']} is not below the documents' length {longest} "
+            "(cut_tokens / max_seq_lengths): no token would have a truncated context, so none could be a key token. "
+            "Lower trunc_len, or raise max_seq_lengths"
+        )
     if s["evaluator_device"] is not None and not _DEVICE.fullmatch(s["evaluator_device"]):
         raise SettingsError(
             f"longppl_govreport: setting 'evaluator_device' = {s['evaluator_device']!r} is not "
@@ -199,6 +234,7 @@ def longppl_arrays(
 class LongPPLTask(LongContextTask):
     SUITE_TASK_NAME = "longppl_govreport"
     resolve_settings = staticmethod(resolve_settings)
+    TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS
     METRIC_DIRECTIONS = (
         ("longppl", False),
         ("longppl_soft", False),
@@ -239,6 +275,32 @@ class LongPPLTask(LongContextTask):
     EXPORT_VIEW = "key_tokens"  # the viewer's page of key tokens
 
     @classmethod
+    def _check_settings_before_model(cls, task_name: str, settings: dict, run) -> None:
+        """The paper's GovReport selection (no cut) on a model whose window is shorter than its shortest document is
+        refused before the model loads: no document would fit."""
+        s = settings
+        sources = getattr(s, "sources", {})
+        # documents left whole: cut_tokens null given, or the paper preset's, with no max_seq_lengths to size them
+        uncut = s["cut_tokens"] is None and (
+            sources.get("cut_tokens") == GIVEN
+            or (sources.get("cut_tokens") == "preset paper" and sources.get(sizing.LENGTHS_KEY) != GIVEN)
+        )
+        if not uncut or s["data_files"] or s["embedded_corpus"] or s["allow_beyond_max_length"]:
+            return
+        model_args = run.get("model_args")
+        if isinstance(model_args, str):
+            model_args = simple_parse_args_string(model_args)
+        window = sizing.model_window(None, add_model_settings({}, model_args if isinstance(model_args, dict) else {}))
+        if window is not None and window.tokens < s["min_tokens"]:
+            source = sources.get("min_tokens", "default")
+            raise SettingsError(
+                f"{task_name}: the GovReport selection's documents have at least {s['min_tokens']} tokens (min_tokens, "
+                f"{source}; the rows' Llama-2 ids) and are not cut (cut_tokens null), beyond the model's window of "
+                f"{window.tokens} tokens: none would fit. Ways out: the default preset (documents sized from the "
+                "window), max_seq_lengths, cut_tokens, or allow_beyond_max_length"
+            )
+
+    @classmethod
     def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
         s = settings
         out = govreport_resources(s)
@@ -257,7 +319,19 @@ class LongPPLTask(LongContextTask):
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
         s = self.settings
-        self.dataset, self.provenance, self.inert = govreport_documents(s, self.SUITE_TASK_NAME)
+
+        def for_window(window: int) -> dict:
+            # allow_beyond_max_length asks to read documents past the window: sized from it, but not cut at it
+            sized = settings_for_lengths([window])
+            return {k: v for k, v in sized.items() if not (k == "cut_tokens" and s["allow_beyond_max_length"])}
+
+        self._size(settings_for_lengths, for_window, SETTINGS.presets["paper"], SIZED_SETTINGS)
+        # counts and cuts the documents: the evaluated model's, loaded only when something is counted or cut
+        tokenizer = self.evaluated_tokenizer() if s["cut_tokens"] is not None or s["embedded_corpus"] else None
+        self.dataset, self.provenance, self.inert = govreport_documents(
+            s, self.SUITE_TASK_NAME, s["cut_tokens"] or s["min_tokens"], tokenizer
+        )
+        self._cut_documents(tokenizer)
         self._refuse_too_long()
         self.span_folder = None
         self.evaluator_identity = None
@@ -275,6 +349,42 @@ class LongPPLTask(LongContextTask):
             )
             self.evaluator_max_length = evaluator.evaluator_max_length(self.evaluator_identity)
 
+    def _cut_documents(self, tokenizer) -> None:
+        """Each document cut at ``cut_tokens`` tokens of the evaluated model (with the special tokens of the judging
+        request when the model judges itself: the longest sequence it reads); then K and d, when sized and above half
+        the shortest document, are lowered to a quarter of it (the paper's 4096 of 16,384)."""
+        s = self.settings
+        if s["cut_tokens"] is None:
+            return
+        if tokenizer is None:
+            raise SettingsError(
+                "longppl_govreport: cut_tokens needs the evaluated model's tokenizer: run the task through lm_eval "
+                "(or simple_evaluate), or give --model_args pretrained=..."
+            )
+        judge = s["key_source"] == "self"
+        texts = list(self.dataset["test"]["text"])
+        cut = [documents.cut_to_tokens(tokenizer, text, s["cut_tokens"], judge) for text in texts]
+        n_cut = sum(a != b for a, b in zip(texts, cut, strict=True))
+        if n_cut:
+            import datasets
+
+            self.dataset = datasets.DatasetDict(
+                {"test": datasets.Dataset.from_dict({"doc_id": list(range(len(cut))), "text": cut})}
+            )
+            self.provenance = {**self.provenance, "texts_sha256": documents.texts_sha256(cut)}
+        self.provenance["cut"] = {"cut_tokens": s["cut_tokens"], "documents_cut": n_cut}
+        if self.sized_by is None or not sizing.sized(self.sized_by, "trunc_len"):
+            return
+        shortest = min(len(tokenizer(x, add_special_tokens=judge, verbose=False)["input_ids"]) for x in cut)
+        if s["trunc_len"] > shortest // 2:  # most tokens would have no truncated context: a quarter, as the paper's
+            k = max(1, shortest // 4)
+            note = f"trunc_len {s['trunc_len']} lowered to {k}, a quarter of the shortest document ({shortest} tokens)"
+            s["trunc_len"] = k
+            if sizing.sized(self.sized_by, "sliding_window"):
+                s["sliding_window"] = max(1, k // 4)
+                note += f", and sliding_window to {s['sliding_window']}"
+            self.sized_by.notes.append(note)
+
     def _refuse_too_long(self) -> None:
         """Every document must fit the evaluated model (tokenized as it is scored; with ``evaluator: self`` also with
         the special tokens of the judging request), checked now rather than after other documents were scored."""
@@ -287,7 +397,10 @@ class LongPPLTask(LongContextTask):
             i: len(model.tokenizer(doc["text"], add_special_tokens=judge, verbose=False)["input_ids"])
             for i, doc in evaluated_documents(self.dataset["test"], str(self.config.task)).items()
         }
-        ways_out = f"{longest_document_words(self.provenance)}, or {ALLOW_BEYOND_WAY_OUT}"
+        ways_out = (
+            f"{longest_document_words(self.provenance)}, cut them at the model's window (cut_tokens or "
+            f"max_seq_lengths; the default preset does), or {ALLOW_BEYOND_WAY_OUT}"
+        )
         refuse_too_long(self.SUITE_TASK_NAME, n_tokens, limit, limit_words, "document", ways_out)
 
     def _settings_from_manifest(self, manifest: dict | None) -> None:
@@ -302,6 +415,8 @@ class LongPPLTask(LongContextTask):
                 continue
             # a shared folder is data: its values pass the same checks as --metadata's before they are used
             value = SETTINGS.by_name[key].parse(manifest[key], source)
+            if self.sized_by is not None and key in self.sized_by.settings_from:
+                self.sized_by.settings_from[key] = f"key_spans_dir {span_files.MANIFEST}"
             if key in s.explicit and s[key] != value:
                 raise SettingsError(
                     f"longppl_govreport: --metadata {key} = {s[key]!r}, but {self.settings['key_spans_dir']} holds "

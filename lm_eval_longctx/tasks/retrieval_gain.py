@@ -37,6 +37,7 @@ from ..settings import SettingsError
 from . import declarations, preflight, token_export
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
+    TOKEN_ID_ROWS_ONLY_SETTINGS,
     LongContextTask,
     ReportSection,
     evaluated_documents,
@@ -44,7 +45,9 @@ from .base import (
     govreport_resources,
     lead_token_ids,
     model_limit,
+    query_extra_tokens,
     refuse_too_long,
+    resolve_embedded_corpus,
 )
 
 log = logging.getLogger("lm_eval_longctx")
@@ -74,9 +77,22 @@ SCORING_KEYS = (
 
 def resolve_settings(metadata: dict | None) -> dict:
     s = SETTINGS.parse(metadata)
+    resolve_embedded_corpus(SETTINGS.owner, s)
     if not s["anchor_min"] <= s["anchor_max"]:
         raise SettingsError(f"retrieval_gain: need anchor_min <= anchor_max, got {s['anchor_min']}, {s['anchor_max']}")
     return s
+
+
+def settings_for_lengths(lengths: list[int], extra_tokens: int) -> dict:
+    """retrieval_gain sized for the longest length L of ``max_seq_lengths`` (or the model's window): the document's
+    first L - ``extra_tokens`` tokens (BOS, separator, Q and A), so that the with-document sequence holds L tokens."""
+    longest = max(lengths)
+    if longest <= extra_tokens:
+        raise SettingsError(
+            f"retrieval_gain: a length of {longest} tokens leaves no room for a document beside BOS, separator, Q and "
+            f"A ({extra_tokens} tokens); raise max_seq_lengths or give doc_tokens"
+        )
+    return {"doc_tokens": longest - extra_tokens}
 
 
 # ------------------------------------------------------------------ anchors and the two conditions
@@ -257,7 +273,20 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
     return out
 
 
-glue.register_request_kind(KIND, serve, RetrievalScores.from_state, n_tokens=lambda r: r.n_with_tokens)
+def tokens_to_forward(ctx: glue.ScoringContext, items: list) -> int:
+    """About the token positions serving ``items`` runs through the model (the progress bar's plan): every
+    with-document prefix, continuation and without-document sequence."""
+    total = 0
+    for text, spec in items:
+        case = case_for_text(ctx.tokenizer, text, spec)
+        total += sum(len(prefix) for prefix, _ in case.groups)
+        total += sum(map(len, case.continuations)) + sum(map(len, case.without))
+    return total
+
+
+glue.register_request_kind(
+    KIND, serve, RetrievalScores.from_state, n_tokens=lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
+)
 
 
 # ------------------------------------------------------------------ the task
@@ -297,6 +326,7 @@ def retrieval_gain_arrays(doc: dict, scores: RetrievalScores) -> dict:
 class RetrievalGainTask(LongContextTask):
     SUITE_TASK_NAME = "retrieval_gain"
     resolve_settings = staticmethod(resolve_settings)
+    TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS
     METRIC_DIRECTIONS = (("retrieval_gain", True), ("nll_with", False), ("nll_without", False))
     REPORT = ReportSection(
         section="retrieval_gain",
@@ -331,7 +361,20 @@ class RetrievalGainTask(LongContextTask):
         return govreport_resources(settings)
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        self.dataset, self.provenance, self.inert = govreport_documents(self.settings, self.SUITE_TASK_NAME)
+        s = self.settings
+        tokenizer = None
+
+        def for_lengths(lengths: list[int]) -> dict:
+            nonlocal tokenizer
+            tokenizer = self.evaluated_tokenizer()
+            return settings_for_lengths(lengths, query_extra_tokens(tokenizer, s))
+
+        self._size(for_lengths, lambda w: for_lengths([w]), SETTINGS.presets["paper"], ("doc_tokens",))
+        if s["embedded_corpus"] and tokenizer is None:
+            tokenizer = self.evaluated_tokenizer()
+        self.dataset, self.provenance, self.inert = govreport_documents(
+            s, self.SUITE_TASK_NAME, s["doc_tokens"], tokenizer
+        )
         self._refuse_too_long()
 
     def _refuse_too_long(self) -> None:

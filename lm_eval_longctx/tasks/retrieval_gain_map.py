@@ -37,9 +37,10 @@ from ..harness import glue
 from ..metrics import gain_map
 from ..records import StateRecord
 from ..settings import SettingsError
-from . import declarations, preflight
+from . import declarations, preflight, sizing
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
+    TOKEN_ID_ROWS_ONLY_SETTINGS,
     LongContextTask,
     ReportSection,
     add_model_settings,
@@ -48,7 +49,9 @@ from .base import (
     govreport_resources,
     lead_token_ids,
     model_limit,
+    query_extra_tokens,
     refuse_too_long,
+    resolve_embedded_corpus,
     resolve_model_max_length,
     settings_tokenizer,
     zero_padded_width,
@@ -65,6 +68,7 @@ SCORING_KEYS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_str
 
 def resolve_settings(metadata: dict | None) -> dict:
     s = SETTINGS.parse(metadata)  # depths are percents: declared 0..100
+    resolve_embedded_corpus(SETTINGS.owner, s)
     if s["anchor_stride"] is None:
         s["anchor_stride"] = s["query_tokens"] + s["answer_tokens"]
     # the model's own settings, from the model_args the harness merges into the metadata
@@ -84,6 +88,24 @@ def check_ladder(lengths, s: dict) -> None:
             f"+ answer {s['answer_tokens']} tokens and {s['anchors_per_cell']} anchors per cell "
             f"{s['anchor_stride']} apart ({need} tokens); drop them from `context_lengths`"
         )
+
+
+def settings_for_lengths(lengths: list[int], extra_tokens: int, s: dict, drop_short: bool = False) -> dict:
+    """The map's ladder for ``max_seq_lengths`` (or a preset's lengths, or the window's W/8 ... W): each length L less
+    ``extra_tokens`` (BOS, separator, Q and A), so that the whole with-context sequence holds L tokens. A rung too
+    short for its cells is an error, or (``drop_short``: lengths the user did not give) left out."""
+    contexts = sorted({n - extra_tokens for n in lengths})
+    if drop_short:
+        need = s["query_tokens"] + s["answer_tokens"] + (s["anchors_per_cell"] - 1) * s["anchor_stride"]
+        contexts = [c for c in contexts if c >= need] or contexts[-1:]
+    try:
+        check_ladder(contexts, s)
+    except SettingsError as err:
+        raise SettingsError(
+            f"{err} (context lengths of max_seq_lengths {list(lengths)}, less {extra_tokens} tokens of BOS, separator, "
+            "Q and A); raise max_seq_lengths or give context_lengths"
+        ) from None
+    return {"context_lengths": contexts}
 
 
 # ------------------------------------------------------------------ cells and the two conditions
@@ -259,7 +281,20 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
     return out
 
 
-glue.register_request_kind(KIND, serve, GainMapScores.from_state, n_tokens=lambda r: r.n_with_tokens)
+def tokens_to_forward(ctx: glue.ScoringContext, items: list) -> int:
+    """About the token positions serving ``items`` runs through the model (the progress bar's plan): each ladder's
+    longest prefix, every cell's continuation and every distinct without-context sequence."""
+    total = 0
+    for text, spec in items:
+        case = case_for_text(ctx.tokenizer, text, spec, [int(x) for x in spec["lengths"]])
+        total += len(case.prefix) + sum(len(c) for rung in case.continuations for c in rung)
+        total += sum(len(w) for w in {tuple(w) for rung in case.without for w in rung})
+    return total
+
+
+glue.register_request_kind(
+    KIND, serve, GainMapScores.from_state, n_tokens=lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
+)
 
 
 # ------------------------------------------------------------------ the task
@@ -295,6 +330,7 @@ def default_ladder(
 class RetrievalGainMapTask(LongContextTask):
     SUITE_TASK_NAME = "retrieval_gain_map"
     resolve_settings = staticmethod(resolve_settings)
+    TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS
     # gain@L01024_d50 (a cell) and gain@L01024 (a length's mean over depths): gain_map.cell_metric, length_metric
     METRIC_DIRECTIONS = (
         ("gain@L[0-9]*", True),
@@ -338,27 +374,51 @@ class RetrievalGainMapTask(LongContextTask):
     def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
         return govreport_resources(settings)
 
+    def _ladder_tokenizer(self):
+        return settings_tokenizer(
+            self.settings,
+            self.evaluated_model,
+            "the tokenizer that sets the retrieval_gain_map ladder",
+            "retrieval_gain_map: the ladder counts tokens with the "
+            "model's tokenizer: give --model_args pretrained=... or --metadata "
+            "'{\"context_lengths\": [1024, 2048, ...]}' (Python API: simple_evaluate(model=HFLM(...)) "
+            "passes the model's own)",
+        )
+
     def download(self, dataset_kwargs=None, **kwargs) -> None:
-        self.dataset, self.provenance, self.inert = govreport_documents(self.settings, self.SUITE_TASK_NAME)
         s = self.settings
         model = self.evaluated_model  # its tokenizer and max_length, as its requests will be served
+        tokenizer = None
+
+        def for_lengths(lengths: list[int], drop_short: bool = False) -> dict:
+            nonlocal tokenizer
+            tokenizer = self._ladder_tokenizer()
+            return settings_for_lengths(lengths, query_extra_tokens(tokenizer, s), s, drop_short)
+
+        def for_window(window: int) -> dict:
+            # W/8 ... W, as the audit's ladder; the doubling ladder below when its own settings are given
+            if {"min_context", "max_context"} & set(getattr(s, "explicit", ())):
+                return {}
+            return for_lengths(sizing.window_ladder(window), drop_short=True)
+
+        self._size(for_lengths, for_window, SETTINGS.presets["paper"], ("context_lengths",))
+        if s["embedded_corpus"] and tokenizer is None:
+            tokenizer = self._ladder_tokenizer()
+        longest = s["context_lengths"][-1] if s["context_lengths"] else s["min_tokens"]
+        self.dataset, self.provenance, self.inert = govreport_documents(s, self.SUITE_TASK_NAME, longest, tokenizer)
         self.model_max_length = None
+        if s["context_lengths"] and self.sized_by is not None and sizing.sized(self.sized_by, "context_lengths"):
+            self._fit_ladder_to_documents(tokenizer or self._ladder_tokenizer())
         if s["context_lengths"]:
             self.lengths = list(s["context_lengths"])
         else:
-            tok = settings_tokenizer(
-                s,
-                model,
-                "the tokenizer that sets the retrieval_gain_map ladder",
-                "retrieval_gain_map: the default ladder counts the documents' tokens with the "
-                "model's tokenizer: give --model_args pretrained=... or --metadata "
-                "'{\"context_lengths\": [1024, 2048, ...]}' (Python API: simple_evaluate(model=HFLM(...)) "
-                "passes the model's own)",
-            )
+            tok = tokenizer or self._ladder_tokenizer()
             self.model_max_length = resolve_model_max_length(s, tok, model)
+            window = self.sized_by.window if self.sized_by is not None else None
+            if window is not None and window.tokens < self.model_max_length:
+                self.model_max_length = window.tokens
             n_tokens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in self.dataset["test"]["text"]]
-            sep = len(tok(s["separator"], add_special_tokens=False)["input_ids"]) if s["separator"] else 0
-            extra = len(lead_token_ids(tok, s["bos"])) + sep + s["query_tokens"] + s["answer_tokens"]
+            extra = query_extra_tokens(tok, s)
             self.lengths = default_ladder(
                 s, n_tokens, extra, self.model_max_length, model.position_table if model is not None else None
             )
@@ -366,6 +426,27 @@ class RetrievalGainMapTask(LongContextTask):
         self.width = zero_padded_width(self.lengths, 5)
         self.depth_width = zero_padded_width(s["depths"], 2)
         self._refuse_too_long(model)
+
+    def _fit_ladder_to_documents(self, tokenizer) -> None:
+        """A ladder sized from lengths or the window keeps the rungs every document holds (a document shorter than a
+        rung cannot fill it); the rungs left out are noted."""
+        s = self.settings
+        shortest = min(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in self.dataset["test"]["text"])
+        kept = [n for n in s["context_lengths"] if n <= shortest]
+        if kept == s["context_lengths"]:
+            return
+        if not kept:
+            raise SettingsError(
+                f"retrieval_gain_map: the shortest document has {shortest} tokens, fewer than every context length "
+                f"{s['context_lengths']} ({self.sized_by.settings_from['context_lengths'] if self.sized_by else ''}); "
+                "give longer documents or lower max_seq_lengths"
+            )
+        if self.sized_by is not None:
+            self.sized_by.notes.append(
+                f"context lengths {[n for n in s['context_lengths'] if n > shortest]} left out: longer than the "
+                f"shortest document ({shortest} tokens)"
+            )
+        s["context_lengths"] = kept
 
     def _refuse_too_long(self, model: glue.EvaluatedModel | None) -> None:
         """Every document's ladder, built as it is served, must fit the evaluated model (and every document hold the

@@ -4,7 +4,8 @@ lm-eval 0.4.13 (``simple_evaluate``) builds the tasks first and then applies som
 before any request is sent: ``--predict_only`` calls ``override_metric("bypass")``, ``--num_fewshot N`` calls
 ``set_config("num_fewshot", N)``, ``--seed`` (its fourth value, ``fewshot_random_seed``) calls
 ``set_fewshot_seed(seed)``; ``--apply_chat_template`` and ``--system_instruction`` arrive as arguments of
-``build_all_requests``. ``tasks/base.py`` overrides those methods and calls the checks below.
+``build_all_requests``. ``tasks/base.py`` overrides those methods and calls the checks below. A task that scores raw
+documents leaves the chat options out and records that it did (lm-eval's own perplexity tasks ignore them silently).
 """
 
 from __future__ import annotations
@@ -30,8 +31,20 @@ def check_num_fewshot(task_name: str, value, why_no_shots: str) -> None:
     )
 
 
-def check_prompt_options(task_name: str, apply_chat_template: bool, system_instruction: str | None) -> None:
-    """Refuse a chat template or system instruction for a task that scores raw documents."""
+# longctx_settings.runtime.prompt_format of a task that scores raw documents: the chat options given, not applied
+PROMPT_FORMAT_KEY = "prompt_format"
+RAW_DOCUMENTS_WHY = (
+    "the task scores raw documents token by token, as lm-eval's own loglikelihood_rolling tasks do (wikitext): a chat "
+    "template or system text would change what is measured"
+)
+_NOTED: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def prompt_options_not_applied(
+    task_name: str, apply_chat_template: bool, system_instruction: str | None
+) -> dict | None:
+    """For a task that scores raw documents: the chat options given, which it leaves out (its documents stay raw),
+    said once per task and options, as the record its results keep; None when none was given."""
     given = [
         flag
         for flag, on in (
@@ -41,13 +54,17 @@ def check_prompt_options(task_name: str, apply_chat_template: bool, system_instr
         if on
     ]
     if not given:
-        return
-    raise UnsupportedOptionError(
-        f"{task_name}: {' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply: the task scores raw "
-        "documents token by token, and a chat template or system text would change what is measured. Leave "
-        f"{' and '.join(given)} out for this task (longeval_lines, a prompt the model answers, takes "
-        f"{'it' if len(given) == 1 else 'them'}: run it in a separate lm_eval call)."
-    )
+        return None
+    if (task_name, tuple(given)) not in _NOTED:
+        _NOTED.add((task_name, tuple(given)))
+        log.warning(
+            "%s: %s not applied to its documents, which are scored raw (recorded in the results); a task that "
+            "answers a prompt (longeval_lines) takes %s",
+            task_name,
+            " and ".join(given),
+            "it" if len(given) == 1 else "them",
+        )
+    return {"given": given, "applied": False, "why": RAW_DOCUMENTS_WHY}
 
 
 def note_lm_eval_seed(task_name: str, lm_eval_seed, task_seed: int | None) -> None:

@@ -30,3 +30,19 @@ def test_a_file_that_is_not_rows_is_still_named(tmp_path):
     bad.write_bytes(b"not parquet")
     with pytest.raises(ValueError, match="docs.parquet: cannot be read as parquet rows"):
         documents.load_rows("unused", None, "test", str(bad))
+
+
+def test_a_text_is_cut_at_a_token_boundary_to_at_most_n_tokens(tmp_path):
+    from transformers import AutoTokenizer
+
+    from tests import tiny
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny.save_tiny_model(tmp_path, tiny.corpus_texts(2, 300)))
+    text = tiny.corpus_texts(1, 900, seed=4)[0]
+    n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    for keep in (1, 7, 100, n - 1):
+        for special in (False, True):
+            cut = documents.cut_to_tokens(tokenizer, text, keep, special)
+            assert text.startswith(cut)
+            assert keep - 2 <= len(tokenizer(cut, add_special_tokens=special)["input_ids"]) <= keep
+    assert documents.cut_to_tokens(tokenizer, text, n) == text  # short enough: the text itself

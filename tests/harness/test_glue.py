@@ -223,3 +223,37 @@ def test_a_damaged_cache_entry_is_a_miss(monkeypatch):
     first, _ = _serve(monkeypatch, database)
     again, scored = _serve(monkeypatch, database)  # every entry is there, none can be read
     assert [r.text for r in again] == [r.text for r in first] and len(scored) == 3
+
+
+# ------------------------------------------------------------------ progress in tokens forwarded
+
+
+def test_a_tasks_progress_counts_tokens_against_its_plan_and_ends_at_what_ran():
+    bar = glue.TokenProgress("longppl_govreport", planned=1000, n_requests=4, show=False)
+    for n in (300, 300, 300):
+        bar.tokens(n)
+    bar.requests(2)
+    assert (bar.n, bar.total, bar.updates, bar.requests_done) == (900, 1000, 3, 2)
+    bar.tokens(400)  # past a short plan: the total grows, the bar never runs past its end
+    assert bar.total == bar.n == 1300
+    bar.revise(500)  # more to come (a revised plan), then less than what ran: never below it
+    assert bar.total == 1800
+    bar.revise(-10_000)
+    assert bar.total == 1300
+    bar.close()
+    assert bar.total == 1300
+    shown = glue.TokenProgress("t", planned=50, n_requests=1, show=True)
+    shown.tokens(20)
+    shown.close()
+    assert shown.bar.total == 20 and shown.bar.n == 20 and shown.bar.unit == "tok"
+
+
+def test_a_plan_that_fails_or_is_missing_counts_one_token_a_request():
+    def fails(ctx, items):
+        raise ValueError("no tokenizer")
+
+    ctx = glue.ScoringContext(None, None, None, 1)
+    assert glue.planned_tokens(glue.RequestKind(lambda c, i: [], dict, planned_tokens=fails), ctx, [1, 2, 3]) == 3
+    assert glue.planned_tokens(glue.RequestKind(lambda c, i: [], dict), ctx, [1, 2]) == 2
+    planned = glue.RequestKind(lambda c, i: [], dict, planned_tokens=lambda c, items: 10 * len(items))
+    assert glue.planned_tokens(planned, ctx, [1, 2]) == 20

@@ -165,6 +165,29 @@ VALUES: dict[tuple[str, str], list] = {
         Value("validation", needs={"dataset_path": Local("books_dataset")}, drops=("data_files",))
     ],
     ("forgetting_curve", "data_files"): [Local("books.jsonl"), Local("books.json"), Local("books.parquet")],
+    # lm-eval's length key, each task's knobs left to it (a length of 1 token holds nothing)
+    ("longppl_govreport", "max_seq_lengths"): [[150]],
+    ("longppl_govreport", "cut_tokens"): [150],
+    ("retrieval_gain", "max_seq_lengths"): [Value([150], drops=("doc_tokens",))],
+    ("retrieval_gain_map", "max_seq_lengths"): [Value([100, 150], drops=("context_lengths",))],
+    ("forgetting_curve", "max_seq_lengths"): [Value([21, 51], drops=("max_len", "num_lengths"))],
+    ("longeval_lines", "max_seq_lengths"): [Value([700], drops=("num_lines",))],
+    # the embedded corpus replaces the rows and every setting that selects them (LongPPL's documents cut short)
+    **{
+        (task, "embedded_corpus"): [
+            Value(
+                True,
+                needs={"cut_tokens": 300} if task == "longppl_govreport" else {},
+                drops=("data_files", "dataset_path", "decode_tokenizer", "min_tokens", "max_tokens"),
+            ),
+            False,
+        ]
+        for task in GOVREPORT_TASKS
+    },
+    ("forgetting_curve", "embedded_corpus"): [
+        Value(True, drops=("data_files", "dataset_path", "dataset_split")),
+        False,
+    ],
     # LongChat's layouts: a folder, a URL prefix, one .jsonl file, a list of files
     ("longeval_lines", "testcases"): [
         Local("longchat_cases"),

@@ -71,3 +71,16 @@ def test_settings_are_checked_before_the_model_loads(monkeypatch, model_dirs):
         run_task("forgetting_curve", model_dirs["a"], {"min_len": 50, "max_len": 20})
     with pytest.raises(SettingsError, match=r"'bos_token_id' = -1 is not allowed"):
         run_task("forgetting_curve", model_dirs["a"], {"bos_token_id": -1})
+
+
+def test_lengths_map_to_the_longest_copy_length_each_fits():
+    s = forgetting_curve.resolve_settings({"max_seq_lengths": [256, 1024]})
+    out = forgetting_curve.settings_for_lengths([256, 1024], s)
+    assert out == {"lengths": [126, 510]}
+    assert all(forgetting_curve.sample_tokens(x) <= n for x, n in zip(out["lengths"], [256, 1024]))
+    assert forgetting_curve.sample_tokens(511) > 1024
+    # a setting of the grid given: the grid, up to the copy length the longest length fits
+    s = forgetting_curve.resolve_settings({"max_seq_lengths": [256, 1024], "num_lengths": 4})
+    assert forgetting_curve.settings_for_lengths([256, 1024], s) == {"max_len": 510}
+    with pytest.raises(SettingsError, match=r"lengths \[4\] of max_seq_lengths hold no copy sample"):
+        forgetting_curve.settings_for_lengths([4, 100], s)

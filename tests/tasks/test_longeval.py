@@ -35,7 +35,7 @@ def test_a_number_of_cases_above_its_bound_is_refused_when_parsed():
 
 
 def test_cases_are_generated_when_read_in_the_harness_order(generated):
-    n_cases, case = longeval.case_reader(longeval.resolve_settings({"num_cases": 10_000}))
+    n_cases, case = longeval.case_reader(longeval.resolve_settings({"preset": "paper", "num_cases": 10_000}))
     assert n_cases == 13 * 10_000 and generated == []
     assert [case(i).num_lines for i in range(3)] == [200, 300, 400]
     assert generated == [(200, 0), (300, 0), (400, 0)]
@@ -66,3 +66,47 @@ def test_settings_and_generation_options_are_checked_before_the_model_loads(monk
         run_task("longeval_lines_acc", model_dirs["a"], small, gen_kwargs="top_z=3,max_gen_toks=2")
     with pytest.raises(run_options.UnsupportedOptionError, match="--num_fewshot 3 does not apply"):
         run_task("longeval_lines_acc", model_dirs["a"], small, num_fewshot=3)
+
+
+# ------------------------------------------------------------------ sizing: max_seq_lengths and the window
+
+
+def test_lines_fill_each_length_with_room_for_the_answer():
+    # a prompt of N lines: 100 tokens of header and question, 10 a line
+    counted = []
+
+    def prompt_tokens(n):
+        counted.append(n)
+        return 100 + 10 * n
+
+    lines, notes = longeval.num_lines_for_lengths([1000, 2100], prompt_tokens, room=100)
+    assert lines == [80, 190] and not notes  # 100 + 10 N <= L - 100
+    with pytest.raises(SettingsError, match="a length of 150 tokens holds no line"):
+        longeval.num_lines_for_lengths([150, 1000], prompt_tokens, room=100)
+    lines, notes = longeval.num_lines_for_lengths([150, 1000], prompt_tokens, room=100, drop_short=True)
+    assert lines == [80] and "left out" in notes[0]
+
+
+def test_lines_are_lowered_until_the_longest_prompt_fits():
+    # a fit from 16 and 64 lines that underestimates longer prompts: the size found is lowered until it fits
+    def prompt_tokens(n):
+        return 100 + 10 * n + (n // 10) ** 2
+
+    [n], _ = longeval.num_lines_for_lengths([2100], prompt_tokens, room=100)
+    assert prompt_tokens(n) <= 2000 < prompt_tokens(n + 1) + 20
+
+
+def test_lines_for_a_real_tokenizer_are_about_each_length():
+    from transformers import AutoTokenizer
+
+    from lm_eval_longctx.demo.model import packaged_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(packaged_model_dir())
+
+    def prompt_tokens(n):
+        prompts = [longeval._generated_case(n, i, 0, "reference").prompt for i in range(4)]
+        return max(len(tokenizer(p)["input_ids"]) for p in prompts)
+
+    lines, _ = longeval.num_lines_for_lengths([1024, 4096], prompt_tokens, room=100)
+    for n, length in zip(lines, [1024, 4096]):
+        assert length - 100 - 40 <= prompt_tokens(n) <= length - 100  # within about a line of the length
