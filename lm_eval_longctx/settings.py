@@ -9,7 +9,9 @@ Parsing is strict, because a typo or a wrong type must never give a different nu
   harness glue), or a key the user names in ``other_tasks_keys``. Any other key is an error, naming it and the
   known key it resembles, only when it looks like a misspelling of one of ours (:func:`misspelling_of`);
   otherwise it is left to the other tasks of the run (a stock task's, such as RULER's ``num_samples``), with one
-  log line naming it (lm-eval's own length key, ``max_seq_lengths``, is a setting of every task of this suite);
+  log line naming it (lm-eval's own length key, ``max_seq_lengths``, is a setting of every task of this suite). In a
+  run whose every task is of this suite no other task could take it: there it is an error before the model loads
+  (:func:`refuse_unused_keys`, asked by the discovery hook);
 * a value of the wrong type, out of range, NaN or infinite is an error naming the key, the value and
   what is allowed; counts must be whole numbers (``2.5`` and ``True`` are not counts);
 * a count or length above its declared upper bound (``integer(lo, hi)``, ``integer_list(lo, hi, max_items)``) is an
@@ -365,6 +367,25 @@ def _edit_distance(a: str, b: str) -> int:
             if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
                 d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
     return d[-1][-1]
+
+
+def refuse_unused_keys(md: Mapping) -> None:
+    """A run whose every task is of this suite: a metadata key none of them takes (and lm-eval does not put there)
+    is an error, naming it and the way out; in a run with another suite's tasks it is left to them
+    (``Declaration.check_unknown_keys``)."""
+    other = md.get(OTHER_TASKS_KEYS) or []
+    if isinstance(other, str):
+        other = [k for k in other.split(",") if k.strip()]
+    known = known_setting_names() | {OTHER_TASKS_KEYS} | {str(k).strip() for k in other if isinstance(k, str)}
+    for keys in EXTERNAL_KEYS.values():
+        known |= keys
+    unused = sorted(str(k) for k in md if k not in known)
+    if unused:
+        raise SettingsError(
+            f"metadata key(s) {', '.join(repr(k) for k in unused)}: no task of this run takes them (every task is "
+            "of lm_eval_longctx, and none has such a setting: docs/running-on-your-model.md lists them). Remove "
+            f"them, or list them in --metadata '{{\"{OTHER_TASKS_KEYS}\": [...]}}' if they are meant to be ignored."
+        )
 
 
 def misspelling_of(key: str, names: Iterable[str]) -> str | None:

@@ -338,16 +338,21 @@ def check_before_model(arguments: dict) -> None:
     as lm-eval will find them: by name, tag or group in the call's task manager (else in our task folder), each with
     its YAML and metadata merged as lm-eval merges them; a task's own error propagates."""
     try:
-        configs = _our_task_configs(arguments)
+        configs, metadata, foreign = _our_task_configs(arguments)
     except Exception as err:  # never break lm-eval because of the hook: the tasks check again when built
         _log().debug("lm_eval_longctx: tasks not checked before the model (%s)", err)
         return
     for cls, config in configs:
         getattr(cls, BEFORE_MODEL_CHECK)(config, arguments)
+    if configs and not foreign:  # no task of another suite in the run could take an unknown key
+        from ..settings import refuse_unused_keys
+
+        refuse_unused_keys(metadata)
 
 
-def _our_task_configs(arguments: dict) -> list:
-    """(task class, config) of every task of this package among ``arguments["tasks"]``."""
+def _our_task_configs(arguments: dict) -> tuple[list, dict, bool]:
+    """(task class, config) of every task of this package among ``arguments["tasks"]``, the metadata they are built
+    with, and whether the run also holds a task of another suite (or one this index does not know)."""
     from pathlib import Path
 
     from lm_eval.tasks._factory import TaskFactory
@@ -365,10 +370,13 @@ def _our_task_configs(arguments: dict) -> list:
         metadata = (model_args if isinstance(model_args, dict) else {}) | (arguments.get("metadata") or {})
     factory = TaskFactory(meta=metadata)
     found: dict[str, tuple] = {}
+    foreign = []
 
     def visit(spec, overrides: dict, depth: int) -> None:
         name = spec.get("task") if isinstance(spec, dict) else spec
         entry = index.get(name) if isinstance(name, str) else None
+        if entry is None:
+            foreign.append(name)
         if entry is None or depth > 10 or name in found:
             return
         if isinstance(spec, dict):
@@ -386,11 +394,13 @@ def _our_task_configs(arguments: dict) -> list:
             config = factory._load_full_config(entry, overrides or None)
             if hasattr(config.get("class"), BEFORE_MODEL_CHECK):
                 found[name] = (config["class"], config)
+        else:
+            foreign.append(name)
 
     requested = arguments.get("tasks") or []
     for spec in requested if isinstance(requested, list) else [requested]:
         visit(spec, {}, 0)
-    return list(found.values())
+    return list(found.values()), metadata, bool(foreign)
 
 
 # lm-eval builds the model before it loads the tasks; these attributes of its LM class say which

@@ -87,3 +87,14 @@ def test_a_backend_that_cannot_serve_the_tasks_is_refused_before_it_is_built(mon
     monkeypatch.setattr(DummyLM, "__init__", build)
     with pytest.raises(glue.UnsupportedModelError, match="the DummyLM backend does not provide. Use --model hf"):
         run_task("retrieval_gain", model_dirs["a"], {}, model="dummy", model_args={})
+
+
+@pytest.mark.integration
+def test_a_key_no_task_of_the_run_takes_is_an_error_before_the_model(model_dirs, monkeypatch):
+    """Every task of the run is ours: a metadata key none of them takes would be silently ignored; it is refused before
+    the model loads (listed in other_tasks_keys, it is let through: the model then loads, which fails here)."""
+    refuse_model_loading(monkeypatch)
+    with pytest.raises(SettingsError, match=r"'num_samples': no task of this run takes them"):
+        run_task("retrieval_gain", model_dirs["a"], {"num_samples": 5})
+    with pytest.raises(AssertionError, match="lm-eval loaded the model"):
+        run_task("retrieval_gain", model_dirs["a"], {"num_samples": 5, "other_tasks_keys": ["num_samples"]})
