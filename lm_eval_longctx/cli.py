@@ -75,8 +75,7 @@ def _command_of(argv) -> str | None:
 
 
 # --------------------------------------------------------------------------- reporting subcommands
-# The logic lives in lm_eval_longctx/report/ (gate.py, leaderboard.py, correlate.py); scripts/regression_gate.py, scripts/leaderboard.py and
-# scripts/verify_correlation.py call these same subcommands.
+# The logic lives in lm_eval_longctx/report/ (gate.py, leaderboard.py, correlate.py).
 
 GATE_HELP = """Compare a results JSON (or a folder of them) with a baseline. Exit 0: pass; 1: a metric regressed;
 2: unusable input (unreadable or malformed file or field, a baseline metric missing from the run or not a finite
@@ -395,8 +394,7 @@ def add_demo_parser(sub, full: bool = True) -> None:
 def add_validate_parser(sub, full: bool = True) -> None:
     g = sub.add_parser(
         "validate",
-        help="known-answer validation: do the metrics rank models of known memory "
-        "distance correctly? (scripts/validate_metrics.py)",
+        help="known-answer validation: do the metrics rank models of known memory distance correctly?",
     )
     if full:
         from .demo.known_answer import add_arguments

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -202,6 +203,24 @@ def cannot_write(path: str | Path, err: OSError) -> str:
     cause = err.strerror or str(err) or type(err).__name__
     where = f" ({err.filename})" if err.filename is not None and str(err.filename) != str(path) else ""
     return f"cannot write {path}: {cause[:1].lower()}{cause[1:]}{where}"
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, read in blocks (a model's weights need not fit in memory twice).
+
+    Example:
+        >>> import tempfile
+        >>> from lm_eval_longctx.output_dirs import file_sha256
+        >>> with tempfile.NamedTemporaryFile() as f:
+        ...     _ = f.write(b"abc"); f.flush()
+        ...     file_sha256(f.name)[:16]
+        'ba7816bf8f01cfea'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_regular_file(path: str | Path) -> bytes | None:

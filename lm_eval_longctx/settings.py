@@ -376,7 +376,11 @@ def refuse_unused_keys(md: Mapping) -> None:
     other = md.get(OTHER_TASKS_KEYS) or []
     if isinstance(other, str):
         other = [k for k in other.split(",") if k.strip()]
-    known = known_setting_names() | {OTHER_TASKS_KEYS} | {str(k).strip() for k in other if isinstance(k, str)}
+    known = (
+        known_setting_names()
+        | {OTHER_TASKS_KEYS, *MODEL_KEYS_READ}
+        | {str(k).strip() for k in other if isinstance(k, str)}
+    )
     for keys in EXTERNAL_KEYS.values():
         known |= keys
     unused = sorted(str(k) for k in md if k not in known)

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -56,13 +55,17 @@ import torch
 import torch.nn.functional as F
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+for folder in (REPO_ROOT, REPO_ROOT / "scripts"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
 
 from lm_eval_longctx.engine import scoring  # noqa: E402
 
 PATHS = ("long", "truncated", "full")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = benchkit.DTYPES
+# this benchmark's own smallest body (its published CPU table used it); the 8B body is the kit's
 SHAPES = {
     "tiny": dict(
         vocab_size=32000,
@@ -72,14 +75,7 @@ SHAPES = {
         num_attention_heads=1,
         num_key_value_heads=1,
     ),
-    "llama8b": dict(
-        vocab_size=128256,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-    ),
+    "llama8b": dict(vocab_size=128256, **benchkit.SHAPES["llama8b"]),
 }
 
 
@@ -135,39 +131,24 @@ def run_path(path: str, model, ids: torch.Tensor, args) -> np.ndarray:
 # ------------------------------------------------------------------ worker
 
 
-def _rss_now() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _rss_peak() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure(path: str, length: int, model, args, out_dir: Path) -> dict:
     device = torch.device(args.device)
     ids = make_ids(length, SHAPES[args.shape]["vocab_size"], args.seed)
-    _sync(device)
+    benchkit.sync(device)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         baseline = torch.cuda.memory_allocated(device)
     else:
-        baseline = _rss_now()
+        baseline = benchkit.rss_bytes()
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
         logprob = run_path(path, model, ids, args)
     except torch.cuda.OutOfMemoryError:
         return {"path": path, "length": length, "error": "OOM"}
-    _sync(device)
+    benchkit.sync(device)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _rss_peak()) - baseline
+    peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda" else benchkit.peak_rss_bytes()) - baseline
     np.save(out_dir / f"{path}_{length}.npy", logprob)
     scored = int(np.sum(~np.isnan(logprob)))
     # cpu_seconds: the process's CPU time (all threads), less disturbed than wall time on a shared machine

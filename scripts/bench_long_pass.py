@@ -42,34 +42,19 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import bench_long_documents  # noqa: E402  (a script beside this one: the Llama-3.1-8B shape, defined there once)
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
 
 from lm_eval_longctx.engine import forward, memory, plans, scoring  # noqa: E402
 
-SHAPES = {
-    "tiny": dict(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        vocab_size=32000,
-    ),
-    "llama8b": dict(bench_long_documents.SHAPES["llama8b"], rope_theta=500000.0),
-}
+VOCAB = {"tiny": 32000, "llama8b": 128256}
 PATHS = ("decoder", "full", "chunked", "map")
 DEPTHS = tuple(range(0, 100, 10))
 QA = 48  # query + answer tokens
 
 
 def build_model(args):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(max_position_embeddings=max(args.lengths + [args.map_length]) + QA + 8, **SHAPES[args.shape])
-    with torch.device(args.device):
-        model = LlamaForCausalLM(config)
-    return model.to(getattr(torch, args.dtype)).eval()
+    max_positions = max(args.lengths + [args.map_length]) + QA + 8
+    return benchkit.random_llama(args.shape, VOCAB[args.shape], max_positions, args.dtype, args.device)
 
 
 def ladder(n: int, ids: torch.Tensor):
@@ -93,37 +78,27 @@ def run_path(path: str, model, ids: torch.Tensor, args):
     return scoring.score_long(model, ids, chunk_size=args.chunk_size, long_pass=path).logprob
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def worker(args) -> dict:
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     model = build_model(args)
     n = args.map_length if args.worker == "map" else args.lengths[0]
-    ids = torch.randint(3, SHAPES[args.shape]["vocab_size"], (n,), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(3, VOCAB[args.shape], (n,), generator=torch.Generator().manual_seed(1))
     scoring.check_model(model)  # the one-off probe is not part of any timing
-    _sync(device)
+    benchkit.sync(device)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
     else:
-        base = _rss()
+        base = benchkit.rss_bytes()
     with torch.no_grad():
         try:
             out = run_path(args.worker, model, ids, args)
         except torch.cuda.OutOfMemoryError:
             return {"error": "out of memory"}
-    _sync(device)
+    benchkit.sync(device)
     peak = (
         torch.cuda.max_memory_allocated(device)
         if device.type == "cuda"
@@ -132,10 +107,10 @@ def worker(args) -> dict:
     times = []
     with torch.no_grad():
         for _ in range(args.repeats):
-            _sync(device)
+            benchkit.sync(device)
             start = time.perf_counter()
             run_path(args.worker, model, ids, args)
-            _sync(device)
+            benchkit.sync(device)
             times.append(time.perf_counter() - start)
     estimate = None
     if args.worker in ("full", "chunked"):
@@ -204,7 +179,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
+    p.add_argument("--shape", default="tiny", choices=sorted(benchkit.SHAPES))
     p.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384])
     p.add_argument("--map-length", type=int, default=8192, help="longest context of the map's ladder")
     p.add_argument("--map-batch", type=int, default=10, help="cells per forward where no KV cache is exact")
@@ -223,7 +198,7 @@ def main(argv=None) -> int:
 
     rows, ok = [], True
     print(
-        f"random Llama '{args.shape}' ({SHAPES[args.shape]}); {args.device} {args.dtype}; chunk {args.chunk_size}; "
+        f"random Llama '{args.shape}' ({benchkit.SHAPES[args.shape]}, vocabulary {VOCAB[args.shape]}); {args.device} {args.dtype}; chunk {args.chunk_size}; "
         f"best of {args.repeats}; each path in its own process"
     )
     with tempfile.TemporaryDirectory() as tmp:

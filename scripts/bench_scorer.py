@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -65,8 +64,11 @@ import torch
 import torch.nn.functional as F
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing the package
-    sys.path.insert(0, str(REPO_ROOT))
+for folder in (REPO_ROOT, REPO_ROOT / "scripts"):  # run from a checkout without installing the package
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
 
 from lm_eval_longctx.engine.scoring import score_long  # noqa: E402
 
@@ -151,25 +153,6 @@ def run_path(path: str, model, ids: torch.Tensor, chunk_size: int):
 # --------------------------------------------------------------------------------------------
 
 
-def _current_rss_bytes() -> int:
-    """Resident set size now (Linux /proc); falls back to the peak so far elsewhere."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return _peak_rss_bytes()
-
-
-def _peak_rss_bytes() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB, macOS bytes
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def worker(args) -> dict:
     """Score one sequence with one path: a measured first run (memory), then timed repeats."""
     device = torch.device(args.device)
@@ -180,28 +163,28 @@ def worker(args) -> dict:
     ids = make_ids(length, args.vocab_size, args.seed)
 
     # Memory: the first run of this path in this process, so the CPU peak RSS is its own.
-    _sync(device)
+    benchkit.sync(device)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         baseline = torch.cuda.memory_allocated(device)
     else:
-        baseline = _current_rss_bytes()
+        baseline = benchkit.rss_bytes()
     try:
         logprob, greedy = run_path(args.worker, model, ids, args.chunk_size)
     except torch.cuda.OutOfMemoryError:
         return {"error": "OOM"}
-    _sync(device)
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _peak_rss_bytes()
+    benchkit.sync(device)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else benchkit.peak_rss_bytes()
     peak_mib = max(peak - baseline, 0) / 2**20
 
     # Time: the first run above doubles as warm-up (kernel selection, allocator growth).
     times, cpu_times = [], []
     for _ in range(args.repeats):
-        _sync(device)
+        benchkit.sync(device)
         start, cpu_start = time.perf_counter(), time.process_time()
         run_path(args.worker, model, ids, args.chunk_size)
-        _sync(device)
+        benchkit.sync(device)
         times.append(time.perf_counter() - start)
         cpu_times.append(time.process_time() - cpu_start)
 

@@ -1,28 +1,29 @@
-"""Benchmark the whole suite: every task through lm-eval (``simple_evaluate``, the stock ``hf`` backend) on a
-random-weight model of a given body, per task the wall time, the peak memory, the tokens the engine forwarded and
-their floor: those tokens at the decoder's own throughput, measured in the same run.
+"""Benchmark the whole suite: every task through lm-eval (``simple_evaluate``, the stock ``hf`` backend), per task
+the wall time, the peak memory, the tokens the engine forwarded, where the time went (inside the decoder's
+forwards, inside the output head, outside both) and the floor: the decoder's own time on the forwards the task
+made, measured in the same run.
 
-* ``--body tiny``: a 2-layer Llama (hidden 64) for a CPU; ``--body llama8b``: the Llama-3.1-8B body (hidden 4096,
-  32 layers, 32 heads, 8 KV heads, intermediate 14336) for a GPU. The vocabulary is the packaged demo tokenizer's
-  (the tasks need a real tokenizer; a 128k-row head would cost more per token than this one).
-* ``--size tiny``: one or two documents and cases per task, seconds on a CPU (what the tests run);
-  ``--size paper``: the papers' sizes (LongPPL: 50 documents of 16k-32k tokens with the model itself as evaluator;
-  forgetting curve to 16,000 tokens; retrieval gain 50 x 8,192 tokens; the map's default ladder; LongEval's 650
-  cases of 5k-33k tokens). Documents are cut from the embedded corpus, repeated where it is shorter than the size
-  asks: the timings depend on lengths, not on the text.
+* ``--model DIR``: a checkpoint, loaded as ``--model hf`` loads it, with its own tokenizer; default size ``ci``
+  (the ``ci`` preset: the embedded corpus, lengths from the model's window, the model judging its key tokens).
+* ``--body tiny`` (a 2-layer Llama, hidden 64, for a CPU) or ``--body llama8b`` (the Llama-3.1-8B body, for a
+  GPU): random weights with the packaged demo tokenizer's vocabulary. ``--size tiny``: one or two documents and
+  cases per task (seconds on a CPU; what the tests run); ``--size paper``: the papers' sizes (LongPPL: 50
+  documents of 16k-32k tokens, the model as evaluator; forgetting curve to 16,000 tokens; retrieval gain 50 x
+  8,192 tokens; the map's default ladder; LongEval's 650 cases), documents cut from the embedded corpus.
 * LongEval generation is also timed case by case against its own floor: the prompt's prefill (one forward filling
   the cache) plus one decode step per generated token, both measured on the same case.
 
-lm-eval's task index (a ``TaskManager`` reading every task config lm-eval ships) is built once, as ``lm_eval`` does
-for all the tasks of one run, and timed apart from the rows.
+The floor: hooks on the model's decoder and output head time every call the task makes (with a device sync), so
+the floor is the decoder's own time on exactly the forwards the task ran, in the same run; the head's time and the
+time outside both are columns, and ``decoder tokens`` (every decoder call, the key-token evaluator's and the
+probes' included) stands beside the engine's own count. A task far above 1 spends its time outside the model.
+lm-eval's task index (a ``TaskManager`` reading every task config lm-eval ships) is built once, as ``lm_eval``
+does for all the tasks of one run, and timed apart from the rows. Peak memory: CUDA ``max_memory_allocated``
+(reset per task), CPU the resident set sampled every 5 ms, both above what was held before the task.
 
-Peak memory: CUDA ``max_memory_allocated`` (reset per task), CPU the resident set sampled every 5 ms, both above
-what was held before the task (the model's weights). The floor is ``tokens forwarded / (decoder tokens per
-second)``, the decoder (``model.model``, no head) timed on ``--floor-length`` tokens.
-
+    python scripts/bench_suite.py --model DIR --threads 2 --json out/bench_suite_smollm2.json
     python scripts/bench_suite.py --body tiny --size tiny --json out/bench_suite_cpu.json
     python scripts/bench_suite.py --body llama8b --device cuda --dtype bfloat16 --size paper --json out/gpu_bf16.json
-    python scripts/bench_suite.py --body llama8b --device cuda --dtype float32 --size paper --json out/gpu_fp32.json
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -43,17 +43,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+for folder in (REPO_ROOT, REPO_ROOT / "scripts"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
-BODIES = {
-    "tiny": dict(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128
-    ),
-    "llama8b": dict(
-        hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336
-    ),
-}
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
+
 TASKS = (
     "longppl_govreport",
     "forgetting_curve",
@@ -84,6 +79,8 @@ SIZES = {
             "seed": 0,
         },
     },
+    # a real checkpoint's own sizes: the `ci` preset on the embedded corpus, the model judging its key tokens
+    "ci": {"chars_per_doc": None, "n_docs": 0, "limit": None, "metadata": {"preset": "ci"}},
     "paper": {
         "chars_per_doc": 90_000,
         "n_docs": 50,
@@ -97,24 +94,23 @@ SIZES = {
 
 
 def build_model(body: str, dtype: str, device: str, max_positions: int):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    """A random-weight Llama of ``body`` with the packaged demo tokenizer's vocabulary."""
+    from transformers import AutoTokenizer
 
     from lm_eval_longctx.demo.run import default_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
-    config = LlamaConfig(
+    model = benchkit.random_llama(
+        body,
         vocab_size=len(tokenizer),
-        max_position_embeddings=max_positions,
+        max_positions=max_positions,
+        dtype=dtype,
+        device=device,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        rope_theta=500000.0,
-        **BODIES[body],
     )
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = LlamaForCausalLM(config)
-    return model.to(getattr(torch, dtype)).eval(), tokenizer
+    return model, tokenizer
 
 
 def write_corpus(path: Path, chars_per_doc: int, n_docs: int) -> Path:
@@ -134,65 +130,6 @@ def write_corpus(path: Path, chars_per_doc: int, n_docs: int) -> Path:
 # --------------------------------------------------------------------------- measuring
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class PeakMemory:
-    """Peak memory above the level at entry: CUDA's allocator peak, or the resident set sampled on the CPU."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.peak = device, 0
-
-    def __enter__(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self.base = torch.cuda.memory_allocated(self.device)
-        else:
-            self.base = _rss()
-            self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def _sample(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, _rss() - self.base)
-            time.sleep(0.005)
-
-    def __exit__(self, *exc):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            self.peak = torch.cuda.max_memory_allocated(self.device) - self.base
-        else:
-            self._stop.set()
-            self._thread.join()
-            self.peak = max(self.peak, _rss() - self.base)
-
-
-@torch.no_grad()
-def decoder_throughput(model, n_tokens: int, device: torch.device, repeats: int = 2) -> float:
-    """Tokens per second of the decoder alone (no output head) on one sequence of ``n_tokens``."""
-    ids = torch.randint(3, model.config.vocab_size, (1, n_tokens), generator=torch.Generator().manual_seed(0))
-    ids = ids.to(device)
-    model.model(input_ids=ids, use_cache=False)  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        model.model(input_ids=ids, use_cache=False)
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return n_tokens / best
-
-
 @torch.no_grad()
 def generation_against_floor(model, tokenizer, device, num_lines: list[int], cases: int, max_new: int) -> list[dict]:
     """Per LongEval prompt: the engine's greedy generation, against its floor on the same prompt: one prefill
@@ -207,23 +144,23 @@ def generation_against_floor(model, tokenizer, device, num_lines: list[int], cas
     rows = []
     for case in longeval_cases.generate_cases(tuple(num_lines), cases, 0):
         ids = torch.tensor(tokenizer(case.prompt)["input_ids"])
-        _sync(device)
+        benchkit.sync(device)
         start = time.perf_counter()
         out = generation.generate(model, [ids], settings)[0]
-        _sync(device)
+        benchkit.sync(device)
         seconds = time.perf_counter() - start
         cache = KVCache(model)
-        _sync(device)
+        benchkit.sync(device)
         start = time.perf_counter()
         cache.feed(ids[None].to(device), 1)
-        _sync(device)
+        benchkit.sync(device)
         prefill = time.perf_counter() - start
         steps = []
         for token in (list(out) or [0])[:8]:
-            _sync(device)
+            benchkit.sync(device)
             start = time.perf_counter()
             cache.feed(torch.tensor([[int(token)]], device=device), 1)
-            _sync(device)
+            benchkit.sync(device)
             steps.append(time.perf_counter() - start)
         step = sorted(steps)[len(steps) // 2]
         floor = prefill + len(out) * step
@@ -242,88 +179,76 @@ def generation_against_floor(model, tokenizer, device, num_lines: list[int], cas
 
 
 def run_task(lm, task: str, metadata: dict, limit, device: torch.device, task_manager) -> dict:
+    """One task through ``simple_evaluate``: wall time, peak memory, the engine's record of its forwards, and the
+    ledger of every decoder and head forward; the floor is the decoder's own time on those forwards."""
     import lm_eval
 
-    with PeakMemory(device) as peak:
-        start = time.perf_counter()
-        out = lm_eval.simple_evaluate(
-            model=lm, tasks=[task], metadata=metadata, limit=limit, log_samples=False, task_manager=task_manager
-        )
-        _sync(device)
-        seconds = time.perf_counter() - start
-    config = out["configs"][task]
-    scoring = (config.get("metadata") or {}).get("longctx_settings", {}).get("runtime", {}).get("scoring", {})
+    ledger, detach = benchkit.attach_ledger(lm.model, device)
+    try:
+        with benchkit.PeakMemory(device) as peak:
+            start = time.perf_counter()
+            out = lm_eval.simple_evaluate(
+                model=lm, tasks=[task], metadata=metadata, limit=limit, log_samples=False, task_manager=task_manager
+            )
+            benchkit.sync(device)
+            seconds = time.perf_counter() - start
+    finally:
+        detach()
+    settings = (out["configs"][task].get("metadata") or {}).get("longctx_settings", {})
+    scoring = settings.get("runtime", {}).get("scoring", {})
+    scoring = scoring if isinstance(scoring, dict) else {}
+    floor = ledger.decoder_seconds
     return {
         "seconds": seconds,
         "peak_mib": peak.peak / 2**20,
-        "tokens_forwarded": int(scoring.get("tokens_forwarded", 0)) if isinstance(scoring, dict) else 0,
-        "plans": scoring.get("plans", []) if isinstance(scoring, dict) else [],
-        "retries": scoring.get("retries", []) if isinstance(scoring, dict) else [],
+        "tokens_forwarded": int(scoring.get("tokens_forwarded", 0)),
+        "decoder_calls": len(ledger.decoder_calls),
+        "decoder_tokens": int(sum(rows * new for rows, new, _, _ in ledger.decoder_calls)),
+        "head_rows": ledger.head_rows,
+        "head_seconds": ledger.head_seconds,
+        "outside_forwards_seconds": seconds - ledger.decoder_seconds - ledger.head_seconds,
+        "floor_seconds": floor,
+        "over_floor": seconds / floor if floor else None,
+        "plans": scoring.get("plans", []),
+        "retries": scoring.get("retries", []),
+        "num_lines": settings.get("num_lines"),  # LongEval's sizes as the task took them
     }
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--body", default="tiny", choices=sorted(BODIES))
-    p.add_argument("--size", default="tiny", choices=sorted(SIZES))
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--limit", type=int, default=None, help="lm-eval's --limit (default: the size's)")
-    p.add_argument("--floor-length", type=int, default=None, help="tokens of the decoder throughput measurement")
-    p.add_argument("--generation-cases", type=int, default=None, help="LongEval prompts timed against their floor")
-    p.add_argument("--threads", type=int, default=0, help="torch threads on the CPU (0: torch's default)")
-    p.add_argument("--json", default=None, help="write the rows here")
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
+def load_lm(args):
+    """lm-eval's ``hf`` model: the checkpoint in ``--model`` loaded as ``--model hf`` loads it, or a random body."""
     from lm_eval.models.huggingface import HFLM
 
-    size = SIZES[args.size]
-    device = torch.device(args.device)
-    floor_length = args.floor_length or (512 if args.size == "tiny" else 32768)
-    model, tokenizer = build_model(args.body, args.dtype, args.device, 131072)
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=args.batch_size, max_length=131072, device=args.device)
-    throughput = decoder_throughput(model, floor_length, device)
+    if args.model:
+        lm = HFLM(pretrained=args.model, dtype=args.dtype, device=args.device, batch_size=args.batch_size)
+        label = f"checkpoint {args.model}"
+    else:
+        model, tokenizer = build_model(args.body, args.dtype, args.device, 131072)
+        lm = HFLM(
+            pretrained=model, tokenizer=tokenizer, batch_size=args.batch_size, max_length=131072, device=args.device
+        )
+        label = f"random Llama '{args.body}' ({benchkit.SHAPES[args.body]})"
+    return lm, f"{label}, vocabulary {lm.model.config.get_text_config().vocab_size}"
+
+
+def print_tables(rows: list[dict], generation: list[dict]) -> None:
     print(
-        f"random Llama '{args.body}' ({BODIES[args.body]}, vocabulary {model.config.vocab_size}); {device} "
-        f"{args.dtype}; size {args.size}; decoder {throughput:,.0f} tokens/s at {floor_length} tokens",
-        flush=True,
+        "\n| task | wall s | peak MiB | tokens forwarded (engine) | decoder tokens | floor: in decoder s | in head s "
+        "| outside forwards s | wall / floor |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus = write_corpus(Path(tmp) / "corpus.jsonl", size["chars_per_doc"], size["n_docs"])
-        metadata = {**size["metadata"], "data_files": str(corpus)}
-        limit = args.limit if args.limit is not None else size["limit"]
-        # lm-eval indexes every task config it ships when a TaskManager is built: once per run, as `lm_eval` does
-        # for all its --tasks, so it is timed apart from the tasks
-        from lm_eval.tasks import TaskManager
-
-        start = time.perf_counter()
-        task_manager = TaskManager(metadata=metadata)
-        index_seconds = time.perf_counter() - start
-        print(f"lm-eval's task index (once per run, not in the rows): {index_seconds:.2f} s", flush=True)
-        for task in args.tasks:
-            row = {"task": task, **run_task(lm, task, metadata, limit, device, task_manager)}
-            row["floor_seconds"] = row["tokens_forwarded"] / throughput
-            row["over_floor"] = row["seconds"] / row["floor_seconds"] if row["floor_seconds"] else None
-            rows.append(row)
-            print(json.dumps({k: v for k, v in row.items() if k not in ("plans",)}), flush=True)
-    n_gen = args.generation_cases if args.generation_cases is not None else (2 if args.size == "tiny" else 13)
-    from lm_eval_longctx.data import longeval_cases
-
-    num_lines = list(metadata.get("num_lines", longeval_cases.DEFAULT_NUM_LINES))
-    cases = max(1, n_gen // len(num_lines))
-    generation = generation_against_floor(model, tokenizer, device, num_lines, cases, 100) if n_gen else []
-
-    print("\n| task | wall s | peak MiB | tokens forwarded | floor s | wall / floor |\n|---|---:|---:|---:|---:|---:|")
     for r in rows:
         ratio = f"{r['over_floor']:.2f}" if r["over_floor"] else ""
         print(
-            f"| {r['task']} | {r['seconds']:.2f} | {r['peak_mib']:,.0f} | {r['tokens_forwarded']:,} | "
-            f"{r['floor_seconds']:.2f} | {ratio} |"
+            f"| {r['task']} | {r['seconds']:.1f} | {r['peak_mib']:,.0f} | {r['tokens_forwarded']:,} | "
+            f"{r['decoder_tokens']:,} | {r['floor_seconds']:.1f} | {r['head_seconds']:.1f} | "
+            f"{r['outside_forwards_seconds']:.1f} | {ratio} |"
+        )
+    wall, floor = sum(r["seconds"] for r in rows), sum(r["floor_seconds"] for r in rows)
+    if floor:
+        total = {k: sum(r[k] for r in rows) for k in ("tokens_forwarded", "decoder_tokens", "head_seconds")}
+        print(
+            f"| **suite** | {wall:.1f} | | {total['tokens_forwarded']:,} | {total['decoder_tokens']:,} | {floor:.1f} | "
+            f"{total['head_seconds']:.1f} | {wall - floor - total['head_seconds']:.1f} | {wall / floor:.2f} |"
         )
     if generation:
         print(
@@ -335,10 +260,62 @@ def main(argv=None) -> int:
                 f"| {g['num_lines']} | {g['prompt_tokens']:,} | {g['generated']} | {g['seconds']:.3f} | "
                 f"{g['prefill_seconds']:.3f} | {g['decode_step_seconds']:.4f} | {g['over_floor']:.2f} |"
             )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="a checkpoint folder (its own tokenizer); default: a random --body")
+    p.add_argument("--body", default="tiny", choices=sorted(benchkit.SHAPES))
+    p.add_argument("--size", default=None, choices=sorted(SIZES), help="default: ci with --model, else tiny")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=sorted(benchkit.DTYPES))
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--limit", type=int, default=None, help="lm-eval's --limit (default: the size's)")
+    p.add_argument("--generation-cases", type=int, default=None, help="LongEval prompts timed against their floor")
+    p.add_argument("--threads", type=int, default=0, help="torch threads on the CPU (0: torch's default)")
+    p.add_argument("--json", default=None, help="write the rows here")
+    args = p.parse_args(argv)
+    args.size = args.size or ("ci" if args.model else "tiny")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    size = SIZES[args.size]
+    device = torch.device(args.device)
+    lm, label = load_lm(args)
+    model, tokenizer = lm.model, lm.tokenizer
+    print(f"{label}; {device} {args.dtype}; size {args.size}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        metadata = dict(size["metadata"])
+        if size["chars_per_doc"]:
+            corpus = write_corpus(Path(tmp) / "corpus.jsonl", size["chars_per_doc"], size["n_docs"])
+            metadata["data_files"] = str(corpus)
+        limit = args.limit if args.limit is not None else size["limit"]
+        # lm-eval indexes every task config it ships when a TaskManager is built: once per run, as `lm_eval` does
+        # for all its --tasks, so it is timed apart from the tasks
+        from lm_eval.tasks import TaskManager
+
+        start = time.perf_counter()
+        task_manager = TaskManager(metadata=metadata)
+        index_seconds = time.perf_counter() - start
+        print(f"lm-eval's task index (once per run, not in the rows): {index_seconds:.2f} s", flush=True)
+        for task in args.tasks:
+            row = {"task": task, **run_task(lm, task, metadata, limit, device, task_manager)}
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k not in ("plans",)}), flush=True)
+    n_gen = args.generation_cases if args.generation_cases is not None else (2 if args.size == "tiny" else 13)
+    from lm_eval_longctx.data import longeval_cases
+
+    taken = [r["num_lines"] for r in rows if r["num_lines"]]
+    num_lines = list(taken[0] if taken else metadata.get("num_lines", longeval_cases.DEFAULT_NUM_LINES))
+    cases = max(1, n_gen // len(num_lines))
+    generation = generation_against_floor(model, tokenizer, device, num_lines, cases, 100) if n_gen else []
+    print_tables(rows, generation)
     result = {
         "args": vars(args),
+        "model": label,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "decoder_tokens_per_second": throughput,
         "task_index_seconds": index_seconds,
         "rows": rows,
         "generation": generation,

@@ -3,7 +3,7 @@
 
 A small random Llama is saved, then loaded twice: plainly on ``--device``, and with
 ``device_map="auto"`` over the visible GPUs (``load_evaluator(device="auto")``, what
-``evaluator_device: auto`` and ``precompute_key_spans.py --device auto`` use), its layers spread with
+``evaluator_device: auto`` and ``lm-eval-longctx precompute-spans --device auto`` use), its layers spread with
 ``--max-memory`` (default: a budget that forces a split: on one GPU, part of the layers are offloaded
 to the CPU and run on the GPU). The long pass, the truncated pass and shared-prefix continuations
 must agree (float32: 1e-4). Also reports where the logits of a chunk were produced and where they

@@ -35,10 +35,10 @@ def model_dirs(tmp_path_factory, corpus_texts):
 def first_model_variants(monkeypatch):
     """The known-answer variants of the first demo model (COPY_ONLY_RECIPE, rope_theta 1e6 / 1e4) in place of the
     shipped recipe's, for the untrained (steps 0) pipeline tests whose reach must be sharp; each test says why."""
-    from lm_eval_longctx.demo import model as demo_model
+    from lm_eval_longctx.demo import model
 
-    monkeypatch.setattr(demo_model, "DEMO_RECIPE", demo_model.COPY_ONLY_RECIPE)
-    monkeypatch.setattr(demo_model, "VARIANTS", demo_model.variants_for(demo_model.COPY_ONLY_RECIPE))
+    monkeypatch.setattr(model, "DEMO_RECIPE", model.COPY_ONLY_RECIPE)
+    monkeypatch.setattr(model, "VARIANTS", model.variants_for(model.COPY_ONLY_RECIPE))
 
 
 def pytest_collection_modifyitems(config, items):

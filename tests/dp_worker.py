@@ -1,4 +1,4 @@
-"""One rank of a 2-process CPU data-parallel run (launched by tests/test_data_parallel.py via torchrun).
+"""One rank of a 2-process CPU data-parallel run (launched by tests/integration/test_data_parallel.py via torchrun).
 
 Stock HFLM turns data parallelism on only with several CUDA devices; this subclass takes rank and
 world size from the Accelerator as HFLM does on GPUs, so the evaluator's sharding, padding and

@@ -15,6 +15,14 @@ def write_docs(path: Path, texts: list[str]) -> str:
     return str(path)
 
 
+def write_books(path: Path, texts: list[str]) -> str:
+    """The texts as PG-19 rows (a title and a text each), the forgetting curve's data_files."""
+    with open(path, "w", encoding="utf-8") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"short_book_title": f"Book {i}", "text": t}) + "\n")
+    return str(path)
+
+
 def run_task(task: str, model_dir: str, metadata: dict, model="hf", **kwargs) -> dict:
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager

@@ -65,6 +65,14 @@ def save_tiny_model(
     return str(path)
 
 
+def load(path):
+    """A saved checkpoint as (model in float32, eval mode; its tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(path)
+
+
 @contextlib.contextmanager
 def writes_cut_at(n_bytes: int):
     """Writes past the first ``n_bytes`` of any file fail as on a nearly full disk (EFBIG, "File too large", through

@@ -83,14 +83,6 @@ def harness_argv(model_dir: Path, extra_model_args: dict, metadata: dict, out: P
     ]
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _rope_types(config: dict) -> set:
     cfg = config.get("text_config") or config
     found = set()
@@ -121,7 +113,7 @@ def model_fingerprint(model_dir: Path) -> dict:
     files = {}
     for path in sorted(model_dir.iterdir()):
         if path.is_file() and path.suffix in MODEL_FILE_SUFFIXES and path.name not in NOT_SCORING_FILES:
-            files[path.name] = _sha256_file(path)
+            files[path.name] = output_dirs.file_sha256(path)
     return {"files": files, "config": scoring_config(config)}
 
 

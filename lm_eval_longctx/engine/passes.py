@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import plans, recording
-from .forward import KVCache, ScoringError, capabilities, causal_lm, input_device
+from .forward import KVCache, ScoringError, capabilities, causal_lm
 from .results import TokenLogprobs, unscored
 from .support import learned_position_table
 
@@ -407,7 +407,3 @@ def _ladder_on_one_cache(model, seq: torch.Tensor, ladder: list, chunk_size: int
     recording.count(model, "long", used.strategy)
     recording.count(model, "continuations", "shared_kv_cache", sum(len(cs) for _, cs, _ in ladder))
     return [[done[r][i] for i in range(len(cs))] for r, (_, cs, _) in enumerate(ladder)]
-
-
-def device_of(model) -> torch.device:
-    return input_device(model)

@@ -1,5 +1,5 @@
 """Which model families the engine scores, and how: the one declaration that the engine, its tests
-(``tests/test_support_matrix.py``) and the support table of ``docs/support.md`` read.
+(``tests/integration/test_support_matrix.py``) and the support table of ``docs/support.md`` read.
 
 Every family is scored exactly by the ``full`` strategy: one forward of each sequence, the decoder's output
 turned into log-probs by the model's own output head in row blocks (``engine/forward.py``). That is the

@@ -347,7 +347,17 @@ def check_before_model(arguments: dict) -> None:
     if configs and not foreign:  # no task of another suite in the run could take an unknown key
         from ..settings import refuse_unused_keys
 
-        refuse_unused_keys(metadata)
+        # lm-eval puts the --model_args into every task's metadata: they are the model's, not settings
+        refuse_unused_keys({k: v for k, v in metadata.items() if k not in _model_arg_keys(arguments)})
+
+
+def _model_arg_keys(arguments: dict) -> set:
+    from lm_eval.utils import simple_parse_args_string
+
+    model_args = arguments.get("model_args")
+    if isinstance(model_args, str):
+        model_args = simple_parse_args_string(model_args)
+    return set(model_args) if isinstance(model_args, dict) else set()
 
 
 def _our_task_configs(arguments: dict) -> tuple[list, dict, bool]:

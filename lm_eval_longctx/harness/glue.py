@@ -617,10 +617,6 @@ class EvaluatedModel:
         return getattr(self.lm, "tokenizer", None)
 
     @property
-    def tokenizer_name(self) -> str:
-        return str(getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__)
-
-    @property
     def max_length(self) -> int | None:
         value = getattr(self.lm, "max_length", None)
         return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -173,11 +173,8 @@ def folder_fingerprint(path: str | Path, memo_dir: str | Path | None = None) -> 
         stamp = f"{file}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
         digest = memo.get(stamp)
         if not (isinstance(digest, str) and len(digest) == 64):
-            fh = hashlib.sha256()
-            with open(file, "rb") as f:
-                for block in iter(lambda: f.read(1 << 24), b""):
-                    fh.update(block)
-            digest, memo[stamp], changed = fh.hexdigest(), fh.hexdigest(), True
+            digest = output_dirs.file_sha256(file)
+            memo[stamp], changed = digest, True
         h.update(file.relative_to(root).as_posix().encode() + b"\0" + digest.encode())
     if changed and memo_file is not None:
         try:

@@ -129,10 +129,6 @@ class SpanFolder:
     verified: bool
 
 
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def read_manifest(directory: Path) -> dict | None:
     path = directory / MANIFEST
     if not path.is_file():
@@ -215,7 +211,7 @@ def read_span_dir(directory: str | Path, texts: Sequence[str], texts_sha256: str
         return SpanFolder(spans, manifest, False)
     for i in range(n_docs):
         name = f"slice_{i}.txt"
-        if sums.get(name) != file_sha256(directory / name):
+        if sums.get(name) != output_dirs.file_sha256(directory / name):
             raise KeySpanFormatError(
                 f"{directory / name} does not match the checksum in {MANIFEST}: it was changed or copied in from "
                 "another folder after the spans were computed. Precompute the folder again, or restore the file."
@@ -238,7 +234,7 @@ def write_span_dir(
     for i, (doc_spans, text) in enumerate(zip(spans, texts)):
         check_spans(list(doc_spans), len(text), f"document {i}")
         write_span_file(directory / f"slice_{i}.txt", doc_spans)
-        sums[f"slice_{i}.txt"] = file_sha256(directory / f"slice_{i}.txt")
+        sums[f"slice_{i}.txt"] = output_dirs.file_sha256(directory / f"slice_{i}.txt")
     full = {
         **manifest,
         "format": MANIFEST_FORMAT,

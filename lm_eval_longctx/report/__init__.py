@@ -2,7 +2,7 @@
 rule for every tool), whether two runs were measured alike (``comparability.py``), the regression gate
 (``gate.py``), the leaderboard (``leaderboard.py``), the correlation check (``correlate.py``), the paired
 per-document test (``paired.py``), the token viewer (``viewer.py``), pictures (``pictures/``), the report card
-(``card/``, entry points in ``report_card.py``), text from files made safe for each output (``text.py``) and the
+(``card/``, the page in ``card/report.py``), text from files made safe for each output (``text.py``) and the
 rule that no output is an input (``outputs.py``).
 
 The layer reads files: what a task's report section holds, its metrics' directions and which export the viewer

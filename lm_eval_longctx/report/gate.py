@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import output_dirs
 from . import paired
 from .comparability import (
     CONTENT_IDENTIFIED,
@@ -404,19 +405,13 @@ def check_config_applies(config: GateConfig, run: Run, base: Run) -> None:
             )
 
 
-def _content_sha256(path: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def check_not_itself(run: Run, base: Run) -> None:
     """A baseline that is the run itself (the same results files, or a copy: files of the same names, which carry the
     run's date, and the same content) is refused: a CI job whose baseline path points at the run would pass every
     checkpoint. A rerun has another date."""
 
     def identity(files: list[str]) -> list[tuple[str, str]]:
-        return sorted((Path(f).name, _content_sha256(f)) for f in files)
+        return sorted((Path(f).name, output_dirs.file_sha256(f)) for f in files)
 
     run_files = sorted(set(run.sources.values()))
     base_files = sorted(set(base.sources.values()))

@@ -33,7 +33,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from ..metrics import per_token
+from ..metrics import gain_map, per_token
 
 # lm-eval's date_id: datetime.now().isoformat().replace(":", "-"), at the end of the results file's stem
 DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
@@ -255,6 +255,9 @@ def strata_for(aggregation: str, x):
 
 def candidate_aggregations(metric: str, width: int, settings: dict) -> dict:
     """Aggregations that fit per-document values of ``width`` numbers (0: a plain number)."""
+    effective = _effective_length_aggregations(metric, width, settings)
+    if effective:
+        return effective
     if width == 0:
         return {"mean": _mean}
     if width == 2:
@@ -262,6 +265,23 @@ def candidate_aggregations(metric: str, width: int, settings: dict) -> dict:
     if width == 3:
         return {k: v for k, v in _memory_aggregations(settings).items() if k == metric}
     return {}
+
+
+def _effective_length_aggregations(metric: str, width: int, settings: dict) -> dict:
+    """The retrieval-gain map's effective lengths over per-document gain curves, with the run's rule and lengths
+    (the task's aggregations: metrics.gain_map.effective_length*_from_docs)."""
+    s = settings or {}
+    lengths = s.get("lengths_used") or s.get("context_lengths")
+    if metric not in ("effective_length", "effective_length_abs") or not lengths or len(lengths) != width:
+        return {}
+    lengths, rule = tuple(int(n) for n in lengths), str(s.get("effective_rule", "contiguous"))
+    threshold = float(s.get("effective_threshold", 0.5))
+    if metric == "effective_length":
+        fraction = float(s.get("effective_fraction", 0.5))
+        one = lambda docs: gain_map.effective_length_from_docs(docs, lengths, fraction, rule, base_minimum=threshold)  # noqa: E731
+    else:
+        one = lambda docs: gain_map.effective_length_abs_from_docs(docs, lengths, threshold, rule)  # noqa: E731
+    return {metric: _per_resample(one)}
 
 
 def as_array(values: list):

@@ -3,7 +3,8 @@
 Key tokens come from one of (``--metadata``):
 * ``evaluator``: an HF model id or local path (default ``meta-llama/Llama-3.1-8B``, as in the paper),
   run once per document at request-building time and cached on disk;
-* ``evaluator: self``: the evaluated model judges its own tokens (two requests per document);
+* ``evaluator: self``: the evaluated model judges its own tokens (two requests per document, one where its
+  tokenizer adds no special token);
 * ``key_spans_dir``: precomputed spans, ``slice_{i}.txt`` per document (reference format).
 With spans available, the task costs one long pass of the evaluated model per document.
 """
@@ -488,12 +489,20 @@ class LongPPLTask(LongContextTask):
     def construct_requests(self, doc, ctx, **kwargs):
         kwargs.pop("apply_chat_template", None)
         kwargs.pop("chat_template", None)
-        reqs = [Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec(judge=False)), 0, **kwargs)]
         if self.settings["key_source"] == "self":
-            # The reference tokenizes the evaluator's text with its special tokens (BOS) and the
-            # evaluated text without: two sequences, two requests.
-            reqs.append(Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec(judge=True)), 1, **kwargs))
-        elif self.settings["key_source"] == "evaluator":
+            # The reference tokenizes the evaluator's text with its special tokens (BOS) and the evaluated text
+            # without: two sequences, two requests; where they are the same tokens, the judging request's long
+            # pass is the evaluated one (the same forward of the same ids), so one request serves both.
+            judging = (doc["text"], self._spec(judge=True))
+            if self._same_tokens_with_special_tokens(doc["text"]):
+                return [Instance(glue.REQUEST_TYPE, doc, judging, 0, **kwargs)]
+            evaluated = (doc["text"], self._spec(judge=False))
+            return [
+                Instance(glue.REQUEST_TYPE, doc, evaluated, 0, **kwargs),
+                Instance(glue.REQUEST_TYPE, doc, judging, 1, **kwargs),
+            ]
+        reqs = [Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec(judge=False)), 0, **kwargs)]
+        if self.settings["key_source"] == "evaluator":
             try:
                 self._judgements[doc["doc_id"]] = self._judge_with_evaluator(doc["text"])
             except scoring.ScoringError as err:  # e.g. the evaluator's length check: named with the task
@@ -601,10 +610,21 @@ class LongPPLTask(LongContextTask):
         # no answer string to compare with: what is predicted (the counts and NLL sums are in the metric fields)
         return "every token of doc.text but the first, each predicted from all the tokens before it (teacher forced)"
 
+    def _same_tokens_with_special_tokens(self, text: str) -> bool:
+        """Whether the evaluated model's tokenizer gives ``text`` the same ids with and without its special tokens
+        (a tokenizer that adds no BOS), as the harness will tokenize it."""
+        tokenizer = self.evaluated_tokenizer()
+        if tokenizer is None:
+            return False
+        with_special, without = (
+            tokenizer(text, add_special_tokens=a, verbose=False)["input_ids"] for a in (True, False)
+        )
+        return list(with_special) == list(without)
+
     def _judgement(self, doc, results) -> evaluator.EvaluatorJudgement:
         src = self.settings["key_source"]
-        if src == "self":
-            return evaluator.judge_from_scores(results[1], self.settings["alpha"], self.settings["beta"])
+        if src == "self":  # the judging request is the last (the only one where both tokenizations agree)
+            return evaluator.judge_from_scores(results[-1], self.settings["alpha"], self.settings["beta"])
         if src == "spans_dir":
             return evaluator.EvaluatorJudgement(self.span_folder.spans[doc["doc_id"]])
         return self._judgements[doc["doc_id"]]

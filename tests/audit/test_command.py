@@ -45,17 +45,17 @@ def audit(out: Path, model: str, documents: str, *extra: str, lines=None) -> dic
 
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory):
-    from lm_eval_longctx.demo import model as demo_model
+    from lm_eval_longctx.demo import model
 
     root = tmp_path_factory.mktemp("variants")
-    recipe, known = demo_model.DEMO_RECIPE, demo_model.VARIANTS
-    demo_model.DEMO_RECIPE = demo_model.COPY_ONLY_RECIPE  # rope_theta 1e6 / 1e4: a sharp copy reach
-    demo_model.VARIANTS = demo_model.variants_for(demo_model.COPY_ONLY_RECIPE)
+    recipe, known = model.DEMO_RECIPE, model.VARIANTS
+    model.DEMO_RECIPE = model.COPY_ONLY_RECIPE  # rope_theta 1e6 / 1e4: a sharp copy reach
+    model.VARIANTS = model.variants_for(model.COPY_ONLY_RECIPE)
     try:
-        for name in demo_model.VARIANT_ORDER:
-            demo_model.build_variant(name, root / name, steps=0, log=lambda *a: None)
+        for name in model.VARIANT_ORDER:
+            model.build_variant(name, root / name, steps=0, log=lambda *a: None)
     finally:
-        demo_model.DEMO_RECIPE, demo_model.VARIANTS = recipe, known
+        model.DEMO_RECIPE, model.VARIANTS = recipe, known
     return root
 
 

@@ -33,7 +33,7 @@ def test_a_file_cut_short_is_one_error_naming_it_and_the_way_out(whole_gguf, tmp
     data = whole_gguf.read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: int(len(data) * kept)])
-    sha = gguf_checkpoint.sha256_of(cut)
+    sha = output_dirs.file_sha256(cut)
     with pytest.raises(gguf_checkpoint.GgufCheckpointError) as err:
         gguf_checkpoint.convert(str(cut), tmp_path / "out", sha256=sha, log=lambda *_: None)
     message = str(err.value)
@@ -46,7 +46,7 @@ def test_the_command_exits_2_with_one_line(whole_gguf, tmp_path, capsys):
     data = whole_gguf.read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: len(data) // 20])  # inside the tensor list: the reader stops on an IndexError
-    sha = gguf_checkpoint.sha256_of(cut)
+    sha = output_dirs.file_sha256(cut)
     assert cli.main(["from-gguf", str(cut), str(tmp_path / "out"), "--sha256", sha]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {cut} is not a complete, valid GGUF file"), lines
@@ -63,7 +63,7 @@ def tiny_gguf(tmp_path_factory):
 def test_tiny_gguf_converts_to_a_plain_checkpoint(tiny_gguf, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    sha = gguf_checkpoint.sha256_of(tiny_gguf)
+    sha = output_dirs.file_sha256(tiny_gguf)
     out = tmp_path / "ckpt"
     record = gguf_checkpoint.convert(str(tiny_gguf), out, sha256=sha, log=lambda *_: None)
     assert record["gguf"]["sha256"] == sha and record["gguf"]["quantization"] == {"F32": 5, "Q8_0": 15}

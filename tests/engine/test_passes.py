@@ -7,8 +7,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
 
-from lm_eval_longctx.engine import generation, support
-from lm_eval_longctx.engine import scoring as engine
+from lm_eval_longctx.engine import generation, scoring, support
 
 VOCAB = 64
 TABLE = 256
@@ -47,19 +46,19 @@ def test_rotary_models_have_no_table():
 @pytest.mark.parametrize(
     "score",
     [
-        lambda m: engine.score_long(m, ids_for(TABLE + 1), long_pass="full"),
-        lambda m: engine.score_long(m, ids_for(TABLE + 1), long_pass="chunked", chunk_size=64),
-        lambda m: engine.score_sequence_ends(m, [ids_for(300)], 4),
-        lambda m: engine.score_continuations(m, ids_for(250), [ids_for(10)]),
+        lambda m: scoring.score_long(m, ids_for(TABLE + 1), long_pass="full"),
+        lambda m: scoring.score_long(m, ids_for(TABLE + 1), long_pass="chunked", chunk_size=64),
+        lambda m: scoring.score_sequence_ends(m, [ids_for(300)], 4),
+        lambda m: scoring.score_continuations(m, ids_for(250), [ids_for(10)]),
         lambda m: generation.generate(m, [ids_for(250)], generation.GenerationSettings(10, (2,), 0)),
     ],
     ids=["full", "chunked", "separate", "continuations", "generation"],
 )
 def test_a_sequence_past_the_table_is_refused_naming_it(score):
-    with pytest.raises(engine.ScoringError, match=r"model type 'gpt2' has a learned table of 256 positions"):
+    with pytest.raises(scoring.ScoringError, match=r"model type 'gpt2' has a learned table of 256 positions"):
         score(gpt2())
 
 
 def test_a_sequence_that_fills_the_table_is_scored():
-    out = engine.score_long(gpt2(), ids_for(TABLE), long_pass="full")
+    out = scoring.score_long(gpt2(), ids_for(TABLE), long_pass="full")
     assert torch.isfinite(torch.as_tensor(out.logprob[1:])).all()

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from lm_eval_longctx.keytokens import cache as span_cache
+from lm_eval_longctx.keytokens.cache import SpanCache, default_cache_dir
 from lm_eval_longctx.keytokens.evaluator import EvaluatorJudgement
 
 
@@ -21,7 +21,7 @@ def _judgement(n: int = 20) -> EvaluatorJudgement:
     return EvaluatorJudgement([(0, 1), (5, 7)], offsets, np.linspace(-1, 1, n - 1).astype(np.float32))
 
 
-def _round_trip(cache: span_cache.SpanCache, n_texts: int = 3) -> list:
+def _round_trip(cache: SpanCache, n_texts: int = 3) -> list:
     """What a run does with the cache for ``n_texts`` documents: look each up, store it on a miss."""
     got = []
     for k in range(n_texts):
@@ -114,12 +114,12 @@ def test_a_cache_folder_that_cannot_be_used_is_one_warning_and_the_run_goes_on(t
     else:
         root, cause = _full(tmp_path, monkeypatch)
     monkeypatch.setenv("LM_EVAL_LONGCTX_CACHE", str(root))
-    cache = span_cache.SpanCache(span_cache.default_cache_dir())
+    cache = SpanCache(default_cache_dir())
     with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
         assert _round_trip(cache) == [None, None, None]
-        assert _round_trip(span_cache.SpanCache(span_cache.default_cache_dir())) == [None, None, None]
+        assert _round_trip(SpanCache(default_cache_dir())) == [None, None, None]
     [message] = _cache_warnings(caplog)
-    assert str(span_cache.default_cache_dir()) in message
+    assert str(default_cache_dir()) in message
     assert cause in message.lower() and "errno" in message and "the run continues without the cache" in message
     monkeypatch.undo()
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]  # no part of an entry left
@@ -128,7 +128,7 @@ def test_a_cache_folder_that_cannot_be_used_is_one_warning_and_the_run_goes_on(t
 
 def test_a_read_only_cache_is_still_read(tmp_path, monkeypatch, caplog):
     """A cache shared read-only: its entries are used; the first entry it cannot store is the one warning."""
-    cache = span_cache.SpanCache(tmp_path / "cache")
+    cache = SpanCache(tmp_path / "cache")
     key = cache.key("text 0", {"k": 1})
     cache.put(key, _judgement(), {"k": 1})
     _failing_create(monkeypatch, tmp_path, errno.EROFS)
@@ -139,7 +139,7 @@ def test_a_read_only_cache_is_still_read(tmp_path, monkeypatch, caplog):
 
 
 def test_an_entry_replaced_by_a_folder_is_a_miss_and_one_warning(tmp_path, caplog):
-    cache = span_cache.SpanCache(tmp_path)
+    cache = SpanCache(tmp_path)
     key = cache.key("text 0", {"k": 1})
     cache.path(key).mkdir(parents=True)
     (cache.path(key) / "inside").write_text("someone else's")
@@ -169,7 +169,7 @@ def _without_blocking(fn, fifo, seconds: float = 10.0):
 
 @pytest.mark.parametrize("through_symlink", [False, True])
 def test_an_entry_replaced_by_a_fifo_never_blocks_the_run(tmp_path, through_symlink):
-    cache = span_cache.SpanCache(tmp_path / "cache")
+    cache = SpanCache(tmp_path / "cache")
     key = cache.key("text 0", {"k": 1})
     cache.path(key).parent.mkdir(parents=True)
     fifo = tmp_path / "fifo" if through_symlink else cache.path(key)
@@ -185,7 +185,7 @@ def test_an_entry_replaced_by_a_fifo_never_blocks_the_run(tmp_path, through_syml
 
 
 def test_an_unreadable_entry_is_a_miss_and_is_written_again(tmp_path, monkeypatch):
-    cache = span_cache.SpanCache(tmp_path)
+    cache = SpanCache(tmp_path)
     key = cache.key("text 0", {"k": 1})
     cache.put(key, _judgement(), {"k": 1})
     real_open = os.open

@@ -1,13 +1,29 @@
-"""retrieval_gain (``tasks/retrieval_gain.py``) sized from max_seq_lengths or the model's window: the whole
-with-document sequence holds the length."""
+"""retrieval_gain (``tasks/retrieval_gain.py``): its anchors and conditions, the task against one full forward per
+request through the harness, and its sizing from max_seq_lengths or the model's window (the whole with-document
+sequence holds the length)."""
 
 from __future__ import annotations
 
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
 import pytest
 
+from lm_eval_longctx.engine import scoring
+from lm_eval_longctx.harness import glue
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import base, retrieval_gain
 from tests import tiny
+from tests.brute_force import brute_last
+from tests.harness_utils import json_numbers, run_task, save_like_lm_eval, write_docs
+from tests.tiny import load
+
+TOL = 1e-4
+TASK = "retrieval_gain"
+# small enough for the tiny models (max 4096 positions) and fast on CPU
+MD = {"doc_tokens": 400, "query_tokens": 8, "answer_tokens": 6, "separator": "\n", "chunk_size": 64}
 
 
 def test_the_document_fills_the_longest_length_beside_bos_separator_query_and_answer(tmp_path):
@@ -29,3 +45,193 @@ def test_the_document_fills_the_longest_length_beside_bos_separator_query_and_an
 def test_the_paper_preset_reads_8192_tokens_of_each_document():
     assert retrieval_gain.resolve_settings({"preset": "paper"})["doc_tokens"] == 8192
     assert retrieval_gain.resolve_settings({})["doc_tokens"] is None  # sized when the task is built
+
+
+# ------------------------------------------------------------------ anchors and conditions
+
+
+@pytest.mark.parametrize("spacing", ["endpoints", "centered"])
+def test_anchors_are_deterministic_distinct_and_inside_the_interval(spacing):
+    for T in list(range(60, 400, 7)) + [8192, 8188, 5000]:
+        for n in (1, 2, 3, 5):
+            U = T - 24 - 24
+            lo, hi = math.ceil(Fraction(1, 10) * U), math.floor(Fraction(6, 10) * U)
+            a = retrieval_gain.choose_anchors(T, 24, 24, n, 0.1, 0.6, spacing)
+            assert a == retrieval_gain.choose_anchors(T, 24, 24, n, 0.1, 0.6, spacing)
+            assert len(set(a)) == n and a == sorted(a) and lo <= a[0] and a[-1] <= hi
+    assert retrieval_gain.choose_anchors(8192, 24, 24, 2) == [815, 4886]  # U = 8144: 814.4 -> 815, 4886.4 -> 4886
+    assert retrieval_gain.choose_anchors(8188, 24, 24, 2) == [814, 4884]  # U = 8140: exactly 814 (no float round-up)
+    assert retrieval_gain.choose_anchors(8192, 24, 24, 2, spacing="centered") == [1832, 3868]
+    with pytest.raises(scoring.ScoringError, match="no room for 2 distinct anchors"):
+        retrieval_gain.choose_anchors(50, 24, 24, 2)
+
+
+def settings(**kw):
+    return retrieval_gain.resolve_settings({"doc_tokens": 250, "query_tokens": 5, "answer_tokens": 4, **kw})
+
+
+def test_conditions_are_built_token_by_token_as_documented():
+    doc = list(range(100, 400))  # 300 tokens, truncated to 250
+    case = retrieval_gain.build_case(doc, settings(), lead_ids=[1], separator_ids=[7, 8])
+    U = 250 - 9
+    assert case.anchors == [math.ceil(U / 10), math.floor(6 * U / 10)] == [25, 144]
+    assert (case.n_doc_tokens, case.n_source_tokens, case.answer_tokens) == (250, 300, 4)
+    [(prefix, idx)] = case.groups  # one shared prefix: [BOS] document separator
+    assert prefix == [1] + doc[:250] + [7, 8] and idx == [0, 1]
+    for a, cont, without in zip(case.anchors, case.continuations, case.without):
+        assert cont == doc[a : a + 9]  # Q (5) then A (4)
+        assert without == [1] + doc[a : a + 9]  # [BOS] Q A
+        # the document holds this Q A at the anchor (after the BOS): what a retriever copies
+        full = prefix + cont
+        assert full[1 + a : 1 + a + 9] == cont
+    assert case.max_with_length == 1 + 250 + 2 + 9
+    # before_anchor: the document up to the anchor, then Q A (no earlier copy to find)
+    case = retrieval_gain.build_case(doc, settings(with_context="before_anchor"), lead_ids=[], separator_ids=[])
+    assert [g[0] for g in case.groups] == [doc[:25], doc[:144]] and [g[1] for g in case.groups] == [[0], [1]]
+    assert case.without == [doc[25:34], doc[144:153]]
+
+
+def test_bos_follows_the_tokenizer_unless_set(model_dirs):
+    _, tok = load(model_dirs["a"])  # its tokenizer adds <s>
+    assert (
+        retrieval_gain.lead_token_ids(tok, "auto") == [tok.bos_token_id] == retrieval_gain.lead_token_ids(tok, "always")
+    )
+    assert retrieval_gain.lead_token_ids(tok, "never") == []
+    assert retrieval_gain.resolve_settings({"bos": False})["bos"] == "never"
+    assert retrieval_gain.resolve_settings({"bos": "true"})["bos"] == "always"
+
+
+# ------------------------------------------------------------------ through the harness
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory, corpus_texts):
+    texts = corpus_texts[:3]
+    return texts, write_docs(tmp_path_factory.mktemp("rgdata") / "docs.jsonl", texts)
+
+
+def brute_force_task(model_dir, texts, doc_tokens, q, r, separator):
+    """Per document: its pairs built here from the documented recipe, one full forward each."""
+    model, tok = load(model_dir)
+    sep = tok(separator, add_special_tokens=False)["input_ids"]
+    bos = [tok.bos_token_id]
+    per_doc = []
+    for text in texts:
+        x = tok(text, add_special_tokens=False)["input_ids"][:doc_tokens]
+        U = len(x) - q - r
+        rows = []
+        for a in (math.ceil(U / 10), math.floor(6 * U / 10)):
+            qa = x[a : a + q + r]
+            nll_with = -brute_last(model, bos + x + sep + qa, r)[0].astype(np.float64).mean()
+            nll_without = -brute_last(model, bos + qa, r)[0].astype(np.float64).mean()
+            rows.append((nll_without - nll_with, nll_with, nll_without))
+        per_doc.append(np.mean(rows, axis=0))
+    return np.array(per_doc)
+
+
+@pytest.fixture(scope="module")
+def harness_run(model_dirs, docs):
+    return run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD})
+
+
+@pytest.mark.integration
+def test_task_equals_brute_force_through_the_harness(harness_run, model_dirs, docs):
+    res = harness_run
+    expected = brute_force_task(model_dirs["a"], docs[0], 400, 8, 6, "\n")
+    r = res["results"][TASK]
+    for col, name in enumerate(("retrieval_gain", "nll_with", "nll_without")):
+        assert r[f"{name},none"] == pytest.approx(expected[:, col].mean(), abs=TOL)
+        # stderr over documents (the harness's closed form for a mean)
+        assert r[f"{name}_stderr,none"] == pytest.approx(expected[:, col].std(ddof=1) / math.sqrt(3), abs=TOL)
+    assert np.abs(expected[:, 0]).max() > 1e-3  # the document changes the numbers: not a vacuous test
+    samples = sorted(res["samples"][TASK], key=lambda s: s["doc_id"])
+    for s, row in zip(samples, expected):
+        assert s["retrieval_gain"] == pytest.approx(row[0], abs=TOL)
+    rec = res["configs"][TASK]["metadata"]["longctx_settings"]
+    assert rec["doc_tokens"] == 400 and rec["separator"] == "\n" and rec["bos"] == "auto"
+    assert len(rec["data"]["texts_sha256"]) == 64
+
+
+@pytest.mark.integration
+def test_samples_file_holds_per_anchor_gains(harness_run, tmp_path):
+    """What `lm_eval --log_samples` writes per document: its mean gain and NLLs as JSON numbers, the response as a
+    JSON summary with the token counts and per anchor the NLLs and the gain, and a target naming what is
+    predicted."""
+    _, files = save_like_lm_eval(harness_run, tmp_path)
+    lines = sorted(files[TASK], key=lambda x: x["doc_id"])
+    assert len(lines) == 3 and all(len(json.dumps(x)) < 20_000 for x in lines)
+    for line in lines:
+        assert set(line["metrics"]) == {"retrieval_gain", "nll_with", "nll_without"}
+        assert all(json_numbers(line[m]) for m in line["metrics"])
+        summary = json.loads(line["resps"][0][0])
+        assert line["filtered_resps"] == line["resps"][0]
+        assert summary["n_doc_tokens"] == 400 and summary["n_source_tokens"] >= 400
+        assert summary["answer_tokens"] == 6 and len(summary["anchors"]) == 2
+        for key in ("anchors", "nll_with", "nll_without", "gain"):
+            assert json_numbers(summary[key]) and len(summary[key]) == 2
+        for key, metric in (("gain", "retrieval_gain"), ("nll_with", "nll_with"), ("nll_without", "nll_without")):
+            assert float(np.mean(summary[key])) == line[metric]  # the document's value is the mean over anchors
+        assert line["target"].startswith("the answer tokens after each anchor's query in doc.text")
+
+
+@pytest.mark.integration
+def test_limit_counts_documents_and_use_cache_serves_the_new_kind(model_dirs, docs, tmp_path, monkeypatch):
+    md = {"data_files": docs[1], **MD}
+    first = run_task(TASK, model_dirs["a"], md, limit=2, use_cache=str(tmp_path / "cache"))
+    assert first["n-samples"][TASK]["effective"] == 2  # documents, not (document, anchor) pairs
+
+    def fail(*a, **k):
+        raise AssertionError("scored again although --use_cache holds the result")
+
+    monkeypatch.setattr(scoring, "score_continuations", fail)
+    monkeypatch.setattr(scoring, "score_sequence_ends", fail)
+    second = run_task(TASK, model_dirs["a"], md, limit=2, use_cache=str(tmp_path / "cache"))
+    for name in ("retrieval_gain", "nll_with", "nll_without"):
+        assert second["results"][TASK][f"{name},none"] == first["results"][TASK][f"{name},none"]
+    # other settings are another cache key: scored afresh
+    with pytest.raises(AssertionError, match="scored again"):
+        run_task(TASK, model_dirs["a"], {**md, "n_queries": 3}, limit=2, use_cache=str(tmp_path / "cache"))
+
+
+def test_non_default_conditions_equal_brute_force(model_dirs, docs):
+    """before_anchor context, no BOS, centred anchors: the serve path against one forward per sequence."""
+    model, tok = load(model_dirs["a"])
+    spec = {
+        **retrieval_gain.resolve_settings(
+            {
+                "doc_tokens": 200,
+                "query_tokens": 5,
+                "answer_tokens": 7,
+                "n_queries": 3,
+                "with_context": "before_anchor",
+                "bos": False,
+                "anchor_spacing": "centered",
+                "chunk_size": 16,
+            }
+        ),
+        "kind": retrieval_gain.KIND,
+    }
+    out = retrieval_gain.serve(glue.ScoringContext(model, tok, None, 2), [(t, spec) for t in docs[0][:2]])
+    for text, scores in zip(docs[0][:2], out):
+        x = tok(text, add_special_tokens=False)["input_ids"][:200]
+        U = 200 - 12
+        lo, hi = math.ceil(U / 10), math.floor(6 * U / 10)
+        anchors = [lo + (2 * i + 1) * (hi - lo) // 6 for i in range(3)]
+        assert scores.anchors.tolist() == anchors
+        for j, a in enumerate(anchors):
+            # the document up to the anchor, then Q A: the document read in place, no BOS
+            np.testing.assert_allclose(scores.with_logprob[j], brute_last(model, x[: a + 12], 7)[0], atol=TOL)
+            np.testing.assert_allclose(scores.without_logprob[j], brute_last(model, x[a : a + 12], 7)[0], atol=TOL)
+
+
+@pytest.mark.integration
+def test_longer_than_the_model_maximum_is_an_error(model_dirs, docs):
+    # the with-document sequence is 1 + 400 + 1 + 14 tokens
+    with pytest.raises(scoring.ScoringError, match="longer than the model's maximum length 256.*doc_tokens"):
+        run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD}, model_args={"max_length": 256}, limit=1)
+    # asked for explicitly, it is scored (the serve path, without the harness)
+    model, tok = load(model_dirs["a"])
+    ctx = glue.ScoringContext(model, tok, 256, 4)
+    spec = {**retrieval_gain.resolve_settings(MD), "allow_beyond_max_length": True}
+    [scores] = retrieval_gain.serve(ctx, [(docs[0][0], spec)])
+    assert scores.n_with_tokens == 416 and np.isfinite(scores.with_logprob).all()

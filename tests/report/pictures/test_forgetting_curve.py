@@ -1,4 +1,6 @@
-"""The forgetting-curve picture on a nearly full disk: the old picture or none, never a part of one."""
+"""The forgetting-curve picture (``report/pictures/forgetting_curve.py``), from curves (no model): amnesia drawn only
+where a length was tested beyond memory, the first and last points and their bands whole; on a nearly full disk,
+the old picture or none, never a part of one."""
 
 from __future__ import annotations
 
@@ -26,3 +28,54 @@ def test_a_picture_that_does_not_fit_leaves_the_old_one_or_none(tmp_path):
     with pytest.raises(OSError), writes_cut_at(2000):
         forgetting_curve.plot_forgetting_curves([_curve()], png)
     assert png.read_bytes() == before and list(tmp_path.iterdir()) == [png]
+
+
+def _curve_of(fine, coarse, lengths=(16, 64, 256, 1024)):
+    lengths = np.array(lengths, dtype=np.int64)
+    n = len(lengths)
+    copy, lm, std = np.linspace(1.0, 0.3, n), np.full(n, 0.03), np.full(n, 0.08)
+    return forgetting_curve.ForgettingCurve(
+        "m", lengths, copy, std, lm, std, np.zeros(n, bool), fine, coarse, None, "geometric"
+    )
+
+
+def _legend(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def _region_spans(ax, name):
+    return [p for p in ax.patches if p.get_label().startswith(name)]
+
+
+def test_picture_draws_amnesia_only_where_a_length_was_tested_beyond_memory():
+    pytest.importorskip("matplotlib")
+    forgets = forgetting_curve.forgetting_curve_figure([_curve_of(64, 256)]).axes[0]
+    assert "amnesia (> 256)" in _legend(forgets) and len(_region_spans(forgets, "amnesia")) == 1
+    assert "fine-grained memory (<= 64)" in _legend(forgets) and "coarse-grained memory (<= 256)" in _legend(forgets)
+    # memory up to the longest length tested: no amnesia drawn or named, and the memory length is a lower bound
+    remembers = forgetting_curve.forgetting_curve_figure([_curve_of(1024, 1024)]).axes[0]
+    assert not [t for t in _legend(remembers) if t.startswith("amnesia")] and not _region_spans(remembers, "amnesia")
+    assert "fine-grained memory (<= 1024, longest tested)" in _legend(remembers)
+    # no memory at all: amnesia everywhere
+    blank = forgetting_curve.forgetting_curve_figure([_curve_of(None, None)]).axes[0]
+    assert _legend(blank)[-1] == "amnesia" and len(_region_spans(blank, "amnesia")) == 1
+
+
+@pytest.mark.parametrize("log_x", [True, False])
+def test_picture_shows_the_first_and_last_points_and_their_bands_whole(log_x):
+    pytest.importorskip("matplotlib")
+    curve = _curve_of(64, 256)
+    fig = forgetting_curve.forgetting_curve_figure([curve], log_x=log_x)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    box = ax.get_window_extent()
+    points = [line for line in ax.get_lines() if line.get_marker() in ("o", "s")]
+    assert len(points) == 2
+    for line in points:
+        radius = (line.get_markersize() / 2 + line.get_markeredgewidth()) * fig.dpi / 72
+        x = ax.transData.transform(line.get_xydata())[:, 0]
+        assert x.min() - radius > box.x0 and x.max() + radius < box.x1, (log_x, x, box)
+    low, high = ax.get_ylim()  # the LM band dips below 0 and the copy band rises above 1: both inside
+    assert low < (curve.lm_mean - curve.lm_std).min() and high > (curve.copy_mean + curve.copy_std).max()
+    if log_x:  # the tested lengths as ticks, in plain numbers
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "64", "256", "1024"]

@@ -1,4 +1,5 @@
-"""The LongEval picture on a nearly full disk: the old picture or none, never a part of one."""
+"""The LongEval picture (``report/pictures/longeval.py``): it names the model and draws flat perplexities flat; on a
+nearly full disk, the old picture or none, never a part of one."""
 
 from __future__ import annotations
 
@@ -27,3 +28,31 @@ def test_a_picture_that_does_not_fit_leaves_the_old_one_or_none(tmp_path, suffix
     with pytest.raises(OSError), writes_cut_at(2000):
         longeval.plot_runs(_runs(), out)
     assert out.read_bytes() == before and list(tmp_path.iterdir()) == [out]
+
+
+def test_picture_names_the_model_and_draws_flat_perplexities_flat():
+    pytest.importorskip("matplotlib")
+    results = {
+        "model_name": "/home/me/src/lm_eval_longctx/demo/assets/model",
+        "results": {
+            "longeval_lines_acc": {"acc_0004,none": 1.0, "acc_0011,none": 1.0},
+            "longeval_lines_ppl": {
+                # every answer found: perplexities within 1e-6 of 1
+                "answer_ppl_0004,none": 1.000001,
+                "answer_ppl_0011,none": 1.0000005,
+                "non_answer_ppl_0004,none": 68.0,
+                "non_answer_ppl_0011,none": 37.0,
+                "prompt_tokens_0004,none": 290.0,
+                "prompt_tokens_0011,none": 415.0,
+            },
+        },
+    }
+    label = longeval.run_label(results, "fallback")
+    assert label == "demo model (lm_eval_longctx)"
+    fig = longeval.longeval_figure({label: longeval.curves_from_results(results)})
+    fig.canvas.draw()
+    assert fig.get_suptitle() == "LongEval lines: demo model (lm_eval_longctx)"
+    answer_ppl = fig.axes[2]  # the twin axis of panel (b)
+    low, high = answer_ppl.get_ylim()
+    assert answer_ppl.yaxis.get_offset_text().get_text() == ""  # plain ticks, no "1e-6 + 1.000001"
+    assert high - low >= 0.02 and low < 1.0 < high
