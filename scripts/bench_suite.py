@@ -15,8 +15,8 @@ made, measured in the same run.
 
 The floor: hooks on the model's decoder and output head time every call the task makes (with a device sync), so
 the floor is the decoder's own time on exactly the forwards the task ran, in the same run; the head's time and the
-time outside both are columns, and ``decoder tokens`` (every decoder call, the key-token evaluator's and the
-probes' included) stands beside the engine's own count. A task far above 1 spends its time outside the model.
+time outside both are columns, and ``decoder tokens`` (every call of the model's decoder, the engine's probes
+included; the head's replays on kept hidden states are not decoder calls) stands beside the engine's own count. A task far above 1 spends its time outside the model.
 lm-eval's task index (a ``TaskManager`` reading every task config lm-eval ships) is built once, as ``lm_eval``
 does for all the tasks of one run, and timed apart from the rows. Peak memory: CUDA ``max_memory_allocated``
 (reset per task), CPU the resident set sampled every 5 ms, both above what was held before the task.
