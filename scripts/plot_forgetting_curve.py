@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lm_eval_longctx.report.pictures import forgetting_curve
+from lm_eval_longctx.report.pictures import forgetting_curve_plot
 
 
 def main(argv=None) -> int:
@@ -41,16 +41,16 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(argv)
 
-    curves = forgetting_curve.labelled_from_results(
+    curves = forgetting_curve_plot.labelled_from_results(
         args.results,
         args.task,
-        forgetting_curve.forgetting_curve_tasks,
-        forgetting_curve.curve_from_results,
+        forgetting_curve_plot.forgetting_curve_tasks,
+        forgetting_curve_plot.curve_from_results,
         args.label,
         "forgetting curve (no copy_acc@LENGTH metrics)",
         p.error,
     )
-    out = forgetting_curve.plot_forgetting_curves(curves, args.out, title=args.title, log_x=args.log_x)
+    out = forgetting_curve_plot.plot_forgetting_curves(curves, args.out, title=args.title, log_x=args.log_x)
     print(f"wrote {out}")
     return 0
 

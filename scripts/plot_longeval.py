@@ -4,7 +4,7 @@
 Like the LongPPL paper's Figure 2 (b, c), from one or more lm-eval results JSONs of the
 ``longeval_lines`` group (or its tasks ``longeval_lines_acc`` / ``longeval_lines_ppl``):
 
-    python scripts/plot_longeval.py results/*/results_*.json --out longeval.png
+    python scripts/plot_longeval.py results/*/results_*.json --out longeval_plot.png
     python scripts/plot_longeval.py a.json b.json --labels "model A" "model B" --out cmp.pdf
 
 Each file is one line per panel, labelled with its model (``--labels`` overrides).
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lm_eval_longctx.report.pictures import longeval
+from lm_eval_longctx.report.pictures import longeval_plot
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,16 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{len(args.labels)} labels for {len(args.results)} results files")
     runs = {}
     for k, path in enumerate(args.results):
-        results = longeval.load_results(path)
-        label = args.labels[k] if args.labels else longeval.run_label(results, Path(path).stem)
+        results = longeval_plot.load_results(path)
+        label = args.labels[k] if args.labels else longeval_plot.run_label(results, Path(path).stem)
         if label in runs:
             label = f"{label} ({Path(path).name})"
-        curves = longeval.curves_from_results(results)
+        curves = longeval_plot.curves_from_results(results)
         if not curves:
             print(f"warning: {path} holds no LongEval lines metrics; skipped", file=sys.stderr)
             continue
         runs[label] = curves
-    out = longeval.plot_runs(runs, args.out, args.title)
+    out = longeval_plot.plot_runs(runs, args.out, args.title)
     print(out)
     return 0
 

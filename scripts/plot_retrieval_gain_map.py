@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lm_eval_longctx.report.pictures import forgetting_curve, gain_map
+from lm_eval_longctx.report.pictures import forgetting_curve_plot, gain_map_plot
 
 
 def main(argv=None) -> int:
@@ -40,16 +40,16 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(argv)
 
-    maps = forgetting_curve.labelled_from_results(
+    maps = forgetting_curve_plot.labelled_from_results(
         args.results,
         args.task,
-        gain_map.gain_map_tasks,
-        gain_map.map_from_results,
+        gain_map_plot.gain_map_tasks,
+        gain_map_plot.map_from_results,
         args.label,
         "retrieval-gain map (no gain@L..._d.. metrics)",
         p.error,
     )
-    out = gain_map.plot_gain_maps(maps, args.out, title=args.title, limit=args.limit)
+    out = gain_map_plot.plot_gain_maps(maps, args.out, title=args.title, limit=args.limit)
     print(f"wrote {out}")
     return 0
 

@@ -688,20 +688,20 @@ def _power(x: float) -> str:
 
 
 def plot_curves(runs: dict[str, RunFiles], order: Sequence[str], out_path, labels: dict | None = None):
-    """The forgetting curves of all models on one figure (``forgetting_curve.plot_forgetting_curves``); None without
+    """The forgetting curves of all models on one figure (``forgetting_curve_plot.plot_forgetting_curves``); None without
     matplotlib."""
-    from ..report.pictures import forgetting_curve
+    from ..report.pictures import forgetting_curve_plot
 
     labels = labels or {}
     curves = [
-        forgetting_curve.curve_from_results(runs[m].results, task, labels.get(m, m))
+        forgetting_curve_plot.curve_from_results(runs[m].results, task, labels.get(m, m))
         for m in order
-        for task in forgetting_curve.forgetting_curve_tasks(runs[m].results)
+        for task in forgetting_curve_plot.forgetting_curve_tasks(runs[m].results)
     ]
     if not curves:
         return None
     try:
-        return forgetting_curve.plot_forgetting_curves(
+        return forgetting_curve_plot.plot_forgetting_curves(
             curves, out_path, title="Forgetting curves of the known-answer models"
         )
     except ImportError as e:

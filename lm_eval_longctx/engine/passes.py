@@ -17,8 +17,8 @@ import torch
 
 from . import plans, recording
 from .forward import KVCache, ScoringError, capabilities, causal_lm
-from .results import TokenLogprobs, unscored
 from .support import learned_position_table
+from .token_scores import TokenLogprobs, unscored
 
 DEFAULT_BATCH_SIZE = 8
 

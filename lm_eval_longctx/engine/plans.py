@@ -39,8 +39,8 @@ from .forward import (
     non_finite_logits_error,
     own_logits,
 )
-from .results import TokenLogprobs
 from .support import attention_window
+from .token_scores import TokenLogprobs
 
 DEFAULT_CHUNK_SIZE = 1024
 LONG_PASS_CHOICES = ("auto", "full", "chunked")

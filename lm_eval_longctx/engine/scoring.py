@@ -16,7 +16,7 @@ and, for continuations read after a shared prefix, ``score_continuations`` and `
 equals what one plain forward of the sequence gives (float32 tolerance), on every model family; no [sequence x
 vocabulary] logits tensor is ever built. Where the code lives:
 
-* ``results.py``: what the passes return (``TokenLogprobs``, ``SequenceScores``);
+* ``token_scores.py``: what the passes return (``TokenLogprobs``, ``SequenceScores``);
 * ``plans.py``: how a pass runs (``FullPlan``, ``ChunkedPlan``, ``OwnLogitsPlan``), chosen by memory and retried
   under the next plan after an out-of-memory error; ``memory.py`` and ``attention.py`` count what a plan needs;
 * ``passes.py``: the passes, each calling its plan; ``generation.py``: greedy generation;
@@ -49,8 +49,8 @@ from .plans import (
     long_pass_plans,
 )
 from .recording import ScoringRecord, recording
-from .results import SequenceScores, TokenLogprobs
 from .support import learned_position_table
+from .token_scores import SequenceScores, TokenLogprobs
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from lm_eval_longctx.data import documents
 from lm_eval_longctx.engine import plans, scoring
 from lm_eval_longctx.harness import glue
-from lm_eval_longctx.report.pictures.forgetting_curve import curve_from_results
+from lm_eval_longctx.report.pictures.forgetting_curve_plot import curve_from_results
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import forgetting_curve
 from tests import tiny

@@ -16,7 +16,7 @@ import torch
 from lm_eval_longctx.data import longeval_cases
 from lm_eval_longctx.engine import scoring
 from lm_eval_longctx.metrics import per_token
-from lm_eval_longctx.report.pictures.longeval import curves_from_results
+from lm_eval_longctx.report.pictures.longeval_plot import curves_from_results
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import longeval, run_options
 from tests.harness_utils import json_numbers, refuse_model_loading, run_task, save_like_lm_eval

@@ -16,7 +16,7 @@ import pytest
 from lm_eval_longctx.engine import scoring
 from lm_eval_longctx.harness import glue
 from lm_eval_longctx.metrics.gain_map import effective_length
-from lm_eval_longctx.report.pictures.gain_map import map_from_results
+from lm_eval_longctx.report.pictures.gain_map_plot import map_from_results
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import retrieval_gain_map
 from tests.brute_force import brute_last

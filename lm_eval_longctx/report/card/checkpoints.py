@@ -6,9 +6,9 @@ from __future__ import annotations
 from ..gate import GateConfig, compare
 from ..results import DEFAULT_Z, UnusableInput
 from ..text import esc
+from .card_runs import CardRun
 from .page import png_img, table
 from .pictures import matplotlib_missing, trend_png
-from .runs import CardRun
 from .sections import Section, headline_names
 from .tool_pages import gate_table, gate_verdict
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from ..intervals import interval
 from ..results import DEFAULT_Z, UnusableInput, split_name
 from ..text import esc
+from .card_runs import CardRun
 from .page import png_img, table
-from .runs import CardRun
 from .tables import metric_cell
 
 CURVES_PER_PICTURE = 4  # forgetting curves: legends of more runs no longer fit beside the axes
@@ -102,7 +102,7 @@ def _built_per_run(runs: list[CardRun], task: str, build, what: str) -> list:
 
 def forgetting_curve(runs: list[CardRun], tasks: list[str], z: float = DEFAULT_Z) -> str:
     """The forgetting curves of the runs (copy and LM accuracy by copy length), a few runs to a picture."""
-    from ..pictures.forgetting_curve import curve_from_results, plot_forgetting_curves
+    from ..pictures.forgetting_curve_plot import curve_from_results, plot_forgetting_curves
 
     out = []
     for task in tasks:
@@ -127,7 +127,7 @@ def forgetting_curve(runs: list[CardRun], tasks: list[str], z: float = DEFAULT_Z
 
 def gain_map(runs: list[CardRun], tasks: list[str], z: float = DEFAULT_Z) -> str:
     """The retrieval-gain maps of the runs on one colour scale, a few panels to a picture."""
-    from ..pictures.gain_map import map_from_results, plot_gain_maps, shared_limit
+    from ..pictures.gain_map_plot import map_from_results, plot_gain_maps, shared_limit
 
     out = []
     for task in tasks:
@@ -150,7 +150,7 @@ def gain_map(runs: list[CardRun], tasks: list[str], z: float = DEFAULT_Z) -> str
 def longeval_curves(runs: list[CardRun], tasks: list[str], z: float = DEFAULT_Z) -> str:
     """Accuracy beside answer and non-answer PPL by prompt length, the section's tasks of each run together, a few
     runs to a picture."""
-    from ..pictures.longeval import curves_from_results, plot_runs
+    from ..pictures.longeval_plot import curves_from_results, plot_runs
 
     per_run = []
     for r in runs:

@@ -9,10 +9,10 @@ from ..paired import level_for_z
 from ..results import DEFAULT_Z, UnusableInput
 from ..text import esc
 from .audit_part import audit_section
+from .card_runs import CardRun, load_runs
 from .checkpoints import checkpoint_section
 from .page import html_page, table, write_page
 from .pictures import draw
-from .runs import CardRun, load_runs
 from .sections import Section, headline_names, sections, settings_shown
 from .settings_box import settings_differ_box, settings_diffs, settings_table
 from .tables import all_metrics_table, at_a_glance, headline_table

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..results import UnusableInput, split_name
-from .runs import CardRun
+from .card_runs import CardRun
 
 REPORT_KEY = "longctx_report"
 GENERIC_LEAD = "A task without a report declaration in its results: its metrics as the results file gives them."

@@ -10,8 +10,8 @@ from ..comparability import DOCS_KEY, VERSION_KEY
 from ..gate import settings_differences
 from ..results import flatten
 from ..text import cut, esc
+from .card_runs import CardRun
 from .page import table
-from .runs import CardRun
 
 SHOWN_CHARACTERS = 80  # a longer value is cut (with an ellipsis) and shown whole on hover
 

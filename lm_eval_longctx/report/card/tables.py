@@ -8,8 +8,8 @@ from ..intervals import interval, is_symmetric
 from ..paired import level_for_z
 from ..results import DEFAULT_Z, Metric, split_name
 from ..text import esc
+from .card_runs import CardRun
 from .page import fmt, marks, table
-from .runs import CardRun
 from .sections import Section, headline_names, metrics_of_task
 
 RUNS_AS_COLUMNS = 4  # more runs than this: tables get a row per run

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..results import UnusableInput, flatten
 from ..text import esc
-from .runs import CardRun
+from .card_runs import CardRun
 
 
 def export_owner(runs: list[CardRun], export: Path) -> CardRun | None:

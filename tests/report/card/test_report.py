@@ -19,7 +19,7 @@ import pytest
 from lm_eval_longctx.cli import main
 from lm_eval_longctx.data import export_files
 from lm_eval_longctx.report import viewer
-from lm_eval_longctx.report.card import runs
+from lm_eval_longctx.report.card import card_runs
 from lm_eval_longctx.report.card.page import fmt
 from tests.report_fixtures import (
     LONGCTX_REPORT,
@@ -75,14 +75,14 @@ def test_one_model_page_numbers_settings_and_pictures(tmp_path):
 
 
 def test_step_of_and_the_checkpoint_rule():
-    assert runs.step_of("org/run/checkpoint-1200") == 1200
-    assert runs.step_of("step1200") == 1200 and runs.step_of("global_step_300") == 300
-    assert runs.step_of("1200") == 1200 and runs.step_of("org/llama-7b") is None
-    assert runs.checkpoint_steps(["a/checkpoint-200", "a/checkpoint-100"]) == [200, 100]
-    assert runs.checkpoint_steps(["a/checkpoint-200", "b/checkpoint-100"]) is None  # other training runs
-    assert runs.checkpoint_steps(["a/checkpoint-200", "a/checkpoint-200"]) is None
-    assert runs.checkpoint_steps(["a/checkpoint-200"]) is None
-    assert runs.checkpoint_steps(["100", "200"]) == [100, 200]
+    assert card_runs.step_of("org/run/checkpoint-1200") == 1200
+    assert card_runs.step_of("step1200") == 1200 and card_runs.step_of("global_step_300") == 300
+    assert card_runs.step_of("1200") == 1200 and card_runs.step_of("org/llama-7b") is None
+    assert card_runs.checkpoint_steps(["a/checkpoint-200", "a/checkpoint-100"]) == [200, 100]
+    assert card_runs.checkpoint_steps(["a/checkpoint-200", "b/checkpoint-100"]) is None  # other training runs
+    assert card_runs.checkpoint_steps(["a/checkpoint-200", "a/checkpoint-200"]) is None
+    assert card_runs.checkpoint_steps(["a/checkpoint-200"]) is None
+    assert card_runs.checkpoint_steps(["100", "200"]) == [100, 200]
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints
@@ -368,15 +368,15 @@ def test_ten_checkpoints_build_quickly_without_torch(tmp_path):
     ],
 )
 def test_one_model_name_in_every_picture_and_on_the_page(tmp_path, recorded, shown):
-    from lm_eval_longctx.report.pictures import forgetting_curve, gain_map, longeval, names
+    from lm_eval_longctx.report.pictures import forgetting_curve_plot, gain_map_plot, longeval_plot, names
 
     assert names.display_name(recorded) == shown
     data = suite_results_json(recorded)
-    assert forgetting_curve.curve_from_results(data, "forgetting_curve").label == shown
-    assert gain_map.map_from_results(data, "retrieval_gain_map").label == shown
-    assert longeval.run_label(data, "fallback") == shown
+    assert forgetting_curve_plot.curve_from_results(data, "forgetting_curve").label == shown
+    assert gain_map_plot.map_from_results(data, "retrieval_gain_map").label == shown
+    assert longeval_plot.run_label(data, "fallback") == shown
     write_results(tmp_path / "out", data)
-    assert [r.label for r in runs.load_runs([tmp_path / "out"]).runs] == [shown]
+    assert [r.label for r in card_runs.load_runs([tmp_path / "out"]).runs] == [shown]
     # without model_name: pretrained= of the model_args, as a string or a dict; else the fallback
     del data["model_name"]
     assert names.model_label(data) == shown

@@ -1,4 +1,4 @@
-"""The forgetting-curve picture (``report/pictures/forgetting_curve.py``), from curves (no model): amnesia drawn only
+"""The forgetting-curve picture (``report/pictures/forgetting_curve_plot.py``), from curves (no model): amnesia drawn only
 where a length was tested beyond memory, the first and last points and their bands whole; on a nearly full disk,
 the old picture or none, never a part of one."""
 
@@ -7,26 +7,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lm_eval_longctx.report.pictures import forgetting_curve
+from lm_eval_longctx.report.pictures import forgetting_curve_plot
 from tests.tiny import writes_cut_at
 
 
-def _curve() -> forgetting_curve.ForgettingCurve:
+def _curve() -> forgetting_curve_plot.ForgettingCurve:
     lengths = np.array([16, 64, 256, 1024], dtype=np.int64)
     copy, lm, std = np.linspace(1.0, 0.3, 4), np.full(4, 0.03), np.full(4, 0.08)
-    return forgetting_curve.ForgettingCurve("m", lengths, copy, std, lm, std, np.zeros(4, bool), 64, 256)
+    return forgetting_curve_plot.ForgettingCurve("m", lengths, copy, std, lm, std, np.zeros(4, bool), 64, 256)
 
 
 def test_a_picture_that_does_not_fit_leaves_the_old_one_or_none(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "results_x_forgetting_curve.png"
     with pytest.raises(OSError), writes_cut_at(2000):
-        forgetting_curve.plot_forgetting_curves([_curve()], png)
+        forgetting_curve_plot.plot_forgetting_curves([_curve()], png)
     assert list(tmp_path.iterdir()) == []  # not a 0-byte or cut picture
-    forgetting_curve.plot_forgetting_curves([_curve()], png)
+    forgetting_curve_plot.plot_forgetting_curves([_curve()], png)
     before = png.read_bytes()
     with pytest.raises(OSError), writes_cut_at(2000):
-        forgetting_curve.plot_forgetting_curves([_curve()], png)
+        forgetting_curve_plot.plot_forgetting_curves([_curve()], png)
     assert png.read_bytes() == before and list(tmp_path.iterdir()) == [png]
 
 
@@ -34,7 +34,7 @@ def _curve_of(fine, coarse, lengths=(16, 64, 256, 1024)):
     lengths = np.array(lengths, dtype=np.int64)
     n = len(lengths)
     copy, lm, std = np.linspace(1.0, 0.3, n), np.full(n, 0.03), np.full(n, 0.08)
-    return forgetting_curve.ForgettingCurve(
+    return forgetting_curve_plot.ForgettingCurve(
         "m", lengths, copy, std, lm, std, np.zeros(n, bool), fine, coarse, None, "geometric"
     )
 
@@ -49,15 +49,15 @@ def _region_spans(ax, name):
 
 def test_picture_draws_amnesia_only_where_a_length_was_tested_beyond_memory():
     pytest.importorskip("matplotlib")
-    forgets = forgetting_curve.forgetting_curve_figure([_curve_of(64, 256)]).axes[0]
+    forgets = forgetting_curve_plot.forgetting_curve_figure([_curve_of(64, 256)]).axes[0]
     assert "amnesia (> 256)" in _legend(forgets) and len(_region_spans(forgets, "amnesia")) == 1
     assert "fine-grained memory (<= 64)" in _legend(forgets) and "coarse-grained memory (<= 256)" in _legend(forgets)
     # memory up to the longest length tested: no amnesia drawn or named, and the memory length is a lower bound
-    remembers = forgetting_curve.forgetting_curve_figure([_curve_of(1024, 1024)]).axes[0]
+    remembers = forgetting_curve_plot.forgetting_curve_figure([_curve_of(1024, 1024)]).axes[0]
     assert not [t for t in _legend(remembers) if t.startswith("amnesia")] and not _region_spans(remembers, "amnesia")
     assert "fine-grained memory (<= 1024, longest tested)" in _legend(remembers)
     # no memory at all: amnesia everywhere
-    blank = forgetting_curve.forgetting_curve_figure([_curve_of(None, None)]).axes[0]
+    blank = forgetting_curve_plot.forgetting_curve_figure([_curve_of(None, None)]).axes[0]
     assert _legend(blank)[-1] == "amnesia" and len(_region_spans(blank, "amnesia")) == 1
 
 
@@ -65,7 +65,7 @@ def test_picture_draws_amnesia_only_where_a_length_was_tested_beyond_memory():
 def test_picture_shows_the_first_and_last_points_and_their_bands_whole(log_x):
     pytest.importorskip("matplotlib")
     curve = _curve_of(64, 256)
-    fig = forgetting_curve.forgetting_curve_figure([curve], log_x=log_x)
+    fig = forgetting_curve_plot.forgetting_curve_figure([curve], log_x=log_x)
     ax = fig.axes[0]
     fig.canvas.draw()
     box = ax.get_window_extent()

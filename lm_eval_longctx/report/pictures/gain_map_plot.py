@@ -50,7 +50,7 @@ def gain_map_tasks(results: dict) -> list[str]:
 
 
 def map_from_results(results: dict, task: str | None = None, label: str | None = None) -> GainMap:
-    from .forgetting_curve import model_label, task_results, whole_length
+    from .forgetting_curve_plot import model_label, task_results, whole_length
 
     task, res, settings = task_results(results, gain_map_tasks(results), task, "retrieval-gain map", "gain@L..._d..")
     cells = {}
