@@ -37,36 +37,7 @@ def main(argv=None) -> int:
     add_real_model_parsers(sub)
     add_corpus_parser(sub)
     args = p.parse_args(argv)
-    if args.command == "view":
-        return run_view(args)
-    if args.command == "demo":
-        return run_validate_mode(args) if args.validate else run_demo(args)
-    if args.command == "validate":
-        from .demo.known_answer import run_from_args
-
-        return run_from_args(args)
-    if args.command in REAL_MODEL_COMMANDS:
-        return REAL_MODEL_COMMANDS[args.command](args)
-    if args.command == "precompute-spans":
-        from .precompute import run
-
-        return run(args)
-    if args.command == "tasks-dir":
-        from .harness.discovery import task_configs_dir
-
-        print(task_configs_dir())
-        return 0
-    from .report.results import EXIT_UNUSABLE, UnusableInput
-
-    try:
-        commands = {"gate": run_gate, "leaderboard": run_leaderboard, "correlate": run_correlate, "report": run_report}
-        return commands[args.command](args)
-    except UnusableInput as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_UNUSABLE
-    except Exception as e:  # noqa: BLE001  (an uncaught exception would exit 1, which means "regressed")
-        print(f"error: {args.command} failed: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_UNUSABLE
+    return COMMANDS[args.command](args)
 
 
 def _command_of(argv) -> str | None:
@@ -688,7 +659,63 @@ def run_audit(args) -> int:
     return run_from_args(args)
 
 
-REAL_MODEL_COMMANDS = {"from-gguf": run_from_gguf, "audit": run_audit, "corpus": run_corpus}
+def run_demo_command(args) -> int:
+    return run_validate_mode(args) if args.validate else run_demo(args)
+
+
+def run_validate(args) -> int:
+    from .demo.known_answer import run_from_args
+
+    return run_from_args(args)
+
+
+def run_precompute(args) -> int:
+    from .precompute import run
+
+    return run(args)
+
+
+def run_tasks_dir(args) -> int:
+    from .harness.discovery import task_configs_dir
+
+    print(task_configs_dir())
+    return 0
+
+
+def report_tool(run):
+    """A report tool's handler: unusable input, or any failure, is exit 2 with one line (an uncaught exception
+    would exit 1, which means "regressed")."""
+
+    def handler(args) -> int:
+        from .report.results import EXIT_UNUSABLE, UnusableInput
+
+        try:
+            return run(args)
+        except UnusableInput as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_UNUSABLE
+        except Exception as e:  # noqa: BLE001
+            print(f"error: {args.command} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            return EXIT_UNUSABLE
+
+    return handler
+
+
+# every subcommand's handler, by the name its parser is added under
+COMMANDS = {
+    "tasks-dir": run_tasks_dir,
+    "gate": report_tool(run_gate),
+    "leaderboard": report_tool(run_leaderboard),
+    "correlate": report_tool(run_correlate),
+    "report": report_tool(run_report),
+    "view": run_view,
+    "demo": run_demo_command,
+    "validate": run_validate,
+    "precompute-spans": run_precompute,
+    "from-gguf": run_from_gguf,
+    "audit": run_audit,
+    "corpus": run_corpus,
+}
 
 
 if __name__ == "__main__":
