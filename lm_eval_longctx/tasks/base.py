@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 from lm_eval.utils import simple_parse_args_string
 
@@ -333,6 +334,19 @@ class LongContextTask(ConfigurableTask):
         if model is not None and model.tokenizer is not None:
             record[TOKENIZER_KEY] = documents.tokenizer_identity(model.tokenizer)
         self.config.metadata["longctx_settings"] = record
+
+    def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
+        """The (text, request spec) of each ``longctx_scores`` request a document makes, in order; ``templated``:
+        lm-eval applied a chat template to ``ctx``."""
+        raise NotImplementedError
+
+    def construct_requests(self, doc, ctx, **kwargs):
+        """One ``longctx_scores`` request per (text, spec) of :meth:`request_arguments`, numbered in order. lm-eval's
+        chat options are taken here (a task that scores raw documents records them as not applied)."""
+        templated = bool(kwargs.pop("apply_chat_template", False))
+        kwargs.pop("chat_template", None)
+        arguments = self.request_arguments(doc, ctx, templated)
+        return [Instance(glue.REQUEST_TYPE, doc, args, i, **kwargs) for i, args in enumerate(arguments)]
 
     def build_all_requests(self, **kwargs) -> None:
         if self.SCORES_RAW_DOCUMENTS:  # the documents are read raw whatever the options: recorded when given

@@ -23,7 +23,6 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
-from lm_eval.api.instance import Instance
 
 from ..data import documents, embedded_corpus
 from ..engine import scoring
@@ -457,23 +456,10 @@ class ForgettingCurveTask(LongContextTask):
             "allow_beyond_max_length": s["allow_beyond_max_length"],
         }
 
-    def construct_requests(self, doc, ctx, **kwargs):
-        kwargs.pop("apply_chat_template", None)
-        kwargs.pop("chat_template", None)
-        # args[0] must be a str (the harness hashes it); a label keeps --log_samples small
-        return [
-            Instance(
-                glue.REQUEST_TYPE,
-                doc,
-                (
-                    f"forgetting_curve {mode} l={doc['length']} sample={doc['sample']} start={doc['start']}",
-                    self._spec(doc, mode),
-                ),
-                i,
-                **kwargs,
-            )
-            for i, mode in enumerate(("copy", "lm"))
-        ]
+    def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
+        # the text must be a str (the harness hashes it); a label keeps --log_samples small
+        label = f"l={doc['length']} sample={doc['sample']} start={doc['start']}"
+        return [(f"forgetting_curve {mode} {label}", self._spec(doc, mode)) for mode in ("copy", "lm")]
 
     # ---------------------------------------------------------------- results
 

@@ -43,7 +43,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from lm_eval.api.instance import Instance
 from lm_eval.utils import simple_parse_args_string
 
 from ..data import longeval_cases, longeval_words
@@ -687,9 +686,7 @@ class LongEvalLinesPPLTask(_LinesTask):
             "allow_beyond_max_length": self.settings["allow_beyond_max_length"],
         }
 
-    def construct_requests(self, doc, ctx, **kwargs):
-        templated = bool(kwargs.pop("apply_chat_template", False))
-        kwargs.pop("chat_template", None)
+    def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
         sep = self._separator(ctx, templated)
         spec = {
             "kind": ANSWER_KIND,
@@ -700,7 +697,7 @@ class LongEvalLinesPPLTask(_LinesTask):
             "over_length": self.settings["over_length"],
             "allow_beyond_max_length": self.settings["allow_beyond_max_length"],
         }
-        return [Instance(glue.REQUEST_TYPE, doc, (ctx + sep + doc["response"], spec), 0, **kwargs)]
+        return [(ctx + sep + doc["response"], spec)]
 
     def doc_to_target(self, doc, doc_to_target=None):
         # the reference response, the text read teacher-forced after the prompt
@@ -793,10 +790,8 @@ class LongEvalLinesAccTask(_LinesTask):
         given = run.get("gen_kwargs")  # simple_evaluate merges them into the YAML's after it has built the task
         refuse_generation_keys(task_name, simple_parse_args_string(given) if isinstance(given, str) else given or {})
 
-    def construct_requests(self, doc, ctx, **kwargs):
-        kwargs.pop("apply_chat_template", None)
-        kwargs.pop("chat_template", None)
-        return [Instance(glue.REQUEST_TYPE, doc, (ctx, self.generation_spec()), 0, **kwargs)]
+    def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
+        return [(ctx, self.generation_spec())]
 
     def doc_to_target(self, doc, doc_to_target=None):
         # the expected answer: correct iff the output's last integer is this number

@@ -17,7 +17,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from lm_eval.api.instance import Instance
 from lm_eval.utils import simple_parse_args_string
 
 from .. import errors
@@ -486,28 +485,20 @@ class LongPPLTask(LongContextTask):
         )
         return request.to_spec()
 
-    def construct_requests(self, doc, ctx, **kwargs):
-        kwargs.pop("apply_chat_template", None)
-        kwargs.pop("chat_template", None)
+    def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
+        evaluated = (doc["text"], self._spec(judge=False))
         if self.settings["key_source"] == "self":
             # The reference tokenizes the evaluator's text with its special tokens (BOS) and the evaluated text
             # without: two sequences, two requests; where they are the same tokens, the judging request's long
             # pass is the evaluated one (the same forward of the same ids), so one request serves both.
             judging = (doc["text"], self._spec(judge=True))
-            if self._same_tokens_with_special_tokens(doc["text"]):
-                return [Instance(glue.REQUEST_TYPE, doc, judging, 0, **kwargs)]
-            evaluated = (doc["text"], self._spec(judge=False))
-            return [
-                Instance(glue.REQUEST_TYPE, doc, evaluated, 0, **kwargs),
-                Instance(glue.REQUEST_TYPE, doc, judging, 1, **kwargs),
-            ]
-        reqs = [Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec(judge=False)), 0, **kwargs)]
+            return [judging] if self._same_tokens_with_special_tokens(doc["text"]) else [evaluated, judging]
         if self.settings["key_source"] == "evaluator":
             try:
                 self._judgements[doc["doc_id"]] = self._judge_with_evaluator(doc["text"])
             except scoring.ScoringError as err:  # e.g. the evaluator's length check: named with the task
                 raise glue.task_error(str(self.config.task), err) from err
-        return reqs
+        return [evaluated]
 
     # ---------------------------------------------------------------- evaluator
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from lm_eval.api.instance import Instance
 
 from ..engine import scoring
 from ..harness import glue
@@ -413,10 +412,8 @@ class RetrievalGainTask(LongContextTask):
         )
         return spec
 
-    def construct_requests(self, doc, ctx, **kwargs):
-        kwargs.pop("apply_chat_template", None)
-        kwargs.pop("chat_template", None)
-        return [Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec()), 0, **kwargs)]
+    def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
+        return [(doc["text"], self._spec())]
 
     def doc_to_target(self, doc, doc_to_target=None):
         # no answer string to compare with: what is predicted (the anchors and values are in `resps`)

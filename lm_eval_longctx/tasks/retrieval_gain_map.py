@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from lm_eval.api.instance import Instance
 
 from ..engine import scoring
 from ..harness import glue
@@ -494,10 +493,8 @@ class RetrievalGainMapTask(LongContextTask):
         )
         return spec
 
-    def construct_requests(self, doc, ctx, **kwargs):
-        kwargs.pop("apply_chat_template", None)
-        kwargs.pop("chat_template", None)
-        return [Instance(glue.REQUEST_TYPE, doc, (doc["text"], self._spec()), 0, **kwargs)]
+    def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
+        return [(doc["text"], self._spec())]
 
     # ---------------------------------------------------------------- metric names
 
