@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import output_dirs
-from ..metrics import per_token
+from ..metrics import bootstrap, per_token
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -390,38 +390,13 @@ def paired_bootstrap_difference(
     method is the default because memory lengths are step functions of the data (BCa's jackknife is degenerate
     there). Resamples where a statistic is undefined (NaN) make the bounds NaN.
     """
-    from scipy import stats
-
     if n_units < 1:
         raise ValidationError("no units to resample")
-    idx = np.arange(n_units)
-    diff = float(stat_a(idx) - stat_b(idx))
-
-    def statistic(i, axis=-1):
-        i = np.moveaxis(np.asarray(i), axis, -1)
-        return stat_a(i) - stat_b(i)
-
-    res = stats.bootstrap(
-        (idx,),
-        statistic,
-        n_resamples=n_resamples,
-        vectorized=True,
-        confidence_level=confidence_level,
-        method=method,
-        rng=np.random.default_rng(seed),
+    out = bootstrap.interval(
+        lambda i: stat_a(i) - stat_b(i), n_units, n_resamples, confidence_level, seed, method=method
     )
-    dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
-    return {
-        "difference": diff,
-        "low": float(res.confidence_interval.low),
-        "high": float(res.confidence_interval.high),
-        "level": confidence_level,
-        "n_units": int(n_units),
-        "n_resamples": int(n_resamples),
-        "method": method,
-        "seed": seed,
-        "bootstrap_se": float(np.nanstd(dist, ddof=1)) if len(dist) > 1 else 0.0,
-    }
+    out["difference"] = out.pop("value")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- the verdict

@@ -35,13 +35,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from .. import errors, output_dirs, settings
 from ..data import documents
 from ..engine import scoring, window
 from ..keytokens import cache, evaluator, text_scoring
-from ..metrics import per_token
+from ..metrics import bootstrap, per_token
 from ..records import StaleStateError
 
 log = logging.getLogger("lm_eval_longctx")
@@ -473,21 +471,6 @@ def aggregation_fn(name: str):
     return mean if name == "mean" else AGGREGATIONS[name]
 
 
-def bootstrap_stderr(aggregate, items, iters: int, seed: int = 1234) -> float:
-    """Standard deviation of ``aggregate`` over document resamples (seeded, reproducible).
-
-    lm-eval's bootstrap cannot be used as is: a resample that holds only documents without key
-    tokens has no LongPPL (NaN), and one NaN would make its estimate NaN. Such resamples are
-    skipped here; NaN is returned only when fewer than two resamples are defined.
-    """
-    items = list(items)
-    rng = np.random.default_rng(seed)
-    values = [aggregate([items[i] for i in rng.integers(0, len(items), len(items))]) for _ in range(iters)]
-    # a resample without a defined value (NaN, or a note such as "n/a: ...") is skipped
-    values = np.array([v for v in values if isinstance(v, (int, float)) and np.isfinite(v)], dtype=np.float64)
-    return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
-
-
 def _install_stderr_hook() -> None:
     import lm_eval.evaluator_utils as eu
 
@@ -498,7 +481,7 @@ def _install_stderr_hook() -> None:
     def stderr_for_metric(metric, bootstrap_iters):
         if getattr(metric, "_longctx_bootstrap", False) and bootstrap_iters > 0:
             iters = min(bootstrap_iters, BOOTSTRAP_ITERS_CAP)
-            return lambda xs: bootstrap_stderr(metric, xs, iters=iters)
+            return lambda xs: bootstrap.stderr(metric, xs, n_resamples=iters)
         return original(metric, bootstrap_iters)
 
     stderr_for_metric._longctx_wrapped = True

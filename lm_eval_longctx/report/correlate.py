@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from ..metrics import bootstrap
 from .results import UnusableInput, read_text
 from .text import visible
 
@@ -82,8 +83,7 @@ def bootstrap_spearman_ci(x, y, n_resamples: int = 5000, level: float = 0.95, se
     (rho undefined); those are dropped and counted (``n_degenerate``) instead of turning the whole CI into NaN.
     """
     x, y = np.asarray(x, float), np.asarray(y, float)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(x), size=(n_resamples, len(x)))
+    idx = bootstrap.indices(np.random.default_rng(seed), len(x), n_resamples)
     rho = _row_spearman(x[idx], y[idx])
     ok = rho[np.isfinite(rho)]
     alpha = (1 - level) / 2

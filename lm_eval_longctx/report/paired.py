@@ -33,7 +33,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from ..metrics import gain_map, per_token
+from ..metrics import bootstrap, gain_map, per_token
 
 # lm-eval's date_id: datetime.now().isoformat().replace(":", "-"), at the end of the results file's stem
 DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
@@ -331,17 +331,6 @@ class PairedResult:
     n_degenerate: int  # resamples where the metric is undefined for either run (dropped)
 
 
-def _draw(rng, n: int, b: int, strata):
-    """(b, n) document indices with replacement; within each stratum (its documents' positions kept) if given."""
-    if strata is None:
-        return rng.integers(0, n, size=(b, n))
-    idx = np.empty((b, n), dtype=np.int64)
-    for value in np.unique(strata):
-        members = np.flatnonzero(strata == value)
-        idx[:, members] = members[rng.integers(0, len(members), size=(b, len(members)))]
-    return idx
-
-
 def paired_bootstrap(
     run_x,
     base_x,
@@ -364,7 +353,7 @@ def paired_bootstrap(
     done = 0
     while done < n_resamples:
         b = min(_BLOCK, n_resamples - done)
-        idx = _draw(rng, n, b, strata)
+        idx = bootstrap.indices(rng, n, b, strata)
         d = fn(run_x[idx]) - fn(base_x[idx])
         worse.append(-d if higher_is_better else d)
         done += b

@@ -382,10 +382,3 @@ def test_each_rank_builds_only_its_shard(model_dirs, docs, tmp_path):
     assert [i.doc_id for i in task.instances] == [1]
     assert list(task._judgements) == [1]
     assert len(list((tmp_path / "spans").glob("*.spans.npz"))) == 1
-
-
-def test_bootstrap_stderr_skips_undefined_resamples():
-    items = [(2.0, 1), (0.0, 0), (3.0, 2), (1.0, 1)]
-    se = glue.bootstrap_stderr(glue.AGGREGATIONS["token_weighted_perplexity"], items, iters=300)
-    assert math.isfinite(se) and se > 0
-    assert math.isnan(glue.bootstrap_stderr(glue.AGGREGATIONS["token_weighted_perplexity"], [(0.0, 0)] * 3, 50))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lm_eval_longctx.cli import main
-from lm_eval_longctx.metrics import per_token
+from lm_eval_longctx.metrics import bootstrap, per_token
 from lm_eval_longctx.report import paired
 from tests.report_fixtures import DATE_BASE, DATE_RUN, corpus, doc_hash, write_run
 
@@ -89,7 +89,7 @@ def test_memory_length_aggregations_vectorised_match_the_metrics_functions(rule)
     x = paired.as_array(items)
     settings = {"fine_threshold": 0.75, "fine_rule": rule, "coarse_margin": 0.1, "coarse_rule": rule}  # 0.75: ties
     aggs = paired._memory_aggregations(settings)
-    idx = paired._draw(np.random.default_rng(0), len(x), 300, x[:, 0])
+    idx = bootstrap.indices(np.random.default_rng(0), len(x), 300, x[:, 0])
     stack = x[idx]
     assert np.array_equal(stack[:, :, 0], np.broadcast_to(x[:, 0], stack.shape[:2]))  # lengths kept in place
     ref = {
