@@ -24,10 +24,7 @@ torch or transformers. It puts a ``sys.meta_path`` finder in front that does not
 ``include_path``, and then removes itself from ``sys.meta_path``. If ``lm_eval.tasks.manager`` is
 already imported when :func:`install` runs, the patch is applied at once.
 
-The same finder also waits for ``lm_eval._cli.utils`` (imported by the ``lm_eval`` command before the task
-manager): lm-eval 0.4.13 answers a ``--metadata`` value that looks like JSON but is not with a bare traceback,
-and :func:`_patch_json_flags` turns that into argparse's one-line error naming the flag. And for
-``lm_eval.evaluator``: :func:`wrap_simple_evaluate` records, while ``simple_evaluate`` runs, the model it evaluates
+The same finder also waits for ``lm_eval.evaluator``: :func:`wrap_simple_evaluate` records, while ``simple_evaluate`` runs, the model it evaluates
 and the chat options it was given (``EVALUATIONS_ATTR``), which lm-eval hands no task; the tasks read them when
 they are built. Before it lets ``simple_evaluate`` load the model (lm-eval 0.4.13 builds the tasks after the model),
 :func:`check_before_model` asks each of our tasks the call will build to check its settings and the call's options.
@@ -75,7 +72,6 @@ __all__ = ["DISABLE_ENV", "hook_disabled", "install", "task_configs_dir"]
 DISABLE_ENV = "LM_EVAL_LONGCTX_DISABLE_HOOK"
 _TARGET = "lm_eval.tasks.manager"
 _EVALUATOR = "lm_eval.evaluator"  # simple_evaluate: the evaluated model and the chat options (wrap_simple_evaluate)
-_CLI_UTILS = "lm_eval._cli.utils"  # lm-eval's command-line flag parsing, imported before the task manager
 # Marker attribute set on our finder and on the patched __init__. It is looked up by name and not
 # by class identity, so the checks still work after this module has been reloaded.
 _MARK = "_lm_eval_longctx_hook"
@@ -452,47 +448,7 @@ def watch_model_creation() -> None:
         setattr(LM, name, classmethod(create))
 
 
-def _on_cli_utils_loaded(module) -> None:
-    try:
-        _patch_json_flags(module)
-    except Exception as err:
-        _log().warning("lm_eval_longctx: could not patch lm_eval's --metadata parsing (%s)", err)
-
-
-def _patch_json_flags(utils_module) -> None:
-    """lm-eval 0.4.13 answers a ``--metadata`` / ``--model_args`` / ``--gen_kwargs`` value that looks like JSON but
-    is not with a bare ``ValueError`` traceback that names no flag; make it argparse's one-line error (exit 2)
-    naming the flag, where the JSON breaks and the way out."""
-    action = getattr(utils_module, "MergeDictAction", None)
-    original = action.__dict__.get("__call__") if isinstance(action, type) else None
-    if original is None or getattr(original, _MARK, False):
-        return
-    import functools
-    import json
-
-    @functools.wraps(original)
-    def __call__(self, parser, namespace, values, option_string=None):
-        try:
-            return original(self, parser, namespace, values, option_string)
-        except ValueError:
-            text = values[0] if isinstance(values, (list, tuple)) and values else values
-            if not isinstance(text, str):
-                raise
-            try:
-                json.loads(text)
-            except json.JSONDecodeError as err:
-                shown = text if len(text) <= 200 else text[:200] + "..."
-                parser.error(
-                    f"argument {option_string or self.dest}: not valid JSON ({err}): {shown}. Write a JSON object "
-                    """with double quotes, e.g. '{"alpha": 2, "trunc_len": 4096}', or key=value pairs."""
-                )
-            raise
-
-    setattr(__call__, _MARK, True)
-    action.__call__ = __call__
-
-
-_ON_LOADED = {_TARGET: _on_manager_loaded, _EVALUATOR: _on_evaluator_loaded, _CLI_UTILS: _on_cli_utils_loaded}
+_ON_LOADED = {_TARGET: _on_manager_loaded, _EVALUATOR: _on_evaluator_loaded}
 
 
 class _PatchingLoader:
@@ -519,8 +475,7 @@ class _PatchingLoader:
 
 
 class _ManagerImportHook:
-    """``sys.meta_path`` finder that reacts only to ``lm_eval.tasks.manager``, ``lm_eval.evaluator`` and the module
-    of lm-eval's command-line flag parsing."""
+    """``sys.meta_path`` finder that reacts only to ``lm_eval.tasks.manager`` and ``lm_eval.evaluator``."""
 
     _lm_eval_longctx_hook = True  # == _MARK
 
@@ -550,9 +505,6 @@ def install() -> bool:
     """Install the hook (idempotent). Return False when it is disabled by the environment."""
     if hook_disabled():
         return False
-    utils = sys.modules.get(_CLI_UTILS)
-    if utils is not None:
-        _on_cli_utils_loaded(utils)
     # lm-eval was imported before us (e.g. this module was imported by hand): patch what is there now
     evaluator = sys.modules.get(_EVALUATOR)
     if evaluator is not None:

@@ -433,16 +433,13 @@ class MetricDeclaration:
 
     aggregation: Callable
     higher_is_better: bool | None
-    # scored on some of the task's documents by design (one copy length, one configuration): its count of values
-    # may differ from the task's other metrics without lm-eval's "not scored on the same number" warning
-    subset: bool = False
 
 
-def declare(aggregation: str | Callable, higher_is_better: bool | None, subset: bool = False) -> MetricDeclaration:
+def declare(aggregation: str | Callable, higher_is_better: bool | None) -> MetricDeclaration:
     """A metric declaration from a named aggregation (``mean``, ``token_weighted_perplexity``, ``corpus_ratio``) or
     an aggregation function (a module-level function or a partial of one: it must pickle)."""
     return MetricDeclaration(
-        aggregation_fn(aggregation) if isinstance(aggregation, str) else aggregation, higher_is_better, subset
+        aggregation_fn(aggregation) if isinstance(aggregation, str) else aggregation, higher_is_better
     )
 
 
@@ -488,48 +485,6 @@ def _install_stderr_hook() -> None:
     eu.stderr_for_metric = stderr_for_metric
 
 
-def counts_differ_by_design(task, raw_metrics: dict) -> bool:
-    """Whether the only metrics of ``task`` with another number of values than the rest are those it declares
-    ``subset`` (a per-length or per-configuration metric); the metrics scored on every document agree."""
-    declarations = getattr(task, "metric_declarations", None)
-    if not callable(declarations):
-        return False
-    declared = declarations()
-    whole = {
-        len(items) for (metric, _), items in raw_metrics.items() if not getattr(declared.get(metric), "subset", False)
-    }
-    return len(whole) == 1
-
-
-def _install_metric_count_hook() -> None:
-    """lm-eval warns when a task's metrics hold different numbers of values ("over-weighted in the group score").
-    The forgetting curve's copy_acc@<l> and LongEval's <metric>_<num_lines> are scored on their length's or
-    configuration's documents by design, so the warning came on every normal run; it is dropped for our tasks when
-    only their declared ``subset`` metrics differ, and still shown when metrics scored on every document disagree."""
-    import lm_eval.evaluator_utils as eu
-
-    original = eu._compute_task_aggregations
-    if getattr(original, "_longctx_wrapped", False):
-        return
-
-    def _compute_task_aggregations(task, raw_metrics, *args, **kwargs):
-        if not counts_differ_by_design(task, raw_metrics):
-            return original(task, raw_metrics, *args, **kwargs)
-        by_design = f"[{task.task_name}] Metrics were not scored on the same number of documents"
-
-        def keep(record) -> bool:
-            return not record.getMessage().startswith(by_design)
-
-        eu.eval_logger.addFilter(keep)
-        try:
-            return original(task, raw_metrics, *args, **kwargs)
-        finally:
-            eu.eval_logger.removeFilter(keep)
-
-    _compute_task_aggregations._longctx_wrapped = True  # type: ignore[attr-defined]
-    eu._compute_task_aggregations = _compute_task_aggregations
-
-
 # ------------------------------------------------------------------ install
 
 
@@ -552,7 +507,6 @@ def install() -> None:
     if os.environ.get("LM_EVAL_LONGCTX_NO_STDERR_HOOK", "") not in ("1", "true", "True"):
         _install_stderr_hook()
     _install_results_saved_hook()
-    _install_metric_count_hook()
 
 
 # ------------------------------------------------------------------ the model being evaluated

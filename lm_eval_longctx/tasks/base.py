@@ -248,10 +248,9 @@ class LongContextTask(ConfigurableTask):
         """Every metric the task reports, with its aggregation and direction: the one place they are declared."""
         raise NotImplementedError
 
-    def declare(self, aggregation, metric: str, subset: bool = False) -> glue.MetricDeclaration:
-        """``metric`` with its aggregation and its declared direction (METRIC_DIRECTIONS; ``subset``: scored on some
-        documents only by design, e.g. one copy length's)."""
-        return glue.declare(aggregation, self.direction_of(metric), subset)
+    def declare(self, aggregation, metric: str) -> glue.MetricDeclaration:
+        """``metric`` with its aggregation and its declared direction (METRIC_DIRECTIONS)."""
+        return glue.declare(aggregation, self.direction_of(metric))
 
     def aggregation(self):
         if self.predict_only:

@@ -492,7 +492,7 @@ class ForgettingCurveTask(LongContextTask):
         s = self.settings
         names = [self._name(w, x) for x in self.lengths for w in ("copy_acc", "lm_acc")]
         # one length's documents each, by design
-        out = {name: self.declare("mean", name, subset=True) for name in names}
+        out = {name: self.declare("mean", name) for name in names}
         # partials of module-level functions: they pickle; they get no stderr (a threshold statistic)
         out["fine_memory_length"] = self.declare(
             functools.partial(

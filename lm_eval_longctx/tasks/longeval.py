@@ -626,7 +626,7 @@ class _LinesTask(LongContextTask):
         for n in self.configurations:
             for stem, agg in stems.items():
                 name = f"{stem}_{self.config_key(n)}"
-                out[name] = self.declare(agg, name, subset=True)  # one configuration's cases, by design
+                out[name] = self.declare(agg, name)  # one configuration's cases, by design
         return out
 
     def _skipped(self, key: str, skipped: bool) -> dict:

@@ -115,23 +115,6 @@ def test_unwritable_output_path_fails_the_run(tmp_path, model_dirs, corpus_texts
 
 
 @pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
-@pytest.mark.parametrize("flag", ["--metadata", "--model_args"])
-def test_malformed_json_flag_is_one_line_naming_the_flag(tmp_path, flag):
-    args = ["--model", "hf", "--tasks", "longppl_govreport", "--model_args", "pretrained=x"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "lm_eval", *args, flag, '{"alpha": 2,'],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert proc.returncode == 2
-    assert f"argument {flag}: not valid JSON" in proc.stderr and "line 1 column" in proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
-@pytest.mark.skipif(not hook_active(), reason="the package (with its discovery hook) is not installed")
 @pytest.mark.parametrize("debug", [False, True])
 def test_our_errors_print_as_one_block_without_traceback(tmp_path, model_dirs, debug):
     debug_env = {"LM_EVAL_LONGCTX_DEBUG": "1"} if debug else {}

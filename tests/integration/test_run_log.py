@@ -1,5 +1,5 @@
-"""What a run says: the batch --batch_size auto chose, the --use_cache hits of our requests, errors named by their
-task, and no stock "not scored on the same number of documents" warning where our metrics differ by design."""
+"""What a run says: the batch --batch_size auto chose, the --use_cache hits of our requests, and errors named by
+their task."""
 
 import json
 import logging
@@ -13,7 +13,6 @@ from tests.harness_utils import run_task, write_docs
 
 FC = "forgetting_curve"
 LONGPPL = "longppl_govreport"
-COUNT_WARNING = "Metrics were not scored on the same number of documents"
 
 
 @pytest.fixture
@@ -82,45 +81,6 @@ def test_batch_size_auto_without_max_batch_size_starts_at_lm_evals_default():
         max_batch_size = None
 
     assert glue.serving_batch_size(Auto())[0] == glue.AUTO_BATCH_CEILING == 64
-
-
-# ------------------------------------------------------------------ the metric-count warning
-
-
-@pytest.mark.integration
-def test_normal_runs_of_the_curve_and_longeval_have_no_metric_count_warning(model_dirs, books, lm_eval_log):
-    md = {"data_files": books, "lengths": [8, 20], "samples_per_length": 2, "chunk_size": 16}
-    run_task(FC, model_dirs["a"], md, bootstrap_iters=0)
-    run_task("longeval_lines", model_dirs["a"], {"num_lines": [4, 11], "num_cases": 1}, bootstrap_iters=0)
-    assert not messages(lm_eval_log, COUNT_WARNING)
-
-
-class _Task:
-    task_name = "made_up"
-
-    def metric_declarations(self):
-        from lm_eval.api.metrics import mean
-
-        return {
-            "acc": glue.MetricDeclaration(mean, True),
-            "other": glue.MetricDeclaration(mean, True),
-            "acc@8": glue.MetricDeclaration(mean, True, subset=True),
-        }
-
-    def aggregation(self):
-        return {name: d.aggregation for name, d in self.metric_declarations().items()}
-
-
-def test_the_warning_stays_when_metrics_scored_on_every_document_disagree(lm_eval_log):
-    from lm_eval import evaluator_utils
-
-    glue.install()
-    by_design = {("acc", "none"): [1, 0, 1], ("other", "none"): [1, 1, 1], ("acc@8", "none"): [1]}
-    evaluator_utils._compute_task_aggregations(_Task(), by_design, 0)
-    assert not messages(lm_eval_log, COUNT_WARNING)
-    real = {**by_design, ("other", "none"): [1, 1]}
-    evaluator_utils._compute_task_aggregations(_Task(), real, 0)
-    assert len(messages(lm_eval_log, COUNT_WARNING)) == 1
 
 
 # ------------------------------------------------------------------ errors named by their task
