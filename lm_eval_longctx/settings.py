@@ -373,23 +373,27 @@ def refuse_unused_keys(md: Mapping) -> None:
     """A run whose every task is of this suite: a metadata key none of them takes (and lm-eval does not put there)
     is an error, naming it and the way out; in a run with another suite's tasks it is left to them
     (``Declaration.check_unknown_keys``)."""
-    other = md.get(OTHER_TASKS_KEYS) or []
-    if isinstance(other, str):
-        other = [k for k in other.split(",") if k.strip()]
-    known = (
-        known_setting_names()
-        | {OTHER_TASKS_KEYS, *MODEL_KEYS_READ}
-        | {str(k).strip() for k in other if isinstance(k, str)}
-    )
-    for keys in EXTERNAL_KEYS.values():
-        known |= keys
-    unused = sorted(str(k) for k in md if k not in known)
+    unused = sorted(unknown_keys(md, known_setting_names() | set(MODEL_KEYS_READ)))
     if unused:
         raise SettingsError(
             f"metadata key(s) {', '.join(repr(k) for k in unused)}: no task of this run takes them (every task is "
             "of lm_eval_longctx, and none has such a setting: docs/running-on-your-model.md lists them). Remove "
             f"them, or list them in --metadata '{{\"{OTHER_TASKS_KEYS}\": [...]}}' if they are meant to be ignored."
         )
+
+
+def unknown_keys(md: Mapping, known: set[str]) -> list[str]:
+    """The keys of ``md`` that are not in ``known``, not put there by lm-eval or the model's arguments
+    (``EXTERNAL_KEYS``) and not listed in ``other_tasks_keys`` (a list of keys, or one comma-separated string)."""
+    other = md.get(OTHER_TASKS_KEYS) or []
+    if isinstance(other, str):
+        other = [k for k in other.split(",") if k.strip()]
+    if not isinstance(other, (list, tuple)) or not all(isinstance(k, str) for k in other):
+        raise SettingsError(f"{OTHER_TASKS_KEYS} must be a list of metadata keys, got {other!r}")
+    known = known | {OTHER_TASKS_KEYS} | {k.strip() for k in other}
+    for keys in EXTERNAL_KEYS.values():
+        known |= keys
+    return [str(k) for k in md if k not in known]
 
 
 def misspelling_of(key: str, names: Iterable[str]) -> str | None:
@@ -464,16 +468,8 @@ class Declaration:
     def check_unknown_keys(self, md: Mapping) -> None:
         """Refuse a key that looks like a misspelling of one we know; leave any other unknown key to the other tasks
         of the run (stock tasks ignore keys they do not know, and ours must not stop a mixed run), saying so once."""
-        other = md.get(OTHER_TASKS_KEYS) or []
-        if isinstance(other, str):
-            other = [k for k in other.split(",") if k.strip()]
-        if not isinstance(other, (list, tuple)) or not all(isinstance(k, str) for k in other):
-            raise SettingsError(f"{OTHER_TASKS_KEYS} must be a list of metadata keys, got {other!r}")
         declared = known_setting_names() | set(self.by_name)
-        known = declared | {OTHER_TASKS_KEYS} | {k.strip() for k in other}
-        for keys in EXTERNAL_KEYS.values():
-            known |= keys
-        unknown = [str(k) for k in md if k not in known]
+        unknown = unknown_keys(md, declared)
         targets = sorted(declared | {OTHER_TASKS_KEYS, *MODEL_KEYS_READ})
         for key in unknown:
             meant = misspelling_of(key, targets)

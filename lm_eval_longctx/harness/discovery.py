@@ -344,16 +344,17 @@ def check_before_model(arguments: dict) -> None:
         from ..settings import refuse_unused_keys
 
         # lm-eval puts the --model_args into every task's metadata: they are the model's, not settings
-        refuse_unused_keys({k: v for k, v in metadata.items() if k not in _model_arg_keys(arguments)})
+        refuse_unused_keys({k: v for k, v in metadata.items() if k not in _model_args(arguments)})
 
 
-def _model_arg_keys(arguments: dict) -> set:
+def _model_args(arguments: dict) -> dict:
+    """The call's ``model_args`` as a dict (lm-eval takes a "k=v,..." string or a dict)."""
     from lm_eval.utils import simple_parse_args_string
 
     model_args = arguments.get("model_args")
     if isinstance(model_args, str):
         model_args = simple_parse_args_string(model_args)
-    return set(model_args) if isinstance(model_args, dict) else set()
+    return model_args if isinstance(model_args, dict) else {}
 
 
 def _our_task_configs(arguments: dict) -> tuple[list, dict, bool]:
@@ -363,17 +364,13 @@ def _our_task_configs(arguments: dict) -> tuple[list, dict, bool]:
 
     from lm_eval.tasks._factory import TaskFactory
     from lm_eval.tasks._index import Kind, TaskIndex
-    from lm_eval.utils import simple_parse_args_string
 
     manager = arguments.get("task_manager")
     if manager is not None:
         index, metadata = manager.task_index, getattr(manager, "metadata", None) or {}
     else:  # simple_evaluate builds TaskManager(metadata=model_args | metadata), whose index holds our folder
         index = TaskIndex.build([Path(_current_task_configs_dir())])
-        model_args = arguments.get("model_args")
-        if isinstance(model_args, str):
-            model_args = simple_parse_args_string(model_args)
-        metadata = (model_args if isinstance(model_args, dict) else {}) | (arguments.get("metadata") or {})
+        metadata = _model_args(arguments) | (arguments.get("metadata") or {})
     factory = TaskFactory(meta=metadata)
     found: dict[str, tuple] = {}
     foreign = []
