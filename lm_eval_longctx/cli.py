@@ -353,13 +353,6 @@ def add_demo_parser(sub, full: bool = True) -> None:
         metavar="JSON",
         help="extra --metadata keys (JSON object) over the budget's, e.g. '{\"beta\": -20}'",
     )
-    g.add_argument(
-        "--validate",
-        action="store_true",
-        help="known-answer validation instead: build the long / short / no-memory variants of the demo "
-        "model (minutes each), run the five tasks on each and print whether every metric orders "
-        "them as constructed (same as `lm-eval-longctx validate`, which has more options)",
-    )
 
 
 def add_validate_parser(sub, full: bool = True) -> None:
@@ -386,18 +379,6 @@ def add_precompute_parser(sub, full: bool = True) -> None:
         from .precompute import add_options
 
         add_options(g)
-
-
-def run_validate_mode(args) -> int:
-    """``demo --validate``: the validation at the demo's budget, into the demo's output folder."""
-    import argparse
-
-    from .demo.known_answer import add_arguments, run_from_args
-
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    argv = [args.out, "--budget", args.budget] + (["--metadata", args.metadata] if args.metadata else [])
-    return run_from_args(p.parse_args(argv + (["--check"] if args.check else [])))
 
 
 def run_demo(args) -> int:
@@ -659,10 +640,6 @@ def run_audit(args) -> int:
     return run_from_args(args)
 
 
-def run_demo_command(args) -> int:
-    return run_validate_mode(args) if args.validate else run_demo(args)
-
-
 def run_validate(args) -> int:
     from .demo.known_answer import run_from_args
 
@@ -709,7 +686,7 @@ COMMANDS = {
     "correlate": report_tool(run_correlate),
     "report": report_tool(run_report),
     "view": run_view,
-    "demo": run_demo_command,
+    "demo": run_demo,
     "validate": run_validate,
     "precompute-spans": run_precompute,
     "from-gguf": run_from_gguf,

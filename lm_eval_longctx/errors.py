@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
+import traceback
 import warnings
 
 
@@ -25,17 +28,50 @@ class LongctxWarning(UserWarning):
 
 warnings.filterwarnings("ignore", category=LongctxWarning)
 
-_NOTICED: set[str] = set()
+# What this evaluation has said or given up on (a notice said once, a cache folder that failed): a fresh set for each
+# lm-eval simple_evaluate call (``new_evaluation``, opened by harness/evaluation.py), one for the process outside one.
+_SAID: contextvars.ContextVar[set | None] = contextvars.ContextVar("lm_eval_longctx_said", default=None)
+
+
+def _said() -> set:
+    said = _SAID.get()
+    if said is None:
+        said = set()
+        _SAID.set(said)
+    return said
+
+
+def first_time(key) -> bool:
+    """True the first time this evaluation asks with ``key`` (hashable), False after."""
+    said = _said()
+    if key in said:
+        return False
+    said.add(key)
+    return True
+
+
+def already(key) -> bool:
+    """Whether this evaluation has asked ``first_time(key)``."""
+    return key in _said()
+
+
+@contextlib.contextmanager
+def new_evaluation():
+    """Inside this block nothing has been said yet: every notice is said again, every cache folder tried again."""
+    token = _SAID.set(set())
+    try:
+        yield
+    finally:
+        _SAID.reset(token)
 
 
 def notice(message: str) -> None:
-    """Tell the user ``message`` once per process: a warning line of the ``lm_eval_longctx`` logger and a
+    """Tell the user ``message`` once per evaluation: a warning line of the ``lm_eval_longctx`` logger and a
     LongctxWarning (a task built twice, before the model and after it, says it once)."""
     import logging
 
-    if message in _NOTICED:
+    if not first_time(("notice", message)):
         return
-    _NOTICED.add(message)
     logging.getLogger("lm_eval_longctx").warning(message)
     warnings.warn(message, LongctxWarning, stacklevel=2)
 
@@ -103,6 +139,37 @@ def _exit(status: int) -> None:
             except (OSError, ValueError):
                 pass
         os._exit(status)
+
+
+# What sys.argv[0] reads under lm-eval's command line: its console scripts, or `python -m lm_eval` (runpy puts the
+# path of lm_eval/__main__.py there, as `accelerate launch -m lm_eval` does)
+LM_EVAL_COMMANDS = ("lm_eval", "lm-eval")
+
+
+def under_lm_eval_cli() -> bool:
+    """Whether this process is lm-eval's command line (``lm_eval ...``), not a program calling its Python API."""
+    from pathlib import Path
+
+    command = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    return command.name in LM_EVAL_COMMANDS or command.parts[-2:] == ("lm_eval", "__main__.py")
+
+
+@contextlib.contextmanager
+def one_line_under_lm_eval_cli():
+    """Under lm-eval's command line, an error of ours ends the run as its message block and exit status 2 (as
+    ``install_excepthook`` does for this package's own commands); a program calling lm-eval's Python API gets the
+    exception itself, and every other error keeps its traceback. Usable as a decorator."""
+    try:
+        yield
+    except Exception as err:
+        ours = user_error(err)
+        if ours is None or not under_lm_eval_cli():
+            raise
+        if debug_wanted():
+            traceback.print_exc()
+        else:
+            print(format_user_error(ours), file=sys.stderr)
+        raise SystemExit(USER_ERROR_EXIT) from None
 
 
 def install_excepthook() -> None:

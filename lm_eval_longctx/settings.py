@@ -6,7 +6,7 @@ Parsing is strict, because a typo or a wrong type must never give a different nu
 
 * ``--metadata`` reaches every task of a run, so "known" means a setting of some task of this package, a key
   lm-eval itself puts into the metadata (the YAML's ``version``, the ``--model_args`` keys, registered by the
-  harness glue), or a key the user names in ``other_tasks_keys``. Any other key is an error, naming it and the
+  harness), or a key the user names in ``other_tasks_keys``. Any other key is an error, naming it and the
   known key it resembles, only when it looks like a misspelling of one of ours (:func:`misspelling_of`);
   otherwise it is left to the other tasks of the run (a stock task's, such as RULER's ``num_samples``), with one
   log line naming it (lm-eval's own length key, ``max_seq_lengths``, is a setting of every task of this suite). In a
@@ -20,6 +20,8 @@ Parsing is strict, because a typo or a wrong type must never give a different nu
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import json
 import logging
@@ -27,6 +29,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import errors
 
 # Keys lm-eval writes into every task's metadata besides the model_args: the YAML's version and
 # (lm-eval 0.4.13, tasks/_factory.py) where the config came from; and our own records of the settings and of the
@@ -341,21 +345,29 @@ def preset_source(name: str) -> str:
 
 # Every declaration registers here, so the unknown-key check knows the settings of all our tasks.
 DECLARATIONS: dict[str, Declaration] = {}
-# Keys that lm-eval puts into the metadata (model_args etc.), by source; filled by the harness glue.
+# Keys that lm-eval puts into the metadata, by source, declared once (lm-eval's own; the hf backend's arguments).
 EXTERNAL_KEYS: dict[str, frozenset] = {"lm-eval": LM_EVAL_METADATA_KEYS}
+# The --model_args keys of the evaluation running in this context (lm-eval merges them into every task's metadata).
+_MODEL_ARGS_GIVEN: contextvars.ContextVar[frozenset] = contextvars.ContextVar("model_args_given", default=frozenset())
 
 
 def add_external_keys(source: str, keys: Iterable[str]) -> None:
-    """Accept ``keys`` as known metadata keys (e.g. the model_args of the model being evaluated)."""
+    """Accept ``keys`` as known metadata keys wherever they come from (``source``: a name for them)."""
     EXTERNAL_KEYS[source] = frozenset(str(k) for k in keys)
+
+
+@contextlib.contextmanager
+def model_args_given(keys: Iterable[str]):
+    """Accept the ``--model_args`` keys of the evaluation running inside this block as known metadata keys."""
+    token = _MODEL_ARGS_GIVEN.set(frozenset(str(k) for k in keys))
+    try:
+        yield
+    finally:
+        _MODEL_ARGS_GIVEN.reset(token)
 
 
 def known_setting_names() -> set[str]:
     return {name for d in DECLARATIONS.values() if d.metadata_keys for name in d.names()}
-
-
-# Sets of unknown keys already named in the log: one line per process and set, not one per task of the run.
-_IGNORED_KEYS_LOGGED: set[tuple[str, ...]] = set()
 
 
 def _edit_distance(a: str, b: str) -> int:
@@ -393,6 +405,7 @@ def unknown_keys(md: Mapping, known: set[str]) -> list[str]:
     known = known | {OTHER_TASKS_KEYS} | {k.strip() for k in other}
     for keys in EXTERNAL_KEYS.values():
         known |= keys
+    known |= _MODEL_ARGS_GIVEN.get()
     return [str(k) for k in md if k not in known]
 
 
@@ -482,8 +495,8 @@ class Declaration:
                     f'\'{{"{OTHER_TASKS_KEYS}": ["{key}"]}}\'.'
                 )
         ignored = sorted(unknown)
-        if ignored and tuple(ignored) not in _IGNORED_KEYS_LOGGED:
-            _IGNORED_KEYS_LOGGED.add(tuple(ignored))
+        # one line per evaluation and set of keys, not one per task of the run
+        if ignored and errors.first_time(("metadata keys left to other tasks", tuple(ignored))):
             log.warning(
                 "lm_eval_longctx: metadata key(s) %s: not a setting of any lm_eval_longctx task, so left to the other "
                 "tasks of the run (list them in %s to silence this line)",

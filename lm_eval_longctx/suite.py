@@ -5,7 +5,7 @@ the task modules define (``tasks.base.suite_tasks``), and the drawers are regist
 
 from __future__ import annotations
 
-from .harness import glue
+from .harness import saving
 from .report.pictures import forgetting_curve_plot, gain_map_plot
 from .tasks import base
 
@@ -27,5 +27,5 @@ def __dir__() -> list[str]:
 
 
 # the report drawers that write a picture beside each saved results file, by drawer name
-glue.on_results_saved("forgetting_curve", forgetting_curve_plot.save_beside_results)
-glue.on_results_saved("gain_map", gain_map_plot.save_beside_results)
+saving.on_results_saved("forgetting_curve", forgetting_curve_plot.save_beside_results)
+saving.on_results_saved("gain_map", gain_map_plot.save_beside_results)

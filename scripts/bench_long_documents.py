@@ -134,13 +134,7 @@ def run_path(path: str, model, ids: torch.Tensor, args) -> np.ndarray:
 def measure(path: str, length: int, model, args, out_dir: Path) -> dict:
     device = torch.device(args.device)
     ids = make_ids(length, SHAPES[args.shape]["vocab_size"], args.seed)
-    benchkit.sync(device)
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        baseline = torch.cuda.memory_allocated(device)
-    else:
-        baseline = benchkit.rss_bytes()
+    baseline = benchkit.memory_baseline(device)
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
         logprob = run_path(path, model, ids, args)
@@ -148,7 +142,7 @@ def measure(path: str, length: int, model, args, out_dir: Path) -> dict:
         return {"path": path, "length": length, "error": "OOM"}
     benchkit.sync(device)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda" else benchkit.peak_rss_bytes()) - baseline
+    peak = benchkit.peak_memory_bytes(device) - baseline
     np.save(out_dir / f"{path}_{length}.npy", logprob)
     scored = int(np.sum(~np.isnan(logprob)))
     # cpu_seconds: the process's CPU time (all threads), less disturbed than wall time on a shared machine

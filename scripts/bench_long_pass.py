@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -86,24 +85,14 @@ def worker(args) -> dict:
     n = args.map_length if args.worker == "map" else args.lengths[0]
     ids = torch.randint(3, VOCAB[args.shape], (n,), generator=torch.Generator().manual_seed(1))
     scoring.check_model(model)  # the one-off probe is not part of any timing
-    benchkit.sync(device)
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-    else:
-        base = benchkit.rss_bytes()
+    base = benchkit.memory_baseline(device)
     with torch.no_grad():
         try:
             out = run_path(args.worker, model, ids, args)
         except torch.cuda.OutOfMemoryError:
             return {"error": "out of memory"}
     benchkit.sync(device)
-    peak = (
-        torch.cuda.max_memory_allocated(device)
-        if device.type == "cuda"
-        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    )
+    peak = benchkit.peak_memory_bytes(device)
     times = []
     with torch.no_grad():
         for _ in range(args.repeats):
@@ -137,15 +126,11 @@ def worker(args) -> dict:
 
 
 def spawn(args, path: str, n: int, out_file: Path) -> dict:
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
+    cmd = benchkit.worker_command(
+        __file__,
         path,
-        "--worker-out",
-        str(out_file),
-        "--lengths",
-        str(n),
+        out_file,
+        n,
         "--map-length",
         str(args.map_length if path == "map" else n),
         "--device",
@@ -162,7 +147,7 @@ def spawn(args, path: str, n: int, out_file: Path) -> dict:
         str(args.threads),
         "--map-batch",
         str(args.map_batch),
-    ]
+    )
     env = dict(os.environ)
     if args.device == "cpu":
         # glibc raises its mmap threshold as large blocks are freed, then keeps later ones on the heap: the peak RSS

@@ -64,8 +64,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(REPO_ROOT))
 
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
+
 from lm_eval_longctx.demo import offline  # noqa: E402
-from lm_eval_longctx.harness import glue
+from lm_eval_longctx.harness import request_type
 from lm_eval_longctx.tasks import retrieval_gain  # noqa: E402
 
 TARGET_SPEEDUP = 1.8
@@ -79,24 +81,13 @@ def build_lm(args, texts, tmp: Path):
     tokenizer = offline.train_tokenizer(texts, vocab_size=args.tokenizer_vocab)
     if args.vocab_size < len(tokenizer):
         raise SystemExit(f"--vocab-size {args.vocab_size} is smaller than the tokenizer ({len(tokenizer)} tokens)")
-    model = offline.random_llama(
-        args.vocab_size,
-        seed=args.seed,
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.layers,
-        max_position_embeddings=16384,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        head_scale=20.0,
-    )  # peaked: the agreement check is not between near-uniform values
-    model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
+    # peaked: the agreement check is not between near-uniform values
+    benchkit.save_peaked_llama(tmp / "model", tokenizer, args.vocab_size, args.hidden_size, args.layers, args.seed)
     return HFLM(pretrained=str(tmp / "model"), dtype=args.dtype, device=args.device, batch_size=args.hf_batch_size)
 
 
 def task_path(lm, texts, spec, batch_size):
-    ctx = glue.ScoringContext(lm.model, lm.tokenizer, lm.max_length, batch_size)
+    ctx = request_type.ScoringContext(lm.model, lm.tokenizer, lm.max_length, batch_size)
     scores = retrieval_gain.serve(ctx, [(t, spec) for t in texts])
     return (
         np.concatenate([-s.with_logprob.astype(np.float64).mean(1) for s in scores]),

@@ -57,6 +57,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
+
 TARGET_RATIO = 1.3
 FLOAT32_TOLERANCE = 1e-4
 PATHS = ("ladder", "per_length", "stock_hflm", "reference")
@@ -110,13 +112,13 @@ def without_pass(lm, cases, batch):
 def run_path(name, lm, texts, spec, args, stock_reqs):
     """Per-cell answer NLLs (with, without) of every document: arrays [docs, lengths, depths]."""
     from lm_eval_longctx.engine import scoring as engine
-    from lm_eval_longctx.harness import glue as harness
+    from lm_eval_longctx.harness import request_type
     from lm_eval_longctx.tasks import retrieval_gain_map as rgm
 
     shape = (len(texts), len(spec["lengths"]), len(spec["depths"]))
     if name == "ladder":
         out = rgm.serve(
-            harness.ScoringContext(lm.model, lm.tokenizer, None, args.batch_size), [(t, spec) for t in texts]
+            request_type.ScoringContext(lm.model, lm.tokenizer, None, args.batch_size), [(t, spec) for t in texts]
         )
         w = np.stack([-s.with_logprob.astype(np.float64).mean(-1)[..., 0] for s in out])
         wo = np.stack([-s.without_logprob.astype(np.float64).mean(-1)[..., 0] for s in out])
@@ -209,20 +211,8 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
             return 2
-        model = offline.random_llama(
-            args.vocab_size,
-            seed=args.seed,
-            hidden_size=args.hidden_size,
-            num_hidden_layers=args.layers,
-            max_position_embeddings=16384,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            head_scale=20.0,
-        )  # peaked: the agreement check is not between near-uniform values
-        model.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
-        del model
+        # peaked: the agreement check is not between near-uniform values
+        benchkit.save_peaked_llama(tmp / "model", tokenizer, args.vocab_size, args.hidden_size, args.layers, args.seed)
         n_cells = len(spec["lengths"]) * len(spec["depths"])
         print(
             f"tiny random Llama: vocab {args.vocab_size} (tokenizer {len(tokenizer)}), hidden {args.hidden_size}, "

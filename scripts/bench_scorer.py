@@ -87,28 +87,19 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 def build_model(args) -> torch.nn.Module:
     """A tiny random Llama with a large vocabulary; the seed makes every worker build the same one."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(args.seed)
-    config = LlamaConfig(
-        vocab_size=args.vocab_size,
-        hidden_size=args.hidden_size,
-        intermediate_size=2 * args.hidden_size,
-        num_hidden_layers=args.layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=args.max_positions or max(args.lengths),
+    # peaked predictions: the agreement check is not between near-uniform log-probs
+    model = benchkit.peaked_llama(
+        args.vocab_size,
+        args.hidden_size,
+        args.layers,
+        args.max_positions or max(args.lengths),
+        args.seed,
         rope_theta=500000.0,
         tie_word_embeddings=False,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=0,
     )
-    model = LlamaForCausalLM(config)
-    # Default init gives near-uniform predictions (every log-prob ~ -log(vocab)), which would make
-    # the agreement check trivial; larger head weights make the log-probs spread out.
-    with torch.no_grad():
-        model.lm_head.weight.mul_(20.0)
     return model.to(device=args.device, dtype=DTYPES[args.dtype]).eval()
 
 
@@ -163,20 +154,13 @@ def worker(args) -> dict:
     ids = make_ids(length, args.vocab_size, args.seed)
 
     # Memory: the first run of this path in this process, so the CPU peak RSS is its own.
-    benchkit.sync(device)
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        baseline = torch.cuda.memory_allocated(device)
-    else:
-        baseline = benchkit.rss_bytes()
+    baseline = benchkit.memory_baseline(device)
     try:
         logprob, greedy = run_path(args.worker, model, ids, args.chunk_size)
     except torch.cuda.OutOfMemoryError:
         return {"error": "OOM"}
     benchkit.sync(device)
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else benchkit.peak_rss_bytes()
-    peak_mib = max(peak - baseline, 0) / 2**20
+    peak_mib = max(benchkit.peak_memory_bytes(device) - baseline, 0) / 2**20
 
     # Time: the first run above doubles as warm-up (kernel selection, allocator growth).
     times, cpu_times = [], []
@@ -194,15 +178,11 @@ def worker(args) -> dict:
 
 def spawn_worker(args, path: str, length: int, out_file: Path) -> dict:
     """Run this script in --worker mode for one (path, length); returns its result dict."""
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
+    cmd = benchkit.worker_command(
+        __file__,
         path,
-        "--worker-out",
-        str(out_file),
-        "--lengths",
-        str(length),
+        out_file,
+        length,
         "--chunk-size",
         str(args.chunk_size),
         "--long-pass",
@@ -226,7 +206,7 @@ def spawn_worker(args, path: str, length: int, out_file: Path) -> dict:
         str(args.max_positions or max(args.lengths)),
         "--threads",
         str(args.threads),
-    ]
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         # A CPU run that outgrows RAM is killed by the OOM killer (returncode -9).

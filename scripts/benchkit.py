@@ -1,13 +1,15 @@
-"""The benchmarks' shared kit: model shapes, random models, device sync, memory peaks, and the forward ledger: the
-time a run spent inside its model's decoder and output head, call by call, which is the floor its wall time is
-held against.
+"""The benchmarks' shared kit: model shapes, random models, worker command lines, device sync, memory peaks, and the
+forward ledger: the time a run spent inside its model's decoder and output head, call by call, which is the floor its
+wall time is held against.
 
-Used by the ``bench_*.py`` scripts beside it (they put this folder on ``sys.path`` when run as scripts).
+Used by the ``bench_*.py`` and ``check_*.py`` scripts beside it (they put this folder on ``sys.path`` when run as
+scripts).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -54,6 +56,59 @@ def random_llama(shape: str, vocab_size: int, max_positions: int, dtype: str, de
     return model.eval()
 
 
+# Default init predicts near-uniformly (every log-prob about -log(vocab)), so two scoring paths would agree trivially;
+# an output head scaled this much makes the predictions peaked.
+PEAKED_HEAD_SCALE = 20.0
+
+
+def peaked_llama(vocab_size: int, hidden_size: int, layers: int, max_positions: int, seed: int = 0, **config):
+    """A small random-weight Llama (4 heads, 2 KV heads, MLP 2 x hidden; float32 on the CPU, eval mode) whose output
+    head is scaled by ``PEAKED_HEAD_SCALE``; ``config`` goes to its ``LlamaConfig``."""
+    from lm_eval_longctx.demo import offline
+
+    return offline.random_llama(
+        vocab_size,
+        seed=seed,
+        hidden_size=hidden_size,
+        num_hidden_layers=layers,
+        max_position_embeddings=max_positions,
+        head_scale=PEAKED_HEAD_SCALE,
+        **config,
+    )
+
+
+def save_peaked_llama(folder, tokenizer, vocab_size: int, hidden_size: int, layers: int, seed: int) -> None:
+    """A ``peaked_llama`` of 16384 positions with ``tokenizer``'s special tokens, saved with it to ``folder``."""
+    model = peaked_llama(
+        vocab_size,
+        hidden_size,
+        layers,
+        16384,
+        seed,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def worker_command(script: str, worker: str, worker_out, length: int, *options: str) -> list[str]:
+    """The command line running ``script`` (a bench_*.py) in its hidden worker mode: path ``worker`` at ``length``
+    tokens, its output written to ``worker_out``, then the script's own ``options``."""
+    return [
+        sys.executable,
+        os.path.abspath(script),
+        "--worker",
+        worker,
+        "--worker-out",
+        str(worker_out),
+        "--lengths",
+        str(length),
+        *options,
+    ]
+
+
 def sync(device) -> None:
     """Wait for the device's queued work, so that a wall-clock reading covers it."""
     device = torch.device(device)
@@ -70,10 +125,28 @@ def rss_bytes() -> int:
 def peak_rss_bytes() -> int:
     """The process's peak resident set so far (Linux reports KiB, macOS bytes)."""
     import resource
-    import sys
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def memory_baseline(device) -> int:
+    """The memory in use before a measured run, after the device's queued work: CUDA's allocated bytes (its cache
+    emptied and its peak counter reset), or the resident set on the CPU."""
+    device = torch.device(device)
+    sync(device)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    return rss_bytes()
+
+
+def peak_memory_bytes(device) -> int:
+    """The peak memory so far (call ``sync`` first): CUDA's allocator peak since ``memory_baseline``, or the process's
+    peak resident set, which never goes down (so a CPU run measured against a baseline has a process of its own)."""
+    device = torch.device(device)
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else peak_rss_bytes()
 
 
 class PeakMemory:

@@ -25,34 +25,24 @@ import numpy as np
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+for folder in (REPO_ROOT, REPO_ROOT / "scripts"):  # run from a checkout without installing the package
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
-from lm_eval_longctx.engine import scoring
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
+
+from lm_eval_longctx.engine import scoring  # noqa: E402
 from lm_eval_longctx.keytokens import evaluator  # noqa: E402
 
 
 def save_model(path: Path, layers: int, hidden: int, vocab: int) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
+    # peaked predictions: the split and the plain model are not compared on near-uniform log-probs
+    model = benchkit.peaked_llama(
+        vocab, hidden, layers, 8192, seed=0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0
     )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(20.0)
     model.save_pretrained(path)
     tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w3"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -67,14 +57,18 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp())
     save_model(tmp / "m", layers=8, hidden=256, vocab=1024)
-    plain, _ = evaluator.load_evaluator(str(tmp / "m"), device=args.device, dtype="float32")
+    plain, _ = evaluator.load_evaluator(
+        evaluator.evaluator_identity(str(tmp / "m")), device=args.device, dtype="float32"
+    )
     n_gpu = torch.cuda.device_count()
     max_memory = args.max_memory
     if max_memory is None and n_gpu:
         # about half of the weights on the GPUs, the rest offloaded to the CPU: a split on any machine
         per_gpu = max(sum(t.numel() * 4 for t in plain.parameters()) // (2 * n_gpu), 1)
         max_memory = {**{str(i): per_gpu for i in range(n_gpu)}, "cpu": "4GiB"}
-    split, _ = evaluator.load_evaluator(str(tmp / "m"), device="auto", dtype="float32", max_memory=max_memory)
+    split, _ = evaluator.load_evaluator(
+        evaluator.evaluator_identity(str(tmp / "m")), device="auto", dtype="float32", max_memory=max_memory
+    )
     device_map = getattr(split, "hf_device_map", None)
     report = {
         "device": args.device,

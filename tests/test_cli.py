@@ -23,3 +23,16 @@ def test_a_report_tool_that_fails_is_exit_2_with_one_line(capsys):
 
     assert cli.report_tool(broken)(type("Args", (), {"command": "gate"})()) == 2
     assert capsys.readouterr().err.strip() == "error: gate failed: RuntimeError: boom"
+
+
+def test_validate_is_the_one_entry_of_the_known_answer_validation(capsys):
+    """`demo --validate` is gone; `validate` takes what it took (an output folder, --budget, --metadata, --check)."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["demo", "--validate"])
+    assert stop.value.code == 2 and "--validate" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["validate", "--help"])
+    assert stop.value.code == 0
+    usage = capsys.readouterr().out
+    for option in ("out", "--budget", "--metadata", "--check"):
+        assert option in usage, option

@@ -1,5 +1,6 @@
 """Our own errors print as their message block; anything else keeps Python's traceback."""
 
+import contextvars
 import subprocess
 import sys
 
@@ -96,3 +97,38 @@ def test_help_texts_describe_every_subcommand_and_option():
     for option in ("--n-resamples", "--confidence"):
         line = validate[validate.index(option) :].split("\n--")[0]
         assert "default" in line, (option, line)
+
+
+@pytest.mark.parametrize(
+    ("argv0", "error", "status", "one_line"),
+    [
+        ("/venv/bin/lm_eval", "SettingsError('what, why, ways out')", 2, True),
+        ("/venv/lib/python3.11/site-packages/lm_eval/__main__.py", "SettingsError('what, why, ways out')", 2, True),
+        ("my_script.py", "SettingsError('what, why, ways out')", 1, False),  # the Python API: the exception itself
+        ("/venv/bin/lm_eval", "KeyError('what, why, ways out')", 1, False),  # not ours: its traceback
+    ],
+)
+def test_under_lm_eval_s_command_line_our_error_is_one_block_and_status_2(argv0, error, status, one_line):
+    code = (
+        "import sys; from lm_eval_longctx import errors; from lm_eval_longctx.settings import SettingsError\n"
+        f"sys.argv[0] = {argv0!r}\n"
+        f"with errors.one_line_under_lm_eval_cli():\n    raise {error}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": sys.path[0] or "."},
+        timeout=60,
+    )
+    assert proc.returncode == status and "what, why, ways out" in proc.stderr
+    assert ("Traceback" not in proc.stderr) == one_line
+    assert proc.stderr.count("what, why, ways out") == 1
+
+
+def test_what_was_said_is_remembered_per_evaluation(monkeypatch):
+    monkeypatch.setattr(errors, "_SAID", contextvars.ContextVar("said", default=None))
+    assert errors.first_time("k") and not errors.first_time("k") and errors.already("k")
+    with errors.new_evaluation():  # a new simple_evaluate call: said again
+        assert not errors.already("k") and errors.first_time("k") and not errors.first_time("k")
+    assert errors.already("k") and not errors.first_time("k")  # the outer one remembers its own

@@ -1,7 +1,7 @@
 """The package's layers and what each may import, checked by parsing every module's imports (ast).
 
 The layers are the folders of lm_eval_longctx/ (each __init__.py says what its layer may import). The rules:
-* only harness/ and tasks/ import lm_eval (harness/glue.py is the glue; tasks/ subclass its task class);
+* only harness/ and tasks/ import lm_eval (harness/ holds every contact, listed in contacts.py; tasks/ subclass its task class);
 * each layer imports only the layers below it (LOWER);
 * metrics/ imports no torch/transformers at all; report/, data/, the basics and cli.py import none at module
   level (the report tools and `lm-eval-longctx --help` stay light);
@@ -173,7 +173,7 @@ def test_the_checker_reports_each_kind_of_violation(tmp_path, rel, source, expec
         (pkg / sub / "__init__.py").write_text('"""x"""\n')
     (pkg / "report" / "fine.py").write_text("import numpy\nfrom ..metrics import per_token\nfrom ..data import files\n")
     (pkg / "tasks" / "fine.py").write_text(
-        "from lm_eval.api.task import ConfigurableTask\nfrom ..harness import glue\n"
+        "from lm_eval.api.task import ConfigurableTask\nfrom ..harness import serving\n"
     )
     assert violations(pkg) == []
     (pkg / rel).write_text(source)

@@ -848,7 +848,7 @@ def plot_command(report: dict, out_png: str = "forgetting_curves.png") -> str:
 
 
 def add_arguments(p) -> None:
-    """The options of ``lm-eval-longctx validate`` (and of a ``demo --validate`` mode)."""
+    """The options of ``lm-eval-longctx validate``, the one command line of the known-answer validation."""
     from . import model as demo_model
 
     p.add_argument(

@@ -44,16 +44,6 @@ from ..data import embedded_corpus
 
 log = logging.getLogger("lm_eval_longctx")
 
-TASKS = ("longppl_govreport", "forgetting_curve", "retrieval_gain", "retrieval_gain_map", "longeval_lines")
-# The group longeval_lines reports through its two tasks.
-RESULT_TASKS = (
-    "longppl_govreport",
-    "forgetting_curve",
-    "retrieval_gain",
-    "retrieval_gain_map",
-    "longeval_lines_ppl",
-    "longeval_lines_acc",
-)
 DEFAULT_OUT = "lm_eval_longctx_demo"
 SUMMARY_FILE = "demo_summary.json"
 REPORT_FILE = "report.html"
@@ -115,6 +105,30 @@ class DemoError(RuntimeError):
     """The demo could not run (missing model, harness failure, no results): the message says why."""
 
 
+# --------------------------------------------------------------------------- the tasks
+# Read from the registry of task classes (tasks.base.suite_tasks), never listed here: a new task class runs in the
+# demo, the validation and scripts/bench_suite.py without an edit. Imported when asked for, so that this module
+# (read by `lm-eval-longctx --help`) stays free of lm-eval.
+
+
+def result_task_names() -> tuple[str, ...]:
+    """Every task of the suite by its suite name (the results' keys), in the report card's order (``REPORT.order``;
+    a group's tasks in the order their module defines them)."""
+    from ..tasks import base
+
+    classes = base.suite_tasks()
+    return tuple(sorted(classes, key=lambda name: classes[name].REPORT.order if classes[name].REPORT else math.inf))
+
+
+def harness_task_names() -> tuple[str, ...]:
+    """The names the demo gives lm_eval's ``--tasks``: each task's group if it has one (longeval_lines runs and
+    reports through its two tasks), else its own name; once each, in ``result_task_names``' order."""
+    from ..tasks import base
+
+    classes = base.suite_tasks()
+    return tuple(dict.fromkeys(classes[name].GROUP or name for name in result_task_names()))
+
+
 # --------------------------------------------------------------------------- the model
 
 
@@ -168,15 +182,16 @@ def harness_argv(
     batch_size: int,
     device: str = "cpu",
     limit: float | None = None,
-    tasks=TASKS,
+    tasks=None,
 ) -> list[str]:
-    """The ``lm_eval`` arguments (after the program name) of the demo run."""
+    """The ``lm_eval`` arguments (after the program name) of the demo run (``tasks``: default every task of the
+    suite, ``harness_task_names``)."""
     from ..harness.discovery import task_configs_dir
 
     argv = [
         "run",
         "--tasks",
-        ",".join(tasks),
+        ",".join(harness_task_names() if tasks is None else tasks),
         "--model",
         "hf",
         "--model_args",
@@ -207,13 +222,12 @@ def _offline_environment() -> None:
 
 
 def run_harness(argv: list[str]) -> Path:
-    """Run lm-eval's CLI entry point in this process with ``argv``; return the results JSON it saved."""
-    from ..harness import glue
-    from ..harness.glue import cli_evaluate
+    """Run lm-eval's CLI entry point in this process with ``argv`` (which names an ``--output_path`` folder); return
+    the results JSON it saved there."""
+    from ..harness.evaluation import cli_evaluate
 
-    glue.install()  # the results-saved hook: where the results JSON went
-    saved: list[Path] = []
-    glue.on_results_saved("lm_eval_longctx_demo", lambda results, path: saved.append(Path(path)))
+    folder = Path(argv[argv.index("--output_path") + 1])
+    before = set(folder.rglob("results_*.json")) if folder.is_dir() else set()
     old_argv = sys.argv
     sys.argv = ["lm_eval", *argv]
     try:
@@ -223,7 +237,7 @@ def run_harness(argv: list[str]) -> Path:
             raise DemoError(f"lm_eval exited with status {e.code} (see the messages above)") from e
     finally:
         sys.argv = old_argv
-        glue.RESULTS_SAVED_CALLBACKS.pop("lm_eval_longctx_demo", None)
+    saved = sorted(set(folder.rglob("results_*.json")) - before, key=lambda path: path.stat().st_mtime)
     if not saved:
         raise DemoError("lm_eval finished without saving a results JSON (see the messages above)")
     return saved[-1]
@@ -380,7 +394,7 @@ def summarize(results: dict, budget: str = "full") -> dict:
     """Headline numbers, every metric, the non-finite ones and the targets of a results dict."""
     per_task = {task: _metric_table(res) for task, res in (results.get("results") or {}).items()}
     per_task = {task: m for task, m in per_task.items() if m}  # a group's row holds only its alias
-    missing = [t for t in RESULT_TASKS if t not in per_task]
+    missing = [t for t in result_task_names() if t not in per_task]
     # Memory lengths are threshold statistics: their stderr is "N/A" by design, never a failure.
     # a text note (skipped_lengths) counts only when it names something: "none" is the normal run
     non_finite = [

@@ -5,13 +5,15 @@ retry after an out-of-memory error, the model's dtype and device, and the suppor
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 from collections import Counter
 from collections.abc import Callable
 
 from .forward import capabilities, causal_lm, input_device, on_forward
 
-_RECORDINGS: list[ScoringRecord] = []
+# the recordings open in this context, innermost last
+_RECORDINGS: contextvars.ContextVar[tuple] = contextvars.ContextVar("lm_eval_longctx_recordings", default=())
 
 
 class ScoringRecord:
@@ -56,16 +58,16 @@ class ScoringRecord:
 def recording(model):
     """Count how ``model`` is scored inside the block (``ScoringRecord``)."""
     record = ScoringRecord(model)
-    _RECORDINGS.append(record)
+    token = _RECORDINGS.set((*_RECORDINGS.get(), record))
     try:
         yield record
     finally:
-        _RECORDINGS.remove(record)
+        _RECORDINGS.reset(token)
 
 
 def _records_of(model):
     model = causal_lm(model)
-    return [record for record in _RECORDINGS if record.model is model]
+    return [record for record in _RECORDINGS.get() if record.model is model]
 
 
 def count(model, what: str, how: str, n: int = 1) -> None:

@@ -1,24 +1,33 @@
 """Every lm-eval callable this package replaces or adds at run time, with the reason, in one table.
 
-lm-eval 0.4.13 has no plugin interface for what these serve (a request type of its own, the model a task is
-evaluated with, files beside the results), so the harness sets them on lm-eval's classes and modules when lm-eval
-is imported (``discovery.install``, ``glue.install``). ``replaced_callables`` finds what is set, by where each
-function was defined, so that a test holds the table to what runs.
+lm-eval 0.4.13 has no plugin interface for what these serve (finding the task folder, a request type of its own, the
+model a task is evaluated with, files beside the results), so the harness sets them on lm-eval's classes and
+modules: :func:`install` sets every one and :func:`uninstall` puts lm-eval back as it was. The start-up hook
+(``discovery.py``) sets the first two as soon as lm-eval imports their modules, before any task is looked up; the
+rest are set when a run starts or a task of the suite is built. ``replaced_callables`` finds what is set, by where
+each function was defined, so that a test holds the table to what runs.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import sys
 from dataclasses import dataclass
 
+from . import discovery
+
 OURS = "lm_eval_longctx"
+# The lm-eval releases the harness is tested with (pyproject.toml pins the same range).
+TESTED_LM_EVAL = ">=0.4.13,<0.5"
 
 
 @dataclass(frozen=True)
 class Contact:
     owner: str  # the module or class, by its import path
     attribute: str
+    replacement: str  # "module:function": called with lm-eval's original (None where it has none), gives ours
     why: str
 
 
@@ -26,46 +35,87 @@ CONTACTS = (
     Contact(
         "lm_eval.tasks.manager.TaskManager",
         "__init__",
+        "lm_eval_longctx.harness.discovery:task_manager_init",
         "adds the task folder to include_path: lm-eval 0.4.13 reads no lm_eval.tasks entry point",
-    ),
-    Contact(
-        "lm_eval.tasks.manager.TaskManager",
-        "load",
-        "what one call loads, so the first task built checks the resources of all (tasks/preflight.py)",
     ),
     Contact(
         "lm_eval.evaluator",
         "simple_evaluate",
-        "checks every task's settings before the model loads (lm-eval builds tasks after the model) and records "
-        "the evaluated model and chat options, which lm-eval hands no task",
+        "lm_eval_longctx.harness.discovery:simple_evaluate",
+        "the run state (harness/evaluation.py): the call's options, which lm-eval hands no task; every task's settings "
+        "checked before the model loads (lm-eval builds tasks after the model); the bootstrap stderrs added",
     ),
-    Contact("lm_eval.api.model.LM", "__init__", "which backend was built, to refuse one that cannot serve the tasks"),
-    Contact("lm_eval.api.model.LM", "create_from_arg_string", "the --model_args keys and the model built from them"),
-    Contact("lm_eval.api.model.LM", "create_from_arg_obj", "the same, for model_args given as a dict"),
-    Contact("lm_eval.api.model.LM", "longctx_scores", "the request type on other backends: one line saying why not"),
-    Contact("lm_eval.models.huggingface.HFLM", "longctx_scores", "serves the request type with the engine"),
     Contact(
-        "lm_eval.evaluator_utils",
-        "stderr_for_metric",
-        "a bootstrap stderr for token-weighted aggregations, where lm-eval's would be NaN or missing",
+        "lm_eval.api.model.LM",
+        "__init__",
+        "lm_eval_longctx.harness.evaluation:lm_init",
+        "the model simple_evaluate builds from --model_args, which the tasks tokenize with and size to",
+    ),
+    Contact(
+        "lm_eval.models.huggingface.HFLM",
+        "longctx_scores",
+        "lm_eval_longctx.harness.serving:longctx_scores",
+        "serves the request type with the engine (lm-eval dispatches with getattr(lm, request_type))",
     ),
     Contact(
         "lm_eval.loggers.evaluation_tracker.EvaluationTracker",
         "save_results_aggregated",
-        "pictures and exports written beside the results file; a failed save removes its partial file",
+        "lm_eval_longctx.harness.saving:save_results_aggregated",
+        "pictures written beside the results file; a failed save removes its partial file and stops the run",
     ),
     Contact(
         "lm_eval.loggers.evaluation_tracker.EvaluationTracker",
         "save_results_samples",
-        "a failed save of the samples removes its partial file",
+        "lm_eval_longctx.harness.saving:save_results_samples",
+        "a failed save of the samples removes what it appended and stops the run",
     ),
-    Contact("sys", "excepthook", "an error of this package ends an lm_eval run in one line, not a traceback"),
 )
 
 
+def _owner(path: str):
+    """The module or class at ``path`` (importing its module)."""
+    try:
+        return importlib.import_module(path)
+    except ModuleNotFoundError:
+        module, name = path.rsplit(".", 1)
+        return getattr(importlib.import_module(module), name)
+
+
+def _replacement(contact: Contact):
+    module, name = contact.replacement.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def install() -> None:
+    """Set every contact on lm-eval (idempotent: a second call changes nothing) and register the named
+    aggregations and the hf backend's model_args keys. Imports lm-eval's hf backend (and so torch)."""
+    from .. import settings
+    from . import aggregations
+
+    for contact in CONTACTS:
+        discovery.set_contact(_owner(contact.owner), contact.attribute, _replacement(contact))
+    aggregations.register_aggregations()
+    hflm = _owner("lm_eval.models.huggingface.HFLM")
+    keys = [
+        k
+        for k, p in inspect.signature(hflm.__init__).parameters.items()
+        if k != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    settings.add_external_keys("hf model_args", [*keys, "model"])
+
+
+def uninstall() -> None:
+    """Put back every lm-eval callable a contact replaced, and remove what one added."""
+    for contact in CONTACTS:
+        discovery.remove_contact(_owner(contact.owner), contact.attribute)
+
+
 def _defined_here(value) -> bool:
-    # by the file its code is in: a wrapper made with functools.wraps carries the wrapped function's __module__
+    # by the mark set_contact puts on a replacement, else by the file its code is in (a wrapper made with
+    # functools.wraps carries the wrapped function's __module__)
     function = getattr(value, "__func__", value)
+    if getattr(function, discovery._MARK, False):
+        return True
     code = getattr(function, "__code__", None)
     return code is not None and f"{os.sep}{OURS}{os.sep}" in code.co_filename
 

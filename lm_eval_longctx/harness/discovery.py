@@ -24,11 +24,10 @@ torch or transformers. It puts a ``sys.meta_path`` finder in front that does not
 ``include_path``, and then removes itself from ``sys.meta_path``. If ``lm_eval.tasks.manager`` is
 already imported when :func:`install` runs, the patch is applied at once.
 
-The same finder also waits for ``lm_eval.evaluator``: :func:`wrap_simple_evaluate` records, while ``simple_evaluate`` runs, the model it evaluates
-and the chat options it was given (``EVALUATIONS_ATTR``), which lm-eval hands no task; the tasks read them when
-they are built. Before it lets ``simple_evaluate`` load the model (lm-eval 0.4.13 builds the tasks after the model),
-:func:`check_before_model` asks each of our tasks the call will build to check its settings and the call's options.
-The finder removes itself once the task manager and the evaluator are both loaded.
+The same finder also waits for ``lm_eval.evaluator``: its ``simple_evaluate`` is handed to
+``harness/evaluation.py`` (:func:`simple_evaluate`), which keeps the call's run state and checks our tasks before
+the model loads. The finder removes itself once the task manager and the evaluator are both loaded. Both
+replacements are two of the contacts listed in ``contacts.py``.
 
 The ``.pth`` line calls :func:`_startup_from_pth`. After installing the finder, it removes
 ``lm_eval_longctx`` and this module from ``sys.modules``. Only the private alias
@@ -71,7 +70,8 @@ __all__ = ["DISABLE_ENV", "hook_disabled", "install", "task_configs_dir"]
 
 DISABLE_ENV = "LM_EVAL_LONGCTX_DISABLE_HOOK"
 _TARGET = "lm_eval.tasks.manager"
-_EVALUATOR = "lm_eval.evaluator"  # simple_evaluate: the evaluated model and the chat options (wrap_simple_evaluate)
+_EVALUATOR = "lm_eval.evaluator"  # simple_evaluate: handed to harness/evaluation.py
+_EVALUATION = "lm_eval_longctx.harness.evaluation"
 # Marker attribute set on our finder and on the patched __init__. It is looked up by name and not
 # by class identity, so the checks still work after this module has been reloaded.
 _MARK = "_lm_eval_longctx_hook"
@@ -142,26 +142,55 @@ def _log():
     return logging.getLogger("lm_eval_longctx.discovery")
 
 
-def _patch_task_manager(manager_module) -> bool:
-    """Wrap ``manager_module.TaskManager.__init__``. Return True if it is patched (now or before)."""
-    task_manager = getattr(manager_module, "TaskManager", None)
-    original = getattr(task_manager, "__init__", None) if task_manager is not None else None
-    if original is None:
-        return False
-    if getattr(original, _MARK, False):
-        return True  # already patched: idempotent
-    if reads_task_entry_points(manager_module):
-        _log().debug("lm-eval reads the lm_eval.tasks entry point itself; discovery hook not applied")
-        return False
+# Set on every replacement this package puts on lm-eval (here and in contacts.py), with the original it replaced
+# (None: lm-eval had none). Looked up by name, not by identity, so the checks hold after this module is reloaded.
+_ORIGINAL = "_lm_eval_longctx_original"
 
+
+def set_contact(owner, attribute: str, make) -> bool:
+    """Put ``make(original)`` in place of ``owner.attribute`` (``original``: None when lm-eval has none), unless a
+    replacement of ours is there already (idempotent) or ``make`` returns None (this lm-eval needs none). Return
+    whether a replacement of ours is in place."""
+    original = vars(owner).get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
+    if getattr(original, _MARK, False):
+        return True
+    replacement = make(original)
+    if replacement is None:
+        return False
+    setattr(replacement, _MARK, True)
+    setattr(replacement, _ORIGINAL, original)
+    setattr(owner, attribute, replacement)
+    return True
+
+
+def remove_contact(owner, attribute: str) -> None:
+    """Put back what ``set_contact`` replaced (or remove what it added)."""
+    current = vars(owner).get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
+    if not getattr(current, _MARK, False):
+        return
+    original = getattr(current, _ORIGINAL, None)
+    if original is None:
+        delattr(owner, attribute)
+    else:
+        setattr(owner, attribute, original)
+
+
+def task_manager_init(original):
+    """``TaskManager.__init__`` with our task folder in ``include_path`` (see the module docstring), or None where
+    this lm-eval needs no such change."""
     import functools
     import inspect
 
+    if original is None:
+        return None
+    if reads_task_entry_points(sys.modules.get(original.__module__)):
+        _log().debug("lm-eval reads the lm_eval.tasks entry point itself; discovery hook not applied")
+        return None
     signature = inspect.signature(original)
     if "include_path" not in signature.parameters:
         # A future lm-eval with a different API (which likely reads entry points instead).
         _log().debug("TaskManager.__init__ has no include_path parameter; discovery hook not applied")
-        return False
+        return None
     defaults_param = signature.parameters.get("include_defaults")
     defaults_default = True if defaults_param is None else defaults_param.default
 
@@ -183,37 +212,24 @@ def _patch_task_manager(manager_module) -> bool:
                     return original(*bound.args, **bound.kwargs)
         return original(self, *args, **kwargs)
 
-    setattr(__init__, _MARK, True)
-    task_manager.__init__ = __init__
-    _record_loads(task_manager)
-    return True
+    return __init__
 
 
-# The TaskManager.load call in progress, as (call number, what it was asked to load), kept on lm-eval's class: the
-# first of our tasks it builds checks what the whole call will need (tasks/preflight.py).
-LOADING_ATTR = "_lm_eval_longctx_loading"
-
-
-def _record_loads(task_manager) -> None:
+def simple_evaluate(original):
+    """``lm_eval.simple_evaluate`` handed to ``harness.evaluation.evaluate`` (the run state, the checks before the
+    model, the bootstrap stderrs) of the copy of this package that imports resolve to at call time."""
     import functools
-    import itertools
 
-    original = getattr(task_manager, "load", None)
-    if original is None or getattr(original, _MARK, False):
-        return
-    calls = itertools.count(1)
+    if original is None:
+        return None
 
     @functools.wraps(original)
-    def load(self, task_list, *args, **kwargs):
-        previous = getattr(task_manager, LOADING_ATTR, None)
-        setattr(task_manager, LOADING_ATTR, (next(calls), task_list))
-        try:
-            return original(self, task_list, *args, **kwargs)
-        finally:
-            setattr(task_manager, LOADING_ATTR, previous)
+    def simple_evaluate(*args, **kwargs):
+        import importlib
 
-    setattr(load, _MARK, True)
-    task_manager.load = load
+        return importlib.import_module(_EVALUATION).evaluate(original, *args, **kwargs)
+
+    return simple_evaluate
 
 
 def reads_task_entry_points(manager_module) -> bool:
@@ -238,8 +254,7 @@ def _remove_finders_when_done() -> None:
 def _on_manager_loaded(module) -> None:
     _remove_finders_when_done()
     try:
-        _patch_task_manager(module)
-        watch_model_creation()
+        set_contact(module.TaskManager, "__init__", task_manager_init)
     except Exception as err:
         _log().warning("lm_eval_longctx: could not patch lm_eval TaskManager (%s)", err)
 
@@ -247,202 +262,9 @@ def _on_manager_loaded(module) -> None:
 def _on_evaluator_loaded(module) -> None:
     _remove_finders_when_done()
     try:
-        wrap_simple_evaluate(module)
-        watch_model_creation()
+        set_contact(module, "simple_evaluate", simple_evaluate)
     except Exception as err:
         _log().warning("lm_eval_longctx: could not patch lm_eval.evaluator.simple_evaluate (%s)", err)
-
-
-# The lm_eval.simple_evaluate calls in progress, innermost last, kept on lm-eval's LM class (every copy of this
-# module sees the same list): each a dict of what the call was given, "model" (a registry name or an LM object),
-# "apply_chat_template", "system_instruction", "gen_kwargs", "limit" and "samples", and "lm", the LM it evaluates
-# once known (the object passed in, or the one create_from_arg_string/obj built). The tasks read it when they are
-# built (harness.glue.evaluated_model, prompt_options, ...): lm-eval hands a task none of these.
-EVALUATIONS_ATTR = "_lm_eval_longctx_evaluations"
-# the simple_evaluate parameters recorded (lm-eval 0.4.13's names)
-RECORDED_ARGUMENTS = ("model", "apply_chat_template", "system_instruction", "gen_kwargs", "limit", "samples")
-
-
-def _evaluations(lm_class) -> list:
-    runs = getattr(lm_class, EVALUATIONS_ATTR, None)
-    if runs is None:
-        runs = []
-        setattr(lm_class, EVALUATIONS_ATTR, runs)
-    return runs
-
-
-def wrap_simple_evaluate(evaluator_module) -> bool:
-    """Wrap ``evaluator_module.simple_evaluate`` to check our tasks of each call before the model loads
-    (``check_before_model``) and to record the call's model and prompt options while it runs (idempotent). Return
-    False when this lm-eval's simple_evaluate lacks a parameter recorded."""
-    original = getattr(evaluator_module, "simple_evaluate", None)
-    if original is None:
-        return False
-    if getattr(original, _MARK, False):
-        return True
-    import functools
-    import inspect
-
-    from lm_eval.api.model import LM
-
-    signature = inspect.signature(original)
-    if not set(RECORDED_ARGUMENTS) <= set(signature.parameters):
-        _log().warning(
-            "lm_eval_longctx: lm_eval.simple_evaluate has no parameter %s; the tasks will not know the evaluated "
-            "model before its requests are served",
-            sorted(set(RECORDED_ARGUMENTS) - set(signature.parameters)),
-        )
-        return False
-
-    @functools.wraps(original)
-    def simple_evaluate(*args, **kwargs):
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
-            return original(*args, **kwargs)  # its own error
-        bound.apply_defaults()
-        check_before_model(bound.arguments)
-        run = {name: bound.arguments.get(name) for name in RECORDED_ARGUMENTS}
-        run["lm"] = run["model"] if isinstance(run["model"], LM) else None
-        runs = _evaluations(LM)
-        runs.append(run)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            for k in range(len(runs) - 1, -1, -1):
-                if runs[k] is run:
-                    del runs[k]
-                    break
-
-    setattr(simple_evaluate, _MARK, True)
-    evaluator_module.simple_evaluate = simple_evaluate
-    return True
-
-
-# The class method of a task class of this package that checks, before lm-eval loads the model, what building the
-# task checks without one (tasks/base.py): called with the task's config as lm-eval will build it and the arguments
-# of simple_evaluate.
-BEFORE_MODEL_CHECK = "check_before_model"
-# a task YAML names its class as `class: !function lm_eval_longctx.suite.X`
-_OUR_CLASSES = "lm_eval_longctx."
-
-
-def check_before_model(arguments: dict) -> None:
-    """When ``simple_evaluate`` starts, before it loads the model (lm-eval 0.4.13 builds the tasks after the model):
-    each task of this package that the call will build checks its settings and the call's options
-    (``BEFORE_MODEL_CHECK``), so that a wrong value stops the run before minutes of loading. The tasks are found
-    as lm-eval will find them: by name, tag or group in the call's task manager (else in our task folder), each with
-    its YAML and metadata merged as lm-eval merges them; a task's own error propagates."""
-    try:
-        configs, metadata, foreign = _our_task_configs(arguments)
-    except Exception as err:  # never break lm-eval because of the hook: the tasks check again when built
-        _log().debug("lm_eval_longctx: tasks not checked before the model (%s)", err)
-        return
-    for cls, config in configs:
-        getattr(cls, BEFORE_MODEL_CHECK)(config, arguments)
-    if configs and not foreign:  # no task of another suite in the run could take an unknown key
-        from ..settings import refuse_unused_keys
-
-        # lm-eval puts the --model_args into every task's metadata: they are the model's, not settings
-        refuse_unused_keys({k: v for k, v in metadata.items() if k not in _model_args(arguments)})
-
-
-def _model_args(arguments: dict) -> dict:
-    """The call's ``model_args`` as a dict (lm-eval takes a "k=v,..." string or a dict)."""
-    from lm_eval.utils import simple_parse_args_string
-
-    model_args = arguments.get("model_args")
-    if isinstance(model_args, str):
-        model_args = simple_parse_args_string(model_args)
-    return model_args if isinstance(model_args, dict) else {}
-
-
-def _our_task_configs(arguments: dict) -> tuple[list, dict, bool]:
-    """(task class, config) of every task of this package among ``arguments["tasks"]``, the metadata they are built
-    with, and whether the run also holds a task of another suite (or one this index does not know)."""
-    from pathlib import Path
-
-    from lm_eval.tasks._factory import TaskFactory
-    from lm_eval.tasks._index import Kind, TaskIndex
-
-    manager = arguments.get("task_manager")
-    if manager is not None:
-        index, metadata = manager.task_index, getattr(manager, "metadata", None) or {}
-    else:  # simple_evaluate builds TaskManager(metadata=model_args | metadata), whose index holds our folder
-        index = TaskIndex.build([Path(_current_task_configs_dir())])
-        metadata = _model_args(arguments) | (arguments.get("metadata") or {})
-    factory = TaskFactory(meta=metadata)
-    found: dict[str, tuple] = {}
-    foreign = []
-
-    def visit(spec, overrides: dict, depth: int) -> None:
-        name = spec.get("task") if isinstance(spec, dict) else spec
-        entry = index.get(name) if isinstance(name, str) else None
-        if entry is None:
-            foreign.append(name)
-        if entry is None or depth > 10 or name in found:
-            return
-        if isinstance(spec, dict):
-            overrides = {**overrides, **{k: v for k, v in spec.items() if k != "task"}}
-        if entry.kind is Kind.TAG:
-            for member in sorted(entry.tags):
-                visit(member, overrides, depth + 1)
-        elif entry.kind is Kind.GROUP:
-            members = (entry.cfg or {}).get("task")
-            for member in members if isinstance(members, list) else [members]:
-                visit(member, overrides, depth + 1)
-        elif entry.kind is Kind.PY_TASK and str((entry.cfg or {}).get("class", "")).rsplit("/", 1)[-1].startswith(
-            _OUR_CLASSES
-        ):
-            config = factory._load_full_config(entry, overrides or None)
-            if hasattr(config.get("class"), BEFORE_MODEL_CHECK):
-                found[name] = (config["class"], config)
-        else:
-            foreign.append(name)
-
-    requested = arguments.get("tasks") or []
-    for spec in requested if isinstance(requested, list) else [requested]:
-        visit(spec, {}, 0)
-    return list(found.values()), metadata, bool(foreign)
-
-
-# lm-eval builds the model before it loads the tasks; these attributes of its LM class say which
-# backend was built last and with which --model_args keys, so that our tasks can refuse an
-# unsupported backend when they are built (harness.note_evaluated_model). Kept on lm-eval's class,
-# not here, so every copy of this module sees the same record.
-LAST_MODEL_ATTR = "_lm_eval_longctx_last_model"
-MODEL_ARGS_ATTR = "_lm_eval_longctx_model_args"
-
-
-def watch_model_creation() -> None:
-    """Wrap ``LM.__init__`` and ``LM.create_from_arg_string/obj`` to note the backend and its argument keys
-    (idempotent; lm_eval.api.model imports no torch)."""
-    from lm_eval.api.model import LM
-    from lm_eval.utils import simple_parse_args_string
-
-    if getattr(LM.__init__, _MARK, False):
-        return
-    original_init = LM.__init__
-
-    def __init__(self, *args, **kwargs):
-        setattr(LM, LAST_MODEL_ATTR, type(self))
-        original_init(self, *args, **kwargs)
-
-    setattr(__init__, _MARK, True)
-    LM.__init__ = __init__
-    for name in ("create_from_arg_string", "create_from_arg_obj"):
-        original = getattr(LM, name).__func__
-
-        def create(cls, arg, additional_config=None, _original=original):
-            keys = simple_parse_args_string(arg) if isinstance(arg, str) else dict(arg or {})
-            setattr(LM, MODEL_ARGS_ATTR, frozenset(keys))
-            lm = _original(cls, arg, additional_config)
-            runs = getattr(LM, EVALUATIONS_ATTR, None)
-            if runs and runs[-1].get("lm") is None:  # the model the running simple_evaluate builds
-                runs[-1]["lm"] = lm
-            return lm
-
-        setattr(LM, name, classmethod(create))
 
 
 _ON_LOADED = {_TARGET: _on_manager_loaded, _EVALUATOR: _on_evaluator_loaded}

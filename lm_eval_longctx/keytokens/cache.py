@@ -37,19 +37,16 @@ def default_cache_dir() -> Path:
 _OPTIONAL_ARRAYS = ("long_logprob", "short_logprob", "token_ids")
 
 
-# Cache folders this process stopped reading or writing after an OSError, and those it has warned about: one
-# warning per folder, however many documents meet the failure.
-_NOT_READ: set[Path] = set()
-_NOT_WRITTEN: set[Path] = set()
-_WARNED: set[Path] = set()
+# What an evaluation stops doing with a cache folder after an OSError (errors.first_time): one warning per folder,
+# however many documents meet the failure.
+NOT_READ, NOT_WRITTEN = "span cache not read", "span cache not written"
 
 
-def _give_up(directory: Path, failure: str, err: OSError, stopped: set[Path]) -> None:
-    """Stop reading or writing (``stopped``) the cache ``directory`` for this process; warn once per folder."""
-    stopped.add(directory)
-    if directory in _WARNED:
+def _give_up(directory: Path, failure: str, err: OSError, stopped: str) -> None:
+    """Stop reading or writing (``stopped``) the cache ``directory`` for this evaluation; warn once per folder."""
+    errors.first_time((stopped, directory))
+    if not errors.first_time(("span cache warned", directory)):
         return
-    _WARNED.add(directory)
     msg = (
         f"key-span cache {directory}: {failure} ({type(err).__name__}, errno {err.errno}); the run continues "
         "without the cache"
@@ -113,7 +110,7 @@ class SpanCache:
         return self.directory / f"{key}{self.SUFFIX}"
 
     def get(self, key: str) -> EvaluatorJudgement | None:
-        if self.directory is None or self.directory in _NOT_READ:
+        if self.directory is None or errors.already((NOT_READ, self.directory)):
             return None
         path = self.path(key)
         try:
@@ -121,7 +118,7 @@ class SpanCache:
         except OSError as err:
             if _folder_fails(self.directory):
                 cause = err.strerror.lower() if err.strerror else errors.first_line(err)
-                _give_up(self.directory, f"cannot read {path}: {cause}", err, _NOT_READ)
+                _give_up(self.directory, f"cannot read {path}: {cause}", err, NOT_READ)
                 return None
             return _unusable(path, errors.first_line(err))
         if data is None:  # missing, or a folder, FIFO or device in its place: never waited on
@@ -147,7 +144,7 @@ class SpanCache:
         return EvaluatorJudgement([(int(a), int(b)) for a, b in spans], offsets, arrays["lsd"], **extra)
 
     def put(self, key: str, judgement: EvaluatorJudgement, settings: dict) -> None:
-        if self.directory is None or self.directory in _NOT_WRITTEN:
+        if self.directory is None or errors.already((NOT_WRITTEN, self.directory)):
             return
         arrays = {
             "spans": np.asarray(judgement.spans, dtype=np.int64).reshape(-1, 2),
@@ -169,4 +166,4 @@ class SpanCache:
             # a FIFO in an entry's place is replaced, never written into (that would wait for a reader)
             output_dirs.write_atomically(self.path(key), buf.getvalue(), special_in_place=False)
         except OSError as err:
-            _give_up(self.directory, output_dirs.cannot_write(self.path(key), err), err, _NOT_WRITTEN)
+            _give_up(self.directory, output_dirs.cannot_write(self.path(key), err), err, NOT_WRITTEN)

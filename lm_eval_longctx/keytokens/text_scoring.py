@@ -15,7 +15,7 @@ import numpy as np
 from ..engine import scoring
 from . import spans_to_tokens
 
-# the command line's way to raise the model's maximum length (the harness glue names the Python API's instead when
+# the command line's way to raise the model's maximum length (the harness names the Python API's instead when
 # the model object was passed to simple_evaluate)
 RAISE_MAX_LENGTH = "Raise --model_args max_length=N if the model supports it"
 MODEL_WAYS_OUT = f"{RAISE_MAX_LENGTH}, or pass --metadata '{{\"allow_beyond_max_length\": true}}' to score it anyway."

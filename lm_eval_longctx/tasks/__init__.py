@@ -1,5 +1,5 @@
 """Harness task classes (thin ConfigurableTask subclasses, one module per task, ``base.py`` what they share) and
-their settings declarations (``declarations.py``). Building a task calls ``harness.glue.install()``; importing a
+their settings declarations (``declarations.py``). Building a task calls ``harness.contacts.install()``; importing a
 module changes nothing in lm-eval.
 
 May import: lm-eval (the task API), the engine, metrics, keytokens, data, harness and training layers, the basics.

@@ -16,12 +16,11 @@ from pathlib import Path
 
 from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
-from lm_eval.utils import simple_parse_args_string
 
 from .. import errors
 from ..data import documents, embedded_corpus, export_files
 from ..engine import scoring
-from ..harness import glue
+from ..harness import aggregations, contacts, evaluated_model, evaluation, request_type
 from ..settings import BOOLEAN, GIVEN, SettingsError, add_external_keys, integer
 from . import preflight, run_options, sizing, token_export
 
@@ -37,7 +36,7 @@ TOKENIZER_UNSET_MAX_LENGTH = 1000000000000000019884624838656  # transformers' "n
 # configs.<task>.metadata.request_type: the requests a task sends, which the YAML's output_type cannot say
 REQUEST_TYPE_KEY = "request_type"
 PER_TOKEN_REQUESTS = (
-    f"{glue.REQUEST_TYPE} (this plugin's per-token scores of whole sequences; output_type must name a built-in "
+    f"{request_type.REQUEST_TYPE} (this plugin's per-token scores of whole sequences; output_type must name a built-in "
     "type, so it says loglikelihood)"
 )
 add_external_keys("the suite's task YAMLs", [REQUEST_TYPE_KEY])
@@ -168,16 +167,11 @@ class LongContextTask(ConfigurableTask):
         unknown keys), the per-token export's folder, a chat template or system instruction, the number of shots.
         ``config``: the task's config as lm-eval will build it (YAML and metadata merged); ``run``: the arguments of
         ``simple_evaluate`` (lm-eval's names). Building the task checks them all again."""
-        glue.install()  # the hf model_args keys become known metadata keys
-        model_args = run.get("model_args")
-        if isinstance(model_args, str):
-            model_args = simple_parse_args_string(model_args)
-        if isinstance(model_args, dict):  # lm-eval merges them into the metadata, as building the model notes
-            add_external_keys("model_args of the evaluated model", model_args)
+        contacts.install()  # the hf model_args keys become known metadata keys
         task_name = str(config.get("task") or cls.SUITE_TASK_NAME)
         backend = _registered_model_class(run.get("model"))
         if backend is not None:  # --model's class, before lm-eval builds the model
-            glue.check_model_class(backend, task_name, cls.SCORES_PER_TOKEN)
+            evaluated_model.check_model_class(backend, task_name, cls.SCORES_PER_TOKEN)
         settings = cls.resolve_settings(config.get("metadata"))
         if settings.get("data_files") or settings.get("embedded_corpus"):  # a hub setting beside them does nothing
             # rows of token ids or of text: known once a data_files file is read, never rows with the embedded corpus
@@ -202,25 +196,27 @@ class LongContextTask(ConfigurableTask):
         """A task's own checks of its settings and of the run's options that need no model (``check_before_model``)."""
 
     def __init__(self, config: dict | None = None):
-        glue.install()  # before lm-eval reads the task's metrics or sends its requests
+        contacts.install()  # before lm-eval reads the task's metrics or sends its requests
         cfg = dict(config or {})
         cfg.pop("class", None)  # the task factory passes the YAML's `class:` key through
         # every task of this package sends longctx_scores requests (the accuracy task too: prompt lengths)
         # the model simple_evaluate evaluates (None outside it): tasks take its tokenizer and max_length; a backend
         # whose scores the engine cannot reproduce is refused here, before any work
-        self.evaluated_model = glue.note_evaluated_model(
+        self.evaluated_model = evaluation.note_evaluated_model(
             str(cfg.get("task", type(self).__name__)), scores_per_token=self.SCORES_PER_TOKEN
         )
         check_position_table(str(cfg.get("task", type(self).__name__)), self.evaluated_model)
-        glue.forget_scoring(str(cfg.get("task", "")))  # a new run of this task: its record starts empty
+        run = evaluation.current()
+        run.forget_task(str(cfg.get("task", "")))  # a new build of this task: its record starts empty
         self.settings = self.resolve_settings(cfg.get("metadata"))
         # the model_args lm-eval merged into the metadata: where the window comes from outside a run
         self.model_settings = add_model_settings({}, cfg.get("metadata"))
-        # every hub resource of this load's tasks of the suite, checked at once before any is loaded
-        preflight.check_once(self.SUITE_TASK_NAME, cfg.get("metadata"), glue.task_load_in_progress(), suite_tasks())
+        if not run.resources_checked:  # every hub resource of the call's tasks of the suite, once a call
+            preflight.check_run(self.SUITE_TASK_NAME, cfg.get("metadata"), run.arguments.get("tasks"), suite_tasks())
+            run.resources_checked = evaluation.in_progress() is run
         if export_files.SETTING in self.settings:
             self.settings[export_files.SETTING] = export_files.parse_setting(self.settings[export_files.SETTING])
-        options = glue.prompt_options()
+        options = evaluation.prompt_options()
         if options is not None and self.SCORES_RAW_DOCUMENTS:  # the documents stay raw, said once
             run_options.prompt_options_not_applied(str(cfg.get("task", "")), *options)
         # a YAML's own num_fewshot (--num_fewshot comes later, through set_config)
@@ -228,7 +224,7 @@ class LongContextTask(ConfigurableTask):
         super().__init__(config=cfg)
         if self.SCORES_PER_TOKEN:
             # Set after validation, which only accepts built-in types (also what DP padding counts).
-            self.OUTPUT_TYPE = glue.REQUEST_TYPE
+            self.OUTPUT_TYPE = request_type.REQUEST_TYPE
         if self.config.metadata is None:
             self.config.metadata = {}
         self.config.metadata[REQUEST_TYPE_KEY] = self.REQUEST_TYPE_NOTE  # the class's, whatever --metadata says
@@ -244,18 +240,21 @@ class LongContextTask(ConfigurableTask):
     def _check_built(self) -> None:
         """Checks that need the whole task built (its config, its documents), run before any request is built."""
 
-    def metric_declarations(self) -> dict[str, glue.MetricDeclaration]:
+    def metric_declarations(self) -> dict[str, aggregations.MetricDeclaration]:
         """Every metric the task reports, with its aggregation and direction: the one place they are declared."""
         raise NotImplementedError
 
-    def declare(self, aggregation, metric: str) -> glue.MetricDeclaration:
+    def declare(self, aggregation, metric: str) -> aggregations.MetricDeclaration:
         """``metric`` with its aggregation and its declared direction (METRIC_DIRECTIONS)."""
-        return glue.declare(aggregation, self.direction_of(metric))
+        return aggregations.declare(aggregation, self.direction_of(metric))
 
     def aggregation(self):
         if self.predict_only:
             return super().aggregation()  # lm-eval's bypass
-        return {name: d.aggregation for name, d in self.metric_declarations().items()}
+        task = str(self.config.task)
+        return {
+            name: aggregations.for_task(d.aggregation, task, name) for name, d in self.metric_declarations().items()
+        }
 
     def higher_is_better(self):
         if self.predict_only:
@@ -345,7 +344,7 @@ class LongContextTask(ConfigurableTask):
         templated = bool(kwargs.pop("apply_chat_template", False))
         kwargs.pop("chat_template", None)
         arguments = self.request_arguments(doc, ctx, templated)
-        return [Instance(glue.REQUEST_TYPE, doc, args, i, **kwargs) for i, args in enumerate(arguments)]
+        return [Instance(request_type.REQUEST_TYPE, doc, args, i, **kwargs) for i, args in enumerate(arguments)]
 
     def build_all_requests(self, **kwargs) -> None:
         if self.SCORES_RAW_DOCUMENTS:  # the documents are read raw whatever the options: recorded when given
@@ -358,12 +357,12 @@ class LongContextTask(ConfigurableTask):
                 runtime.pop(run_options.PROMPT_FORMAT_KEY, None)
                 if not_applied is not None:
                     runtime[run_options.PROMPT_FORMAT_KEY] = not_applied
-        glue.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
+        request_type.build_requests_without_request_cache(self, super().build_all_requests, **kwargs)
 
     def _scoring_records(self) -> dict:
         """How this task's requests were scored (the engine's strategy per pass, dtype, model type), for the
         results record; tasks that run a second model (LongPPL's evaluator) add its record."""
-        scoring = glue.scoring_of(str(getattr(self.config, "task", "")))
+        scoring = evaluation.scoring_of(str(getattr(self.config, "task", "")))
         return {"scoring": scoring if scoring is not None else NOTHING_SCORED}
 
     def dump_config(self) -> dict:
@@ -375,7 +374,7 @@ class LongContextTask(ConfigurableTask):
             runtime = {**record.get("runtime", {}), **self._scoring_records()}
             record = {**record, "runtime": runtime}
             if not isinstance(record.get(TOKENIZER_KEY), dict):
-                served = glue.tokenizer_of(str(getattr(self.config, "task", "")))
+                served = evaluation.tokenizer_of(str(getattr(self.config, "task", "")))
                 record[TOKENIZER_KEY] = served if served is not None else NOTHING_SCORED
             config["metadata"] = {**metadata, "longctx_settings": record}
         return config
@@ -511,7 +510,7 @@ def govreport_documents(settings: dict, task_name: str, min_doc_tokens: int = 1,
         data_files=s["data_files"],
         warn_short=False,
     )
-    evaluated = len(glue.documents_evaluated(len(docs.texts), task_name))
+    evaluated = len(evaluation.documents_evaluated(len(docs.texts), task_name))
     if len(docs.texts) < s["num_docs"] and evaluated >= len(docs.texts):
         # said once, by the task, and only when the run would use more documents than there are
         errors.notice(
@@ -600,7 +599,7 @@ class LazyDocuments(Sequence):
 def evaluated_documents(dataset, task_name: str) -> dict[int, dict]:
     """The documents of ``dataset`` (a datasets split) the running simple_evaluate call evaluates (its --limit and
     --samples; every one outside a call), by index."""
-    return {i: dataset[i] for i in glue.documents_evaluated(len(dataset), task_name)}
+    return {i: dataset[i] for i in evaluation.documents_evaluated(len(dataset), task_name)}
 
 
 def position_table_words(table: int) -> str:
@@ -610,7 +609,7 @@ def position_table_words(table: int) -> str:
     )
 
 
-def model_limit(model: glue.EvaluatedModel | None, allow_beyond: bool) -> tuple[int | None, str]:
+def model_limit(model: evaluated_model.EvaluatedModel | None, allow_beyond: bool) -> tuple[int | None, str]:
     """The evaluated model's maximum length as a limit for ``refuse_too_long`` (None: nothing to check, the model is
     not known or ``allow_beyond_max_length`` is on), and its words. A learned position table is a limit that
     ``allow_beyond_max_length`` does not lift."""
@@ -624,7 +623,7 @@ def model_limit(model: glue.EvaluatedModel | None, allow_beyond: bool) -> tuple[
     return model.max_length, f"the model's maximum length {model.max_length} ({model.max_length_words()})"
 
 
-def check_position_table(task_name: str, model: glue.EvaluatedModel | None) -> None:
+def check_position_table(task_name: str, model: evaluated_model.EvaluatedModel | None) -> None:
     """A maximum length beyond the model's learned position table is refused when the task is built: the task would
     size its sequences for positions the model has no embedding for."""
     table = model.position_table if model is not None else None
@@ -679,7 +678,7 @@ def add_model_settings(settings: dict, metadata: dict | None) -> dict:
     return settings
 
 
-def settings_tokenizer(s: dict, model: glue.EvaluatedModel | None, role: str, missing: str):
+def settings_tokenizer(s: dict, model: evaluated_model.EvaluatedModel | None, role: str, missing: str):
     """The tokenizer named by the ``tokenizer`` setting, else the evaluated model's own, else ``pretrained``'s
     (``role`` names it in a loading error; ``missing`` is the error when none is named)."""
     if not s["tokenizer"] and model is not None and model.tokenizer is not None:
@@ -690,7 +689,7 @@ def settings_tokenizer(s: dict, model: glue.EvaluatedModel | None, role: str, mi
     return documents.load_tokenizer(name, role, revision=s["revision"], trust_remote_code=s["trust_remote_code"])
 
 
-def resolve_model_max_length(s: dict, tokenizer, model: glue.EvaluatedModel | None = None) -> int:
+def resolve_model_max_length(s: dict, tokenizer, model: evaluated_model.EvaluatedModel | None = None) -> int:
     """The evaluated model's ``max_length`` when the model is known; else resolved as lm-eval's HFLM does:
     model_args ``max_length``, else the config's ``n_positions`` / ``max_position_embeddings`` / ``n_ctx`` (of
     its ``text_config`` when it has one), else the tokenizer's ``model_max_length``, else 2048."""

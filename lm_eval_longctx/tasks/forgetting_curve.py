@@ -26,7 +26,7 @@ import numpy as np
 
 from ..data import documents, embedded_corpus
 from ..engine import scoring
-from ..harness import glue
+from ..harness import evaluated_model, request_type
 from ..metrics import per_token
 from ..records import StateRecord
 from ..settings import SettingsError
@@ -75,7 +75,7 @@ def resolve_settings(metadata: dict | None) -> dict:
     return add_model_settings(s, metadata)
 
 
-def load_tokenizer(s: dict, model: glue.EvaluatedModel | None = None):
+def load_tokenizer(s: dict, model: evaluated_model.EvaluatedModel | None = None):
     """The tokenizer named by the ``tokenizer`` setting, else the evaluated model's own, else ``pretrained``'s."""
     return settings_tokenizer(
         s,
@@ -139,7 +139,7 @@ def settings_for_lengths(lengths: list[int], s) -> dict:
     return {"lengths": sorted({copy_length_for(n) for n in lengths})}
 
 
-def resolve_lengths(s: dict, model_max_length: int, model: glue.EvaluatedModel | None = None) -> list[int]:
+def resolve_lengths(s: dict, model_max_length: int, model: evaluated_model.EvaluatedModel | None = None) -> list[int]:
     """The tested copy lengths; samples longer than the model's maximum need allow_beyond_max_length."""
     if s["lengths"]:
         lengths = list(s["lengths"])
@@ -205,7 +205,7 @@ class CurveSampleScore(StateRecord):
         return out
 
 
-def serve(ctx: glue.ScoringContext, items: list) -> list:
+def serve(ctx: request_type.ScoringContext, items: list) -> list:
     """All uncached forgetting-curve requests: grouped by copy length, each group batched.
 
     A sample the engine cannot score (too long for the model, a model it refuses) ends the run with the error,
@@ -226,7 +226,7 @@ def serve(ctx: glue.ScoringContext, items: list) -> list:
         groups.setdefault(key, []).append(i)
     # before any length runs: every sample fits the model, and the engine can score the longest one
     for key, idx in groups.items():
-        glue.check_length(sample_tokens(key[1]), ctx.max_length, items[idx[0]][1])
+        request_type.check_length(sample_tokens(key[1]), ctx.max_length, items[idx[0]][1])
     longest: dict[tuple[str, int], int] = {}  # (long_pass, chunk_size) -> the longest copy length
     for _, length, chunk_size, _, _, long_pass in groups:
         longest[long_pass, chunk_size] = max(longest.get((long_pass, chunk_size), 0), length)
@@ -281,7 +281,7 @@ def serve(ctx: glue.ScoringContext, items: list) -> list:
     return out
 
 
-glue.register_request_kind(
+request_type.register_request_kind(
     KIND,
     serve,
     CurveSampleScore.from_state,

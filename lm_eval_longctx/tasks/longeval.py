@@ -47,7 +47,7 @@ from lm_eval.utils import simple_parse_args_string
 
 from ..data import longeval_cases, longeval_words
 from ..engine import generation, scoring
-from ..harness import glue
+from ..harness import evaluation, request_type
 from ..keytokens import text_scoring
 from ..metrics import per_token
 from ..records import StateRecord
@@ -253,7 +253,7 @@ def prompt_length(tokenizer, text: str, spec: dict, max_length: int | None) -> P
     return PromptLength(n, limit)
 
 
-serve_answers = glue.serve_each(
+serve_answers = request_type.serve_each(
     lambda ctx, text, spec: score_answer(ctx.model, ctx.tokenizer, text, spec, ctx.max_length)
 )
 
@@ -264,7 +264,7 @@ def _text_tokens(tokenizer, text: str) -> int:
     )
 
 
-glue.register_request_kind(
+request_type.register_request_kind(
     ANSWER_KIND,
     serve_answers,
     AnswerScores.from_state,
@@ -324,7 +324,7 @@ def _cut_at_stop_strings(text: str, until) -> str:
     return text
 
 
-def serve_generations(ctx: glue.ScoringContext, items: list) -> list[GeneratedAnswer]:
+def serve_generations(ctx: request_type.ScoringContext, items: list) -> list[GeneratedAnswer]:
     """Every prompt's length checked first (an over-long prompt stops the run before any generation, or is skipped
     with over_length: skip), then the prompts of one set of generation settings generated together, up to
     --batch_size per generate call (``engine/generation.py``)."""
@@ -358,7 +358,7 @@ def serve_generations(ctx: glue.ScoringContext, items: list) -> list[GeneratedAn
     return [o for o in out if o is not None]
 
 
-glue.register_request_kind(
+request_type.register_request_kind(
     GENERATION_KIND,
     serve_generations,
     GeneratedAnswer.from_state,
@@ -451,7 +451,7 @@ class _LinesTask(LongContextTask):
         requests of the run were scored. The prompt is built as lm-eval will build it; with a chat template the
         check is left to the requests (the template is applied later)."""
         model = self.evaluated_model
-        options = glue.prompt_options()
+        options = evaluation.prompt_options()
         if model is None or model.tokenizer is None or self.settings["over_length"] == "skip":
             return
         if options is None or options[0]:
@@ -498,7 +498,7 @@ class _LinesTask(LongContextTask):
 
     def _answer_room(self) -> int:
         """Tokens a sized prompt leaves for the answer (``ANSWER_ROOM``, or a larger --gen_kwargs max_gen_toks)."""
-        given = (glue.generation_options() or {}).get("max_gen_toks")
+        given = (evaluation.generation_options() or {}).get("max_gen_toks")
         return max(ANSWER_ROOM, int(given)) if given is not None else ANSWER_ROOM
 
     def _prompt_tokens(self, tokenizer) -> Callable[[int], int]:
@@ -506,7 +506,7 @@ class _LinesTask(LongContextTask):
         configuration, whatever --limit evaluates, so that a size is the same in every run), as the model reads them:
         with the chat template and system instruction when the run applies them."""
         s = self.settings
-        options = glue.prompt_options() or (False, None)
+        options = evaluation.prompt_options() or (False, None)
         model = self.evaluated_model
 
         def render(prompt: str) -> str:
@@ -579,7 +579,7 @@ class _LinesTask(LongContextTask):
         self._width = max(4, len(str(self.configurations[-1])))
         # what identifies the data: the cases this run evaluates (all of them without --limit or --samples)
         self.provenance = longeval_cases.provenance(
-            [case(i) for i in glue.documents_evaluated(n_cases, str(self.config.task))]
+            [case(i) for i in evaluation.documents_evaluated(n_cases, str(self.config.task))]
         )
         columns = list(longeval_cases.to_doc(case(0), 0))
         self.dataset = {"test": LazyDocuments(n_cases, lambda i: longeval_cases.to_doc(case(i), i), columns)}
@@ -728,7 +728,7 @@ class LongEvalLinesAccTask(_LinesTask):
     POOLED = ("acc",)
     SCORES_PER_TOKEN = True  # its requests are longctx_scores: the engine's batched generation
     REQUEST_TYPE_NOTE = (
-        f"{glue.REQUEST_TYPE} (this plugin's type): every prompt's length checked, then greedy generation by the "
+        f"{request_type.REQUEST_TYPE} (this plugin's type): every prompt's length checked, then greedy generation by the "
         "engine, batched, on the model's own cache; the YAML says generate_until so that --gen_kwargs and "
         "--apply_chat_template apply as for any generating task"
     )
@@ -748,7 +748,7 @@ class LongEvalLinesAccTask(_LinesTask):
 
     def _max_gen_toks(self) -> int:
         """Tokens generated at most: the YAML's or --gen_kwargs' max_gen_toks, else HFLM's own default."""
-        gen_kwargs = {**(self.config.generation_kwargs or {}), **(glue.generation_options() or {})}
+        gen_kwargs = {**(self.config.generation_kwargs or {}), **(evaluation.generation_options() or {})}
         return int(gen_kwargs.get("max_gen_toks", 256))
 
     def _text_limit(self) -> tuple[int | None, str]:

@@ -22,7 +22,7 @@ from lm_eval.utils import simple_parse_args_string
 from .. import errors
 from ..data import documents
 from ..engine import scoring
-from ..harness import glue
+from ..harness import aggregations, request_type, run_state
 from ..keytokens import cache, evaluator, span_files, spans_to_tokens, text_scoring
 from ..metrics import per_token
 from ..settings import GIVEN, SettingsError
@@ -497,7 +497,7 @@ class LongPPLTask(LongContextTask):
             try:
                 self._judgements[doc["doc_id"]] = self._judge_with_evaluator(doc["text"])
             except scoring.ScoringError as err:  # e.g. the evaluator's length check: named with the task
-                raise glue.task_error(str(self.config.task), err) from err
+                raise request_type.task_error(str(self.config.task), err) from err
         return [evaluated]
 
     # ---------------------------------------------------------------- evaluator
@@ -583,7 +583,7 @@ class LongPPLTask(LongContextTask):
                 scores = text_scoring.score_text(
                     model, tok, text, request, self._evaluator_length_limit(), evaluator=self.evaluator_identity["name"]
                 )
-            self._evaluator_scoring = glue.merge_scoring(self._evaluator_scoring, record.summary())
+            self._evaluator_scoring = run_state.merge_scoring(self._evaluator_scoring, record.summary())
             judgement = evaluator.judge_from_scores(scores, s["alpha"], s["beta"])
             span_store.put(key, judgement, settings)
         else:  # the same check as on a miss: the evaluator judged this many tokens
@@ -691,5 +691,5 @@ class LongPPLTask(LongContextTask):
     def metric_declarations(self):
         out = {m: self.declare(AGGREGATIONS[m], m) for m in self._metric_names()}
         # no key token in any document: the reason, not a bare NaN (lm-eval aggregates after every process_results)
-        out["longppl"] = self.declare(glue.perplexity_or_note(self._no_key_note()), "longppl")
+        out["longppl"] = self.declare(aggregations.perplexity_or_note(self._no_key_note()), "longppl")
         return out

@@ -102,17 +102,9 @@ def check(classes: dict, metadata: dict | None) -> None:
     )
 
 
-_CHECKED: set[int] = set()
-
-
-def check_once(this_task: str, metadata: dict | None, loading, classes: dict) -> None:
-    """``check`` the suite's tasks (``classes``: name -> task class) of the lm-eval ``TaskManager.load`` call in
-    progress (``loading``: its call number and task list; this task alone when it is None), once per call."""
-    call, requested = loading if loading is not None else (None, None)
-    if call is not None and call in _CHECKED:
-        return
-    tasks = our_tasks(requested, classes)
+def check_run(this_task: str, metadata: dict | None, requested, classes: dict) -> None:
+    """``check`` the suite's tasks (``classes``: name -> task class) among ``requested`` (what the running
+    ``simple_evaluate`` call was asked to run; None outside one: this task alone), and this task."""
+    tasks = our_tasks([requested] if isinstance(requested, (str, dict)) else requested, classes)
     names = tasks if this_task in tasks else [*tasks, this_task]
     check({name: classes[name] for name in names if name in classes}, metadata)
-    if call is not None:
-        _CHECKED.add(call)

@@ -29,7 +29,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..engine import scoring
-from ..harness import glue
+from ..harness import request_type
 from ..metrics import per_token
 from ..records import StateRecord
 from ..settings import SettingsError
@@ -214,13 +214,13 @@ class RetrievalScores(StateRecord):
         }
 
 
-def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
+def serve(ctx: request_type.ScoringContext, items: list) -> list[RetrievalScores]:
     """All uncached ``retrieval_gain`` requests: build both conditions, check lengths, score."""
     cases = []
     for text, spec in items:
         case = case_for_text(ctx.tokenizer, text, spec)
         try:
-            glue.check_length(case.max_with_length, ctx.max_length, spec)
+            request_type.check_length(case.max_with_length, ctx.max_length, spec)
         except scoring.ScoringError as err:
             raise scoring.ScoringError(
                 f"retrieval_gain: {err} Or lower --metadata doc_tokens (now {spec['doc_tokens']})."
@@ -272,7 +272,7 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[RetrievalScores]:
     return out
 
 
-def tokens_to_forward(ctx: glue.ScoringContext, items: list) -> int:
+def tokens_to_forward(ctx: request_type.ScoringContext, items: list) -> int:
     """About the token positions serving ``items`` runs through the model (the progress bar's plan): every
     with-document prefix, continuation and without-document sequence."""
     total = 0
@@ -283,7 +283,7 @@ def tokens_to_forward(ctx: glue.ScoringContext, items: list) -> int:
     return total
 
 
-glue.register_request_kind(
+request_type.register_request_kind(
     KIND, serve, RetrievalScores.from_state, n_tokens=lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
 )
 
@@ -388,7 +388,7 @@ class RetrievalGainTask(LongContextTask):
             try:
                 n_tokens[i] = case_for_text(model.tokenizer, doc["text"], self.settings).max_with_length
             except scoring.ScoringError as err:
-                raise glue.task_error(self.SUITE_TASK_NAME, err) from err
+                raise request_type.task_error(self.SUITE_TASK_NAME, err) from err
         ways_out = f"lower --metadata doc_tokens (now {self.settings['doc_tokens']}), or {ALLOW_BEYOND_WAY_OUT}"
         refuse_too_long(self.SUITE_TASK_NAME, n_tokens, limit, limit_words, "document", ways_out)
 

@@ -32,7 +32,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..engine import scoring
-from ..harness import glue
+from ..harness import evaluated_model, request_type
 from ..metrics import gain_map
 from ..records import StateRecord
 from ..settings import SettingsError
@@ -219,13 +219,13 @@ class GainMapScores(StateRecord):
         }
 
 
-def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
+def serve(ctx: request_type.ScoringContext, items: list) -> list[GainMapScores]:
     """All uncached ``retrieval_gain_map`` requests: build the ladders, check lengths, score."""
     cases = []
     for text, spec in items:
         case = case_for_text(ctx.tokenizer, text, spec, [int(x) for x in spec["lengths"]])
         try:
-            glue.check_length(case.max_with_length, ctx.max_length, spec)
+            request_type.check_length(case.max_with_length, ctx.max_length, spec)
         except scoring.ScoringError as err:
             raise scoring.ScoringError(
                 f"retrieval_gain_map: {err} Or lower --metadata max_context / context_lengths "
@@ -280,7 +280,7 @@ def serve(ctx: glue.ScoringContext, items: list) -> list[GainMapScores]:
     return out
 
 
-def tokens_to_forward(ctx: glue.ScoringContext, items: list) -> int:
+def tokens_to_forward(ctx: request_type.ScoringContext, items: list) -> int:
     """About the token positions serving ``items`` runs through the model (the progress bar's plan): each ladder's
     longest prefix, every cell's continuation and every distinct without-context sequence."""
     total = 0
@@ -291,7 +291,7 @@ def tokens_to_forward(ctx: glue.ScoringContext, items: list) -> int:
     return total
 
 
-glue.register_request_kind(
+request_type.register_request_kind(
     KIND, serve, GainMapScores.from_state, n_tokens=lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
 )
 
@@ -447,7 +447,7 @@ class RetrievalGainMapTask(LongContextTask):
             )
         s["context_lengths"] = kept
 
-    def _refuse_too_long(self, model: glue.EvaluatedModel | None) -> None:
+    def _refuse_too_long(self, model: evaluated_model.EvaluatedModel | None) -> None:
         """Every document's ladder, built as it is served, must fit the evaluated model (and every document hold the
         longest context); checked now rather than after other documents were scored."""
         limit, limit_words = model_limit(model, self.settings["allow_beyond_max_length"])
@@ -458,7 +458,7 @@ class RetrievalGainMapTask(LongContextTask):
             try:
                 n_tokens[i] = case_for_text(model.tokenizer, doc["text"], self.settings, self.lengths).max_with_length
             except scoring.ScoringError as err:
-                raise glue.task_error(self.SUITE_TASK_NAME, err) from err
+                raise request_type.task_error(self.SUITE_TASK_NAME, err) from err
         ways_out = (
             f"lower --metadata max_context / context_lengths (now up to {self.lengths[-1]}), or {ALLOW_BEYOND_WAY_OUT}"
         )

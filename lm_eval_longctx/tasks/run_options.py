@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 
+from .. import errors
+
 log = logging.getLogger("lm_eval_longctx")
 
 # lm-eval's default fewshot_random_seed (lm_eval/defaults.py DEFAULT_OTHER_SEED; --seed's fourth value)
@@ -37,7 +39,6 @@ RAW_DOCUMENTS_WHY = (
     "the task scores raw documents token by token, as lm-eval's own loglikelihood_rolling tasks do (wikitext): a chat "
     "template or system text would change what is measured"
 )
-_NOTED: set[tuple[str, tuple[str, ...]]] = set()
 
 
 def prompt_options_not_applied(
@@ -55,8 +56,7 @@ def prompt_options_not_applied(
     ]
     if not given:
         return None
-    if (task_name, tuple(given)) not in _NOTED:
-        _NOTED.add((task_name, tuple(given)))
+    if errors.first_time(("prompt options not applied", task_name, tuple(given))):
         log.warning(
             "%s: %s not applied to its documents, which are scored raw (recorded in the results); a task that "
             "answers a prompt (longeval_lines) takes %s",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..engine.window import ClaimedWindow, claimed_window
-from ..harness import glue
+from ..harness import evaluated_model
 from ..settings import DEFAULT, GIVEN, preset_source
 
 log = logging.getLogger("lm_eval_longctx")
@@ -58,7 +58,7 @@ def _config_window(model_settings: Mapping) -> ClaimedWindow | None:
         return None
 
 
-def model_window(model: glue.EvaluatedModel | None, model_settings: Mapping) -> Window | None:
+def model_window(model: evaluated_model.EvaluatedModel | None, model_settings: Mapping) -> Window | None:
     """The evaluated model's window (``Window``), from the model lm-eval evaluates or, outside a run (or before the
     model loads), from the config of the model_args' ``pretrained``; None when neither says."""
     window = model.claimed_window() if model is not None else _config_window(model_settings)

@@ -18,9 +18,9 @@ SET_BY_A_RUN = """
 import json, sys
 import lm_eval.evaluator, lm_eval.evaluator_utils, lm_eval.tasks.manager
 import lm_eval.loggers.evaluation_tracker, lm_eval.models.huggingface
-from lm_eval_longctx.harness import contacts, discovery, glue
+from lm_eval_longctx.harness import contacts, discovery
 discovery.install()
-glue.install()
+contacts.install()
 print(json.dumps(sorted(contacts.replaced_callables())))
 """
 
@@ -49,3 +49,63 @@ def test_the_architecture_page_lists_every_contact():
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     missing = [f"{c.owner}.{c.attribute}" for c in contacts.CONTACTS if f"`{c.owner}.{c.attribute}`" not in page]
     assert not missing
+
+
+@pytest.mark.integration
+def test_install_is_idempotent_uninstall_puts_lm_eval_back_and_registrations_keep_builtins():
+    code = """
+import json
+import lm_eval.evaluator, lm_eval.tasks.manager
+from lm_eval.api.registry import get_aggregation, get_metric
+from lm_eval_longctx.harness import aggregations, contacts
+before = {(c.owner, c.attribute): getattr(contacts._owner(c.owner), c.attribute, None) for c in contacts.CONTACTS}
+contacts.install()
+first = {k: getattr(contacts._owner(k[0]), k[1]) for k in before}
+contacts.install()
+again = {k: getattr(contacts._owner(k[0]), k[1]) for k in before}
+set_after_install = sorted(contacts.replaced_callables())
+contacts.uninstall()
+print(json.dumps({
+    "idempotent": all(first[k] is again[k] for k in before),
+    "all_set": [list(k) for k in before if first[k] is before[k]],
+    "after_install": set_after_install,
+    "after_uninstall": sorted(contacts.replaced_callables()),
+    "restored": all(getattr(contacts._owner(k[0]), k[1], None) is before[k] for k in before),
+    "builtins": [get_metric("acc") is not None, get_aggregation("mean") is not None],
+    "ours": get_aggregation("token_weighted_perplexity") is aggregations.AGGREGATIONS["token_weighted_perplexity"],
+}))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={"PATH": "", "HF_HUB_OFFLINE": "1", "LM_EVAL_LONGCTX_DISABLE_HOOK": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["idempotent"] and out["all_set"] == [] and out["restored"]
+    assert {tuple(pair) for pair in out["after_install"]} == {(c.owner, c.attribute) for c in contacts.CONTACTS}
+    assert out["after_uninstall"] == []
+    assert out["builtins"] == [True, True] and out["ours"]
+
+
+@pytest.mark.integration
+def test_importing_the_tasks_changes_nothing_in_lm_eval_building_one_does():
+    """Importing the modules (as a script or the docs tables do) leaves lm-eval as it is; install(), which building
+    a task of the suite calls, sets the contacts."""
+    probe = (
+        "from lm_eval.api.model import LM\n"
+        "from lm_eval.models.huggingface import HFLM\n"
+        "before = LM.__init__\n"
+        "import lm_eval_longctx.suite, lm_eval_longctx.tasks.longppl, lm_eval_longctx.tasks.forgetting_curve\n"
+        "print(hasattr(HFLM, 'longctx_scores'), LM.__init__ is before)\n"
+        "from lm_eval_longctx.harness import contacts\n"
+        "contacts.install()\n"
+        "print(hasattr(HFLM, 'longctx_scores'), LM.__init__ is before)\n"
+    )
+    env = {"PATH": "", "HF_HUB_OFFLINE": "1", "LM_EVAL_LONGCTX_DISABLE_HOOK": "1"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True", "True", "False"]

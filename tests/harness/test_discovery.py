@@ -1,7 +1,4 @@
-"""The lazy task-discovery hook (``harness/discovery.py``) and the .pth line that setup.py ships; the start-up hook's
-check before the model (``check_before_model``): lm-eval 0.4.13 loads the model before it builds the tasks, so
-``simple_evaluate`` asks each task of this package that the call will build to check what needs no model first,
-found as lm-eval finds it and with its metadata merged as lm-eval merges it.
+"""The lazy task-discovery hook (``harness/discovery.py``) and the .pth line that setup.py ships.
 
 Every check of the hook itself runs in a fresh interpreter (subprocess), so patches and sys.modules never leak
 between tests. Only one test builds lm-eval's real TaskIndex, which scans every built-in YAML and takes seconds.
@@ -21,90 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from lm_eval_longctx.harness import discovery
-from lm_eval_longctx.settings import SettingsError
-from lm_eval_longctx.tasks.base import LongContextTask
-from tests.harness_utils import TASK_DIR, refuse_model_loading
+from lm_eval_longctx.tasks import base
 
-ALL_TASKS = [
-    "forgetting_curve",
-    "longeval_lines_acc",
-    "longeval_lines_ppl",
-    "longppl_govreport",
-    "retrieval_gain",
-    "retrieval_gain_map",
-]
-
-
-@pytest.fixture
-def checked(monkeypatch):
-    """(task name, config, arguments) of every task asked to check itself."""
-    calls = []
-
-    def record(cls, config, arguments):
-        calls.append((config["task"], config, arguments))
-
-    monkeypatch.setattr(LongContextTask, discovery.BEFORE_MODEL_CHECK, classmethod(record))
-    return calls
-
-
-def arguments(tasks, **extra) -> dict:
-    return {"tasks": tasks, "task_manager": None, "model_args": "pretrained=some/model,dtype=float32", **extra}
-
-
-def test_the_tasks_of_a_call_are_found_by_name_tag_and_group(checked):
-    discovery.check_before_model(arguments(["longctx"], metadata={"num_cases": 3}))
-    assert sorted(name for name, _, _ in checked) == ALL_TASKS
-    for _, config, _ in checked:  # the YAML's metadata, the model_args and --metadata, as lm-eval merges them
-        assert {"version": 1, "pretrained": "some/model", "dtype": "float32", "num_cases": 3}.items() <= (
-            config["metadata"].items()
-        )
-    checked.clear()
-    discovery.check_before_model(arguments(["longeval_lines", "forgetting_curve", "hellaswag", "no_such_task"]))
-    assert sorted(name for name, _, _ in checked) == ["forgetting_curve", "longeval_lines_acc", "longeval_lines_ppl"]
-
-
-def test_a_task_given_as_a_config_and_a_task_manager_s_metadata(checked):
-    from lm_eval.tasks import TaskManager
-
-    manager = TaskManager(include_defaults=False, include_path=str(TASK_DIR), metadata={"seed": 4})
-    spec = {"task": "forgetting_curve", "metadata": {"samples_per_length": 2}}
-    discovery.check_before_model(arguments([spec], task_manager=manager, apply_chat_template=True))
-    ((name, config, args),) = checked
-    assert name == "forgetting_curve" and args["apply_chat_template"] is True
-    assert config["metadata"]["seed"] == 4 and config["metadata"]["samples_per_length"] == 2
-
-
-def test_the_hook_never_breaks_lm_eval(checked, monkeypatch):
-    from lm_eval.tasks import _index
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("an lm-eval without this index")
-
-    monkeypatch.setattr(_index.TaskIndex, "build", broken)
-    discovery.check_before_model(arguments(["longctx"]))  # nothing checked: the tasks check when built
-    assert checked == []
-
-
-def test_a_task_s_error_stops_the_call():
-    with pytest.raises(SettingsError, match="'num_cases' = 'many' is not allowed"):
-        discovery.check_before_model(arguments(["longeval_lines"], metadata={"num_cases": "many"}))
-
-
-@pytest.mark.integration
-def test_simple_evaluate_without_a_task_manager_checks_before_the_model(monkeypatch, model_dirs):
-    """The Python API with no task manager: simple_evaluate builds one only after the model."""
-    from lm_eval import simple_evaluate
-
-    refuse_model_loading(monkeypatch)
-    with pytest.raises(SettingsError, match="'samples_per_length' = 0 is not allowed"):
-        simple_evaluate(
-            model="hf",
-            model_args={"pretrained": model_dirs["a"]},
-            tasks=["hellaswag", "forgetting_curve"],
-            metadata={"samples_per_length": 0},
-            device="cpu",
-        )
+ALL_TASKS = sorted(base.suite_tasks())  # every task class of the suite, by its suite name
 
 
 # ---------------------------------------------------------------- the hook, in a fresh interpreter
@@ -621,83 +537,3 @@ def test_simple_evaluate_is_wrapped_at_import_and_the_finder_leaves_after_both_m
     """
     out = _run(code, cwd=tmp_path, **{DISABLE: ""})
     assert out == {"after_manager": ["_ManagerImportHook"], "after_both": [], "wrapped": [True, True, True]}
-
-
-@pytest.mark.integration
-def test_lm_eval_still_has_what_the_wrapper_relies_on():
-    """lm-eval 0.4.13: simple_evaluate takes these parameters by these names, builds the model through
-    LM.create_from_arg_string / create_from_arg_obj (or takes the object passed) before it loads the tasks, and is
-    what `from lm_eval import simple_evaluate` resolves to. A change here must fail loudly, not make the tasks
-    silently blind to the model."""
-    import inspect
-
-    import lm_eval
-    import lm_eval.evaluator
-    from lm_eval.api.model import LM
-
-    params = inspect.signature(lm_eval.evaluator.simple_evaluate).parameters
-    assert set(discovery.RECORDED_ARGUMENTS) <= set(params), sorted(params)
-    source = inspect.getsource(inspect.unwrap(lm_eval.evaluator.simple_evaluate))
-    builds = [source.index(f".{name}(") for name in ("create_from_arg_obj", "create_from_arg_string")]
-    assert max(builds) < source.index("task_manager.load(")
-    assert "lm = model" in source and source.index("lm = model") < source.index("task_manager.load(")
-    for name in ("create_from_arg_string", "create_from_arg_obj"):
-        assert isinstance(inspect.getattr_static(LM, name), classmethod), name
-    assert lm_eval.simple_evaluate is lm_eval.evaluator.simple_evaluate  # the package resolves it at call time
-
-
-@pytest.mark.integration
-def test_the_wrapper_records_the_model_and_options_while_the_call_runs(tmp_path):
-    """What a task sees when it is built inside simple_evaluate: the LM object passed in, or the one built from a
-    registry name, the chat options, --gen_kwargs and --limit; nothing outside the call."""
-    code = """
-        import json, types
-        from lm_eval.api.model import LM
-        import lm_eval_longctx.harness.discovery as d
-        from lm_eval_longctx.harness import glue
-
-        d.watch_model_creation()
-
-        class Tiny(LM):
-            def loglikelihood(self, requests): return []
-            def loglikelihood_rolling(self, requests): return []
-            def generate_until(self, requests): return []
-
-        def simple_evaluate(model, model_args=None, tasks=None, apply_chat_template=False, system_instruction=None,
-                            gen_kwargs=None, limit=None, samples=None):
-            lm = model if isinstance(model, LM) else Tiny.create_from_arg_string(model_args or "")
-            seen = glue.evaluated_model()
-            return {
-                "same_object": seen is not None and seen.lm is lm,
-                "python_api": seen.python_api if seen else None,
-                "options": glue.prompt_options(),
-                "gen": glue.generation_options(),
-                "docs": glue.documents_evaluated(10, "t"),
-            }
-
-        module = types.SimpleNamespace(simple_evaluate=simple_evaluate)
-        assert d.wrap_simple_evaluate(module) and d.wrap_simple_evaluate(module)  # idempotent
-        print(json.dumps({
-            "object": module.simple_evaluate(Tiny(), apply_chat_template=True, system_instruction="Be brief.", limit=3),
-            "by_name": module.simple_evaluate("tiny", gen_kwargs="max_gen_toks=7", limit=0.25),
-            "samples": module.simple_evaluate("tiny", samples={"t": [8, 2, 99]}),
-            "outside": [glue.evaluated_model() is None, glue.prompt_options(), glue.documents_evaluated(3)],
-        }))
-    """
-    out = _run(code, cwd=tmp_path)
-    assert out["object"] == {
-        "same_object": True,
-        "python_api": True,
-        "options": [True, "Be brief."],
-        "gen": None,
-        "docs": [0, 1, 2],
-    }
-    assert out["by_name"] == {
-        "same_object": True,
-        "python_api": False,
-        "options": [False, None],
-        "gen": {"max_gen_toks": 7},
-        "docs": [0, 1, 2],
-    }
-    assert out["samples"]["docs"] == [2, 8]
-    assert out["outside"] == [True, None, [0, 1, 2]]

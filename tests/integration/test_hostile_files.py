@@ -169,13 +169,13 @@ def test_results_that_cannot_be_written_fail_the_run(tmp_path, output):
     """lm-eval only logs a warning when --output_path cannot be written; a CI job would then gate on nothing."""
     from lm_eval.loggers import EvaluationTracker
 
-    from lm_eval_longctx.harness import glue
+    from lm_eval_longctx.harness import contacts, saving
 
-    glue.install()
+    contacts.install()
     (tmp_path / "a-file").write_text("not a folder")
     tracker = EvaluationTracker(output_path=str(tmp_path / "a-file" / output))
     tracker.general_config_tracker.model_name_sanitized = "tiny"
-    with pytest.raises(glue.ResultsNotSavedError, match="--output_path .*a-file.* could not be written"):
+    with pytest.raises(saving.ResultsNotSavedError, match="--output_path .*a-file.* could not be written"):
         tracker.save_results_aggregated(results={"results": {}}, samples=None)
 
     good = EvaluationTracker(output_path=str(tmp_path / "out" / output))
@@ -188,7 +188,7 @@ def test_results_that_cannot_be_written_fail_the_run(tmp_path, output):
     # the samples of a run whose folder became unwritable after the results were saved
     (tmp_path / "out").rename(tmp_path / "moved")
     (tmp_path / "out").write_text("now a file")
-    with pytest.raises(glue.ResultsNotSavedError, match="samples of t could not be written"):
+    with pytest.raises(saving.ResultsNotSavedError, match="samples of t could not be written"):
         good.save_results_samples(
             task_name="t", samples=[{"arguments": [], "resps": [], "filtered_resps": [], "target": 0}]
         )

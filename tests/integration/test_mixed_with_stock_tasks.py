@@ -1,12 +1,13 @@
 """One run with a stock-like lm-eval task: a --metadata key meant for the other task is left to it (one log line),
 a misspelling of one of our settings is still refused, and other_tasks_keys still silences the line."""
 
+import contextvars
 import json
 import logging
 
 import pytest
 
-from lm_eval_longctx import settings
+from lm_eval_longctx import errors
 from lm_eval_longctx.settings import SettingsError
 from tests.harness_utils import TASK_DIR
 
@@ -69,7 +70,7 @@ def ours(books, **extra):
 
 
 def test_a_key_for_the_other_task_is_left_to_it_with_one_line(model_dirs, stock_task_dir, books, caplog, monkeypatch):
-    monkeypatch.setattr(settings, "_IGNORED_KEYS_LOGGED", set())
+    monkeypatch.setattr(errors, "_SAID", contextvars.ContextVar("said", default=None))  # nothing said yet
     with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
         res = run_both(model_dirs["a"], stock_task_dir, ours(books, num_samples=500))
     assert set(res["results"]) == {OURS, STOCK}
@@ -78,7 +79,7 @@ def test_a_key_for_the_other_task_is_left_to_it_with_one_line(model_dirs, stock_
     assert len(lines) == 1 and "left to the other tasks of the run" in lines[0] and "other_tasks_keys" in lines[0]
     caplog.clear()
     # named in other_tasks_keys: accepted without the line
-    monkeypatch.setattr(settings, "_IGNORED_KEYS_LOGGED", set())
+    monkeypatch.setattr(errors, "_SAID", contextvars.ContextVar("said", default=None))  # nothing said yet
     with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
         run_both(model_dirs["a"], stock_task_dir, ours(books, num_samples=500, other_tasks_keys=["num_samples"]))
     assert not [r for r in caplog.records if "num_samples" in r.getMessage()]

@@ -129,7 +129,9 @@ def test_gain_map_refuses_a_ladder_beyond_the_objects_max_length_before_work(mod
 def test_another_backend_object_is_refused_in_the_words_of_the_python_api(books):
     from lm_eval.models.dummy import DummyLM
 
-    from lm_eval_longctx.harness import glue
+    from lm_eval_longctx.harness import evaluated_model
 
-    with pytest.raises(glue.UnsupportedModelError, match="DummyLM backend.*Pass an lm_eval.models.huggingface.HFLM"):
+    with pytest.raises(
+        evaluated_model.UnsupportedModelError, match="DummyLM backend.*Pass an lm_eval.models.huggingface.HFLM"
+    ):
         evaluate(DummyLM(), FC, {"data_files": books, "lengths": [8]})

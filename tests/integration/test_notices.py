@@ -3,6 +3,7 @@ than there are (not under a --limit the documents cover)."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 
 import pytest
@@ -21,7 +22,7 @@ def shortfall_lines(caplog) -> list[str]:
 def test_a_shortfall_is_said_once_with_the_task_name_and_not_under_a_covered_limit(
     model_dirs, corpus_texts, tmp_path, caplog, monkeypatch
 ):
-    monkeypatch.setattr(errors, "_NOTICED", set())
+    monkeypatch.setattr(errors, "_SAID", contextvars.ContextVar("said", default=None))  # nothing said yet
     docs = write_docs(tmp_path / "docs.jsonl", corpus_texts[:3])
     with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
         run_task("retrieval_gain", model_dirs["a"], {"data_files": docs, **MD}, limit=2)

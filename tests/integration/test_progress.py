@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lm_eval_longctx.harness import glue
+from lm_eval_longctx.harness import serving
 from tests.harness_utils import run_task, write_docs
 
 pytestmark = pytest.mark.integration
@@ -15,15 +15,15 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def bars(monkeypatch):
     """Every task's progress bar made from now on."""
-    made: list[glue.TokenProgress] = []
+    made: list[serving.TokenProgress] = []
 
-    class Recorded(glue.TokenProgress):
+    class Recorded(serving.TokenProgress):
         def __init__(self, task_name, *args, **kwargs):
             super().__init__(task_name, *args, **kwargs)
             self.task_name = task_name
             made.append(self)
 
-    monkeypatch.setattr(glue, "TokenProgress", Recorded)
+    monkeypatch.setattr(serving, "TokenProgress", Recorded)
     return made
 
 

@@ -119,25 +119,6 @@ def test_an_hflm_subclass_overriding_its_scoring_is_refused_before_any_work(tmp_
     assert SCORING_STARTED not in proc.stderr
 
 
-def test_the_backend_check_names_every_overridden_scoring_method():
-    from lm_eval.models.huggingface import HFLM
-
-    from lm_eval_longctx.harness import glue
-
-    class Rolling(HFLM):
-        def loglikelihood_rolling(self, requests, disable_tqdm=False):
-            return []
-
-        def _loglikelihood_tokens(self, requests, **kwargs):
-            return []
-
-    glue.check_backend(HFLM)  # plain hf serves
-    with pytest.raises(glue.UnfaithfulBackendError, match=r"HFLM\._loglikelihood_tokens, HFLM\.loglikelihood_rolling"):
-        glue.check_backend(Rolling, python_api=True)
-    with pytest.raises(glue.UnfaithfulBackendError, match="pass a plain HFLM to simple_evaluate"):
-        glue.check_backend(Rolling, python_api=True)
-
-
 # ------------------------------------------------------------------ results that cannot be saved completely
 
 

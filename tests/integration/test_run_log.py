@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from lm_eval_longctx.engine import plans, scoring
-from lm_eval_longctx.harness import glue
+from lm_eval_longctx.harness import request_type, serving
 from lm_eval_longctx.keytokens import text_scoring
 from tests.harness_utils import run_task, write_docs
 
@@ -80,7 +80,7 @@ def test_batch_size_auto_without_max_batch_size_starts_at_lm_evals_default():
         batch_size = "auto"
         max_batch_size = None
 
-    assert glue.serving_batch_size(Auto())[0] == glue.AUTO_BATCH_CEILING == 64
+    assert serving.serving_batch_size(Auto())[0] == serving.AUTO_BATCH_CEILING == 64
 
 
 # ------------------------------------------------------------------ errors named by their task
@@ -90,10 +90,10 @@ def test_task_error_names_the_task_once_and_the_python_api_when_used():
     err = scoring.ScoringError(
         f"a 90-token sequence is longer than the model's maximum length 64. {text_scoring.MODEL_WAYS_OUT}"
     )
-    cli = str(glue.task_error(LONGPPL, err))
+    cli = str(request_type.task_error(LONGPPL, err))
     assert cli.startswith(f"{LONGPPL}: a 90-token") and "--model_args max_length=N" in cli
-    assert str(glue.task_error(LONGPPL, scoring.ScoringError(cli))) == cli
-    python = str(glue.task_error(LONGPPL, err, python_api=True))
+    assert str(request_type.task_error(LONGPPL, scoring.ScoringError(cli))) == cli
+    python = str(request_type.task_error(LONGPPL, err, python_api=True))
     assert "--model_args" not in python and "passed to simple_evaluate (Python API)" in python
 
 

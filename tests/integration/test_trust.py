@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import multiprocessing
 import re
@@ -13,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_eval_longctx import output_dirs
+from lm_eval_longctx import errors, output_dirs
 from lm_eval_longctx.engine.scoring import SequenceScores, TokenLogprobs
-from lm_eval_longctx.harness import glue
+from lm_eval_longctx.harness import contacts, evaluated_model, serving
 from lm_eval_longctx.keytokens import span_files, spans_to_tokens
 from lm_eval_longctx.keytokens.cache import SpanCache
 from lm_eval_longctx.keytokens.evaluator import (
@@ -59,7 +60,7 @@ def no_evaluator(monkeypatch):
 
 
 def test_unknown_key_names_it_and_suggests_the_closest():
-    glue.install()
+    contacts.install()
     with pytest.raises(SettingsError, match=r"unknown setting 'trunc_lenn'.*Did you mean 'trunc_len'\?"):
         declarations.LONGPPL.parse({"trunc_lenn": 64})
     with pytest.raises(SettingsError, match="unknown setting 'smaples_per_length'.*samples_per_length"):
@@ -67,7 +68,7 @@ def test_unknown_key_names_it_and_suggests_the_closest():
 
 
 def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
-    glue.install()
+    contacts.install()
     md = {
         "pretrained": "x",
         "dtype": "float32",
@@ -101,7 +102,7 @@ def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
     ],
 )
 def test_a_misspelling_of_our_key_is_refused_naming_the_key_meant(typo, meant):
-    glue.install()
+    contacts.install()
     with pytest.raises(SettingsError, match=rf"unknown setting '{typo}'.*Did you mean '{meant}'\?.*other_tasks_keys"):
         declarations.LONGPPL.parse({typo: 1})
 
@@ -125,8 +126,8 @@ OTHER_SUITES_KEYS = [
 
 
 def test_keys_of_other_suites_are_left_to_their_tasks_with_one_line(caplog, monkeypatch):
-    glue.install()
-    monkeypatch.setattr("lm_eval_longctx.settings._IGNORED_KEYS_LOGGED", set())
+    contacts.install()
+    monkeypatch.setattr(errors, "_SAID", contextvars.ContextVar("said", default=None))  # nothing said yet
     md = {k: 1 for k in OTHER_SUITES_KEYS} | {"tokenizer": "x", "pretrained": "y"}
     with caplog.at_level("WARNING", logger="lm_eval_longctx"):
         declarations.LONGPPL.parse(md)
@@ -529,12 +530,12 @@ def test_the_length_check_runs_on_cache_hits(model_dirs):
     Stub = _lm_with_a_cache(model_dirs["a"], max_length=16)
     spec = {"add_special_tokens": False, "chunk_size": 64}
     text = "word " * 20
-    key = glue._spec_key(text, spec, glue.model_identity(Stub))
+    key = serving._spec_key(text, spec, serving.model_identity(Stub))
     long = TokenLogprobs(np.zeros(39, np.float32), np.zeros(39, bool))
     Stub.cache_hook.dbdict[key] = SequenceScores(np.arange(40), None, long).to_state()
     req = Instance("longctx_scores", {}, (text, spec), 0)
     with pytest.raises(ScoringError, match="40-token sequence is longer than the model's maximum length 16"):
-        glue._hflm_longctx_scores(Stub, [req], disable_tqdm=True)
+        serving.serve_longctx_scores(Stub, [req], disable_tqdm=True)
 
 
 def test_a_cached_result_of_another_layout_is_scored_again_and_rewritten(model_dirs):
@@ -544,9 +545,9 @@ def test_a_cached_result_of_another_layout_is_scored_again_and_rewritten(model_d
     Stub = _lm_with_a_cache(model_dirs["a"], max_length=4096)
     spec = {"add_special_tokens": False, "chunk_size": 64}
     text = "word " * 20
-    key = glue._spec_key(text, spec, glue.model_identity(Stub))
+    key = serving._spec_key(text, spec, serving.model_identity(Stub))
     Stub.cache_hook.dbdict[key] = {"an_older_field": [1, 2, 3]}
-    (result,) = glue._hflm_longctx_scores(Stub, [Instance("longctx_scores", {}, (text, spec), 0)], True)
+    (result,) = serving.serve_longctx_scores(Stub, [Instance("longctx_scores", {}, (text, spec), 0)], True)
     assert isinstance(result, SequenceScores) and len(result.token_ids) > 1
     rewritten = SequenceScores.from_state(Stub.cache_hook.dbdict[key])
     np.testing.assert_array_equal(rewritten.long.logprob, result.long.logprob)
@@ -563,7 +564,7 @@ def test_an_unsupported_backend_is_refused_when_the_task_is_built(docs, no_evalu
     from tests.harness_utils import TASK_DIR
 
     tm = TaskManager(include_defaults=False, include_path=str(TASK_DIR), metadata=_md(docs, evaluator="x/y"))
-    with pytest.raises(glue.UnsupportedModelError, match="DummyLM backend.*--model hf"):
+    with pytest.raises(evaluated_model.UnsupportedModelError, match="DummyLM backend.*--model hf"):
         simple_evaluate(model="dummy", tasks=[LONGPPL], task_manager=tm)
 
 

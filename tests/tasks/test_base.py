@@ -81,13 +81,15 @@ def test_a_foreign_export_folder_stops_the_run_before_the_model_loads(monkeypatc
 def test_a_backend_that_cannot_serve_the_tasks_is_refused_before_it_is_built(monkeypatch, model_dirs):
     from lm_eval.models.dummy import DummyLM
 
-    from lm_eval_longctx.harness import glue
+    from lm_eval_longctx.harness import evaluated_model
 
     def build(self, *args, **kwargs):
         raise AssertionError("lm-eval built the model before the error")
 
     monkeypatch.setattr(DummyLM, "__init__", build)
-    with pytest.raises(glue.UnsupportedModelError, match="the DummyLM backend does not provide. Use --model hf"):
+    with pytest.raises(
+        evaluated_model.UnsupportedModelError, match="the DummyLM backend does not provide. Use --model hf"
+    ):
         run_task("retrieval_gain", model_dirs["a"], {}, model="dummy", model_args={})
 
 

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lm_eval_longctx.data import documents
 from lm_eval_longctx.engine import plans, scoring
-from lm_eval_longctx.harness import glue
+from lm_eval_longctx.harness import contacts, request_type
 from lm_eval_longctx.report.pictures.forgetting_curve_plot import curve_from_results
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import forgetting_curve
@@ -387,7 +387,7 @@ def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, 
         }
 
     items = [("x", spec(x, st, m)) for x in (10, 30) for st in (0, 5, 9) for m in ("copy", "lm")]
-    ctx = glue.ScoringContext(model, None, 4096, 8)
+    ctx = request_type.ScoringContext(model, None, 4096, 8)
     out = forgetting_curve.serve(ctx, items)
     assert [o.error == "" for o in out] == [True] * 6 + [False] * 6
     assert out[-1].error.startswith("out of memory at one sample per forward (model type 'llama': out of memory")
@@ -407,7 +407,7 @@ def test_out_of_memory_halves_the_batch_then_fails_only_its_length(trained_dir, 
     again = forgetting_curve.serve(ctx, items[:6])
     assert [(o.n_scored, o.n_correct) for o in again] == [(o.n_scored, o.n_correct) for o in out[:6]]
     # a sample longer than the model's maximum stops the run before any length is scored, unless allowed
-    short_ctx = glue.ScoringContext(model, None, 40, 8)
+    short_ctx = request_type.ScoringContext(model, None, 40, 8)
     scored = []
     real = scoring.score_long_batch
     monkeypatch.setattr(scoring, "score_long_batch", lambda *a, **k: scored.append(1) or real(*a, **k))
@@ -451,7 +451,7 @@ def test_png_beside_saved_results_and_plot_script(run, tmp_path):
     pytest.importorskip("matplotlib")
     from lm_eval.loggers import EvaluationTracker
 
-    glue.install()
+    contacts.install()
     results = {k: v for k, v in run.items() if k != "samples"}
     tracker = EvaluationTracker(output_path=str(tmp_path / "out"))
     tracker.general_config_tracker.model_name_sanitized = "tiny"

@@ -11,7 +11,7 @@ CLASSES = base.suite_tasks()
 
 @pytest.fixture(autouse=True)
 def model_args_keys(monkeypatch):
-    """``pretrained`` comes from --model_args, which the harness glue registers as a known metadata key."""
+    """``pretrained`` comes from --model_args, which the harness accepts as a known metadata key."""
     monkeypatch.setitem(settings.EXTERNAL_KEYS, "model_args", frozenset({"pretrained"}))
 
 
@@ -73,10 +73,11 @@ def test_all_that_is_missing_is_one_message(monkeypatch):
     assert len(seen) == len(set(seen)) == 4  # each resource checked once, whatever number of tasks needs it
 
 
-def test_checked_once_per_load_call(monkeypatch):
+def test_a_run_checks_the_tasks_it_was_asked_for_and_this_one(monkeypatch):
     calls = []
     monkeypatch.setattr(preflight, "check", lambda tasks, metadata: calls.append(tuple(tasks)))
-    preflight.check_once("retrieval_gain", {}, (10**9, ["longctx"]), CLASSES)
-    preflight.check_once("longppl_govreport", {}, (10**9, ["longctx"]), CLASSES)
-    preflight.check_once("retrieval_gain", {}, None, CLASSES)  # no load call known: this task alone, every time
-    assert len(calls) == 2 and "forgetting_curve" in calls[0] and calls[1] == ("retrieval_gain",)
+    preflight.check_run("retrieval_gain", {}, ["longctx"], CLASSES)
+    preflight.check_run("retrieval_gain", {}, None, CLASSES)  # outside a call: this task alone
+    preflight.check_run("retrieval_gain", {}, "longeval_lines", CLASSES)  # simple_evaluate also takes one name
+    assert set(calls[0]) == set(CLASSES) and calls[1] == ("retrieval_gain",)
+    assert calls[2] == ("longeval_lines_acc", "longeval_lines_ppl", "retrieval_gain")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from lm_eval_longctx.engine import scoring
-from lm_eval_longctx.harness import glue
+from lm_eval_longctx.harness import request_type
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import base, retrieval_gain
 from tests import tiny
@@ -211,7 +211,7 @@ def test_non_default_conditions_equal_brute_force(model_dirs, docs):
         ),
         "kind": retrieval_gain.KIND,
     }
-    out = retrieval_gain.serve(glue.ScoringContext(model, tok, None, 2), [(t, spec) for t in docs[0][:2]])
+    out = retrieval_gain.serve(request_type.ScoringContext(model, tok, None, 2), [(t, spec) for t in docs[0][:2]])
     for text, scores in zip(docs[0][:2], out):
         x = tok(text, add_special_tokens=False)["input_ids"][:200]
         U = 200 - 12
@@ -231,7 +231,7 @@ def test_longer_than_the_model_maximum_is_an_error(model_dirs, docs):
         run_task(TASK, model_dirs["a"], {"data_files": docs[1], **MD}, model_args={"max_length": 256}, limit=1)
     # asked for explicitly, it is scored (the serve path, without the harness)
     model, tok = load(model_dirs["a"])
-    ctx = glue.ScoringContext(model, tok, 256, 4)
+    ctx = request_type.ScoringContext(model, tok, 256, 4)
     spec = {**retrieval_gain.resolve_settings(MD), "allow_beyond_max_length": True}
     [scores] = retrieval_gain.serve(ctx, [(docs[0][0], spec)])
     assert scores.n_with_tokens == 416 and np.isfinite(scores.with_logprob).all()

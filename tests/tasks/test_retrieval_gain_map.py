@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lm_eval_longctx.engine import scoring
-from lm_eval_longctx.harness import glue
+from lm_eval_longctx.harness import request_type
 from lm_eval_longctx.metrics.gain_map import effective_length
 from lm_eval_longctx.report.pictures.gain_map_plot import map_from_results
 from lm_eval_longctx.settings import SettingsError
@@ -172,7 +172,7 @@ def test_serve_equals_brute_force_with_several_anchors(model_dirs, docs):
         "kind": retrieval_gain_map.KIND,
         "lengths": md["context_lengths"],
     }
-    out = retrieval_gain_map.serve(glue.ScoringContext(model, tok, None, 3), [(t, spec) for t in docs[0][:2]])
+    out = retrieval_gain_map.serve(request_type.ScoringContext(model, tok, None, 3), [(t, spec) for t in docs[0][:2]])
     expected = brute_force_map(model_dirs["a"], docs[0][:2], md)
     for scores, exp in zip(out, expected):
         np.testing.assert_allclose(scores.gain(), exp, atol=TOL, rtol=0)
@@ -192,7 +192,7 @@ def test_serve_mixed_requests_score_each_with_its_own_answer_length(model_dirs, 
         for md in mds
     ]
     out = retrieval_gain_map.serve(
-        glue.ScoringContext(model, tok, None, 4), [(docs[0][0], specs[0]), (docs[0][0], specs[1])]
+        request_type.ScoringContext(model, tok, None, 4), [(docs[0][0], specs[0]), (docs[0][0], specs[1])]
     )
     for scores, md in zip(out, mds):
         assert scores.with_logprob.shape[-1] == md["answer_tokens"]

@@ -6,12 +6,14 @@ configs, and --seed (the tasks draw with their own seed, and say so)."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 
 import pytest
 import yaml
 
-from lm_eval_longctx.harness import glue
+from lm_eval_longctx import errors
+from lm_eval_longctx.harness import request_type
 from lm_eval_longctx.keytokens import text_scoring
 from lm_eval_longctx.tasks import base, longeval, run_options
 from lm_eval_longctx.tasks.run_options import UnsupportedOptionError
@@ -20,7 +22,7 @@ from tests.tiny import load
 
 
 def test_chat_options_are_not_applied_to_raw_documents_said_once_and_recorded(caplog, monkeypatch):
-    monkeypatch.setattr(run_options, "_NOTED", set())
+    monkeypatch.setattr(errors, "_SAID", contextvars.ContextVar("said", default=None))  # nothing said yet
     assert run_options.prompt_options_not_applied("retrieval_gain", False, None) is None
     assert run_options.prompt_options_not_applied("retrieval_gain", False, "") is None  # an empty one changes nothing
     with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
@@ -89,7 +91,7 @@ def test_each_yaml_states_the_request_type_its_class_records():
     }
     for task, cls in classes.items():
         assert yaml_metadata(task)["request_type"] == cls.REQUEST_TYPE_NOTE, task
-        assert cls.REQUEST_TYPE_NOTE.startswith(glue.REQUEST_TYPE)
+        assert cls.REQUEST_TYPE_NOTE.startswith(request_type.REQUEST_TYPE)
 
 
 def test_a_yaml_num_fewshot_is_refused_when_the_task_is_built():
