@@ -70,6 +70,3 @@ class StateRecord:
     def __str__(self) -> str:
         # lm-eval writes str() of every response into --log_samples files: JSON text a user can parse
         return json.dumps(self.summary(), separators=(",", ":"))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self})"

@@ -49,10 +49,10 @@ for folder in (REPO_ROOT, REPO_ROOT / "scripts"):
 
 import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
 
-from lm_eval_longctx.demo.run import result_task_names  # noqa: E402
+from lm_eval_longctx.tasks.base import suite_task_names  # noqa: E402
 
 # every task of the suite, one row each (a group's tasks apart), in the demo's order: read from the task registry
-TASKS = result_task_names()
+TASKS = suite_task_names()
 # per size: the --metadata every task gets, the characters per document cut from the corpus, and --limit
 SIZES = {
     "tiny": {

@@ -105,30 +105,6 @@ class DemoError(RuntimeError):
     """The demo could not run (missing model, harness failure, no results): the message says why."""
 
 
-# --------------------------------------------------------------------------- the tasks
-# Read from the registry of task classes (tasks.base.suite_tasks), never listed here: a new task class runs in the
-# demo, the validation and scripts/bench_suite.py without an edit. Imported when asked for, so that this module
-# (read by `lm-eval-longctx --help`) stays free of lm-eval.
-
-
-def result_task_names() -> tuple[str, ...]:
-    """Every task of the suite by its suite name (the results' keys), in the report card's order (``REPORT.order``;
-    a group's tasks in the order their module defines them)."""
-    from ..tasks import base
-
-    classes = base.suite_tasks()
-    return tuple(sorted(classes, key=lambda name: classes[name].REPORT.order if classes[name].REPORT else math.inf))
-
-
-def harness_task_names() -> tuple[str, ...]:
-    """The names the demo gives lm_eval's ``--tasks``: each task's group if it has one (longeval_lines runs and
-    reports through its two tasks), else its own name; once each, in ``result_task_names``' order."""
-    from ..tasks import base
-
-    classes = base.suite_tasks()
-    return tuple(dict.fromkeys(classes[name].GROUP or name for name in result_task_names()))
-
-
 # --------------------------------------------------------------------------- the model
 
 
@@ -185,13 +161,14 @@ def harness_argv(
     tasks=None,
 ) -> list[str]:
     """The ``lm_eval`` arguments (after the program name) of the demo run (``tasks``: default every task of the
-    suite, ``harness_task_names``)."""
+    suite, ``tasks.base.suite_run_names``)."""
     from ..harness.discovery import task_configs_dir
+    from ..tasks import base
 
     argv = [
         "run",
         "--tasks",
-        ",".join(harness_task_names() if tasks is None else tasks),
+        ",".join(base.suite_run_names() if tasks is None else tasks),
         "--model",
         "hf",
         "--model_args",
@@ -392,9 +369,11 @@ HEADLINES = {
 
 def summarize(results: dict, budget: str = "full") -> dict:
     """Headline numbers, every metric, the non-finite ones and the targets of a results dict."""
+    from ..tasks import base
+
     per_task = {task: _metric_table(res) for task, res in (results.get("results") or {}).items()}
     per_task = {task: m for task, m in per_task.items() if m}  # a group's row holds only its alias
-    missing = [t for t in result_task_names() if t not in per_task]
+    missing = [t for t in base.suite_task_names() if t not in per_task]
     # Memory lengths are threshold statistics: their stderr is "N/A" by design, never a failure.
     # a text note (skipped_lengths) counts only when it names something: "none" is the normal run
     non_finite = [

@@ -9,6 +9,7 @@ registers itself when it is defined (``TASK_CLASSES``), so no shared module keep
 from __future__ import annotations
 
 import fnmatch
+import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,21 @@ def suite_tasks() -> dict[str, type[LongContextTask]]:
     for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
         importlib.import_module(f"{package}.{info.name}")
     return dict(TASK_CLASSES)
+
+
+def suite_task_names() -> tuple[str, ...]:
+    """Every task of the suite by its suite name (the results' keys), in the report card's order (``REPORT.order``;
+    a group's tasks in the order their module defines them)."""
+    classes = suite_tasks()
+    return tuple(sorted(classes, key=lambda name: classes[name].REPORT.order if classes[name].REPORT else math.inf))
+
+
+def suite_run_names() -> tuple[str, ...]:
+    """What lm_eval's ``--tasks`` names to run the whole suite task by task: each task's group if it has one
+    (longeval_lines runs and reports through its two tasks), else its own name; once each, in
+    ``suite_task_names``' order."""
+    classes = suite_tasks()
+    return tuple(dict.fromkeys(classes[name].GROUP or name for name in suite_task_names()))
 
 
 class LongContextTask(ConfigurableTask):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lm_eval_longctx.demo.offline import train_tokenizer
-from lm_eval_longctx.demo.run import result_task_names
+from lm_eval_longctx.tasks.base import suite_task_names
 from tests import families
 from tests.harness_utils import TASK_DIR, write_docs
 
@@ -22,7 +22,7 @@ from tests.harness_utils import TASK_DIR, write_docs
 pytestmark = pytest.mark.integration
 
 
-TASKS = result_task_names()  # every task of the suite, as `--tasks longctx` runs them
+TASKS = suite_task_names()  # every task of the suite, as `--tasks longctx` runs them
 METADATA = {
     "evaluator": "self",
     "trunc_len": 64,

@@ -220,3 +220,16 @@ def test_the_preflight_resources_are_each_class_own():
         ("tokenizer", "NousResearch/Llama-2-7b-hf"),
     ]
     assert CLASSES["longeval_lines_acc"].hub_resources(CLASSES["longeval_lines_acc"].resolve_settings({})) == []
+
+
+def test_task_names_come_from_the_registry_in_report_order():
+    """Every registered task class is a result task once, in its report section's order; lm_eval's --tasks names
+    each class's group (or the task itself) once, in the same order."""
+    classes = base.suite_tasks()
+    results = base.suite_task_names()
+    assert sorted(results) == sorted(classes)
+    assert [classes[t].REPORT.order for t in results] == sorted(classes[t].REPORT.order for t in results)
+    harness = base.suite_run_names()
+    assert len(set(harness)) == len(harness)
+    assert harness == tuple(dict.fromkeys(classes[t].GROUP or t for t in results))
+    assert any(classes[t].GROUP for t in results)  # a group (longeval_lines) stands for its tasks

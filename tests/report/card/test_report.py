@@ -19,7 +19,6 @@ import pytest
 from lm_eval_longctx.cli import main
 from lm_eval_longctx.data import export_files
 from lm_eval_longctx.report import viewer
-from lm_eval_longctx.report.card import card_runs
 from lm_eval_longctx.report.card.page import fmt
 from tests.report_fixtures import (
     LONGCTX_REPORT,
@@ -72,17 +71,6 @@ def test_one_model_page_numbers_settings_and_pictures(tmp_path):
     assert all(s.startswith("data:image/png;base64,") for s in srcs), srcs
     assert not any(t == "script" for t, _ in page.tags)
     assert "Settings differ" not in text and "Across checkpoints" not in text
-
-
-def test_step_of_and_the_checkpoint_rule():
-    assert card_runs.step_of("org/run/checkpoint-1200") == 1200
-    assert card_runs.step_of("step1200") == 1200 and card_runs.step_of("global_step_300") == 300
-    assert card_runs.step_of("1200") == 1200 and card_runs.step_of("org/llama-7b") is None
-    assert card_runs.checkpoint_steps(["a/checkpoint-200", "a/checkpoint-100"]) == [200, 100]
-    assert card_runs.checkpoint_steps(["a/checkpoint-200", "b/checkpoint-100"]) is None  # other training runs
-    assert card_runs.checkpoint_steps(["a/checkpoint-200", "a/checkpoint-200"]) is None
-    assert card_runs.checkpoint_steps(["a/checkpoint-200"]) is None
-    assert card_runs.checkpoint_steps(["100", "200"]) == [100, 200]
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints
@@ -349,40 +337,7 @@ def test_ten_checkpoints_build_quickly_without_torch(tmp_path):
     assert res["seconds"] < 60, res
 
 
-# ----------------------------------------------------------------------------------------------- model names
-
-
-@pytest.mark.parametrize(
-    "recorded, shown",
-    [
-        ("/work/main/lm_eval_longctx/demo/assets/model", "demo model (lm_eval_longctx)"),  # the packaged demo model
-        ("/venv/lib/python3.11/site-packages/lm_eval_longctx/demo/assets/model/", "demo model (lm_eval_longctx)"),
-        ("Qwen/Qwen2-7B", "Qwen/Qwen2-7B"),  # hub ids as they are
-        ("org/run/checkpoint-1200", "org/run/checkpoint-1200"),
-        ("/data/models/Llama-3-8B", "Llama-3-8B"),  # a local folder: its name
-        ("./out/llama", "llama"),
-        ("~/models/mistral-7b", "mistral-7b"),
-        ("C:\\models\\phi-2", "phi-2"),
-        ("/runs/exp1/checkpoint-1000", "exp1/checkpoint-1000"),  # a checkpoint keeps its training run
-        ("/runs/exp1/global_step500/", "exp1/global_step500"),
-    ],
-)
-def test_one_model_name_in_every_picture_and_on_the_page(tmp_path, recorded, shown):
-    from lm_eval_longctx.report.pictures import forgetting_curve_plot, gain_map_plot, longeval_plot, names
-
-    assert names.display_name(recorded) == shown
-    data = suite_results_json(recorded)
-    assert forgetting_curve_plot.curve_from_results(data, "forgetting_curve").label == shown
-    assert gain_map_plot.map_from_results(data, "retrieval_gain_map").label == shown
-    assert longeval_plot.run_label(data, "fallback") == shown
-    write_results(tmp_path / "out", data)
-    assert [r.label for r in card_runs.load_runs([tmp_path / "out"]).runs] == [shown]
-    # without model_name: pretrained= of the model_args, as a string or a dict; else the fallback
-    del data["model_name"]
-    assert names.model_label(data) == shown
-    data["config"]["model_args"] = {"pretrained": recorded}
-    assert names.model_label(data) == shown
-    assert names.model_label({"config": {}}, "fallback") == "fallback"
+# ----------------------------------------------------------------------------------------------- leaderboard
 
 
 def test_the_leaderboard_shows_each_tasks_headlines_unless_asked_for_every_metric(tmp_path):
