@@ -100,7 +100,7 @@ def _raised_by_us(err: BaseException) -> bool:
     return tb is not None and f"{os.sep}{_PACKAGE}{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
-def user_error(err: BaseException) -> BaseException | None:
+def user_error(err: BaseException | None) -> BaseException | None:
     """The error of ours among ``err`` and what caused it (an error wrapped by the harness), or None."""
     seen = set()
     while err is not None and id(err) not in seen:
