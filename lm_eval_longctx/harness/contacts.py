@@ -2,9 +2,10 @@
 
 lm-eval 0.4.13 has no plugin interface for what these serve (finding the task folder, a request type of its own, the
 model a task is evaluated with, files beside the results), so the harness sets them on lm-eval's classes and
-modules: :func:`install` sets every one and :func:`uninstall` puts lm-eval back as it was. The start-up hook
-(``discovery.py``) sets the first two as soon as lm-eval imports their modules, before any task is looked up; the
-rest are set when a run starts or a task of the suite is built. ``replaced_callables`` finds what is set, by where
+modules: :func:`install` sets them (each at its stage, ``Contact.stage``) and :func:`uninstall` puts lm-eval back as
+it was. The start-up hook (``discovery.py``) sets the first two as soon as lm-eval imports their modules, before any
+task is looked up; a ``simple_evaluate`` call sets the next before it builds the model; the rest are set when a task
+of the suite is built or checked, so that a run of other suites' tasks meets only the first three. ``replaced_callables`` finds what is set, by where
 each function was defined, so that a test holds the table to what runs.
 """
 
@@ -23,11 +24,18 @@ OURS = "lm_eval_longctx"
 TESTED_LM_EVAL = ">=0.4.13,<0.5"
 
 
+# When a contact is set, earliest first: as soon as lm-eval imports its module (the start-up hook); when a
+# simple_evaluate call starts (before it builds the model); when a task of the suite is built or checked. A run of
+# other suites' tasks alone meets the first two only, and imports nothing heavy for them.
+STAGES = ("import", "call", "task")
+
+
 @dataclass(frozen=True)
 class Contact:
     owner: str  # the module or class, by its import path
     attribute: str
     replacement: str  # "module:function": called with lm-eval's original (None where it has none), gives ours
+    stage: str  # STAGES: when it is set
     why: str
 
 
@@ -36,12 +44,14 @@ CONTACTS = (
         "lm_eval.tasks.manager.TaskManager",
         "__init__",
         "lm_eval_longctx.harness.discovery:task_manager_init",
+        "import",
         "adds the task folder to include_path: lm-eval 0.4.13 reads no lm_eval.tasks entry point",
     ),
     Contact(
         "lm_eval.evaluator",
         "simple_evaluate",
         "lm_eval_longctx.harness.discovery:simple_evaluate",
+        "import",
         "the run state (harness/evaluation.py): the call's options, which lm-eval hands no task; every task's settings "
         "checked before the model loads (lm-eval builds tasks after the model); the bootstrap stderrs added",
     ),
@@ -49,24 +59,28 @@ CONTACTS = (
         "lm_eval.api.model.LM",
         "__init__",
         "lm_eval_longctx.harness.evaluation:lm_init",
+        "call",
         "the model simple_evaluate builds from --model_args, which the tasks tokenize with and size to",
     ),
     Contact(
         "lm_eval.models.huggingface.HFLM",
         "longctx_scores",
         "lm_eval_longctx.harness.serving:longctx_scores",
+        "task",
         "serves the request type with the engine (lm-eval dispatches with getattr(lm, request_type))",
     ),
     Contact(
         "lm_eval.loggers.evaluation_tracker.EvaluationTracker",
         "save_results_aggregated",
         "lm_eval_longctx.harness.saving:save_results_aggregated",
+        "task",
         "pictures written beside the results file; a failed save removes its partial file and stops the run",
     ),
     Contact(
         "lm_eval.loggers.evaluation_tracker.EvaluationTracker",
         "save_results_samples",
         "lm_eval_longctx.harness.saving:save_results_samples",
+        "task",
         "a failed save of the samples removes what it appended and stops the run",
     ),
 )
@@ -86,14 +100,19 @@ def _replacement(contact: Contact):
     return getattr(importlib.import_module(module), name)
 
 
-def install() -> None:
-    """Set every contact on lm-eval (idempotent: a second call changes nothing) and register the named
-    aggregations and the hf backend's model_args keys. Imports lm-eval's hf backend (and so torch)."""
+def install(stage: str = "task") -> None:
+    """Set every contact of ``stage`` and the stages before it (``STAGES``; idempotent: a second call changes
+    nothing). At the ``task`` stage, also register the named aggregations and the hf backend's model_args keys; that
+    stage imports lm-eval's hf backend (and so torch)."""
     from .. import settings
     from . import aggregations
 
+    upto = STAGES[: STAGES.index(stage) + 1]
     for contact in CONTACTS:
-        discovery.set_contact(_owner(contact.owner), contact.attribute, _replacement(contact))
+        if contact.stage in upto:
+            discovery.set_contact(_owner(contact.owner), contact.attribute, _replacement(contact))
+    if stage != "task":
+        return
     aggregations.register_aggregations()
     hflm = _owner("lm_eval.models.huggingface.HFLM")
     keys = [

@@ -52,7 +52,7 @@ def evaluate(original, *args, **kwargs):
     except TypeError:
         return original(*args, **kwargs)  # its own error
     bound.apply_defaults()
-    contacts.install()  # the model lm-eval builds is noted (LM.__init__); with the start-up hook off, the rest
+    contacts.install("call")  # the model lm-eval builds is noted (LM.__init__); our tasks set the rest when checked
     run = Evaluation(arguments=dict(bound.arguments))
     if isinstance(run.arguments.get("model"), _lm_class()):
         run.lm = run.arguments["model"]

@@ -109,3 +109,29 @@ def test_importing_the_tasks_changes_nothing_in_lm_eval_building_one_does():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True", "True", "False"]
+
+
+@pytest.mark.integration
+def test_a_call_sets_only_what_it_needs_before_the_model_and_imports_no_backend():
+    """What a simple_evaluate call sets before it builds the model (a run of other suites' tasks meets only this):
+    the import- and call-stage contacts, without importing lm-eval's hf backend."""
+    code = """
+import json, sys
+import lm_eval.evaluator, lm_eval.tasks.manager
+from lm_eval_longctx.harness import contacts
+contacts.install("call")
+print(json.dumps([sorted(contacts.replaced_callables()), "lm_eval.models.huggingface" in sys.modules]))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={"PATH": "", "HF_HUB_OFFLINE": "1", "LM_EVAL_LONGCTX_DISABLE_HOOK": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found, backend_imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    expected = {(c.owner, c.attribute) for c in contacts.CONTACTS if c.stage in ("import", "call")}
+    assert {tuple(pair) for pair in found} == expected and len(expected) == 3
+    assert backend_imported is False
