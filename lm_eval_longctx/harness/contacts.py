@@ -5,8 +5,9 @@ model a task is evaluated with, files beside the results), so the harness sets t
 modules: :func:`install` sets them (each at its stage, ``Contact.stage``) and :func:`uninstall` puts lm-eval back as
 it was. The start-up hook (``discovery.py``) sets the first two as soon as lm-eval imports their modules, before any
 task is looked up; a ``simple_evaluate`` call sets the next before it builds the model; the rest are set when a task
-of the suite is built or checked, so that a run of other suites' tasks meets only the first three. ``replaced_callables`` finds what is set, by where
-each function was defined, so that a test holds the table to what runs.
+of the suite is built or checked, so that a run of other suites' tasks meets only the first three.
+``replaced_callables`` finds what is set, by where each function was defined, so that a test holds the table to what
+runs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ TESTED_LM_EVAL = ">=0.4.13,<0.5"
 
 # When a contact is set, earliest first: as soon as lm-eval imports its module (the start-up hook); when a
 # simple_evaluate call starts (before it builds the model); when a task of the suite is built or checked. A run of
-# other suites' tasks alone meets the first two only, and imports nothing heavy for them.
+# other suites' tasks alone meets the first two stages only, and imports no backend for them.
 STAGES = ("import", "call", "task")
 
 
