@@ -13,6 +13,22 @@ from lm_eval_longctx.harness import contacts
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+def _probe(code: str, hook: str = "1"):
+    """Run ``code`` in a fresh interpreter (contacts set there never leak; ``hook``: LM_EVAL_LONGCTX_DISABLE_HOOK)
+    and parse its last stdout line as JSON."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={"PATH": "", "HF_HUB_OFFLINE": "1", "LM_EVAL_LONGCTX_DISABLE_HOOK": hook},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 # what lm_eval runs: its modules imported, then this package's hooks installed as on the CLI
 SET_BY_A_RUN = """
 import json, sys
@@ -27,16 +43,7 @@ print(json.dumps(sorted(contacts.replaced_callables())))
 
 @pytest.mark.integration
 def test_the_table_lists_exactly_what_a_run_sets_on_lm_eval():
-    proc = subprocess.run(
-        [sys.executable, "-c", SET_BY_A_RUN],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={"PATH": "", "HF_HUB_OFFLINE": "1", "LM_EVAL_LONGCTX_DISABLE_HOOK": "0"},
-    )
-    assert proc.returncode == 0, proc.stderr
-    found = {tuple(pair) for pair in json.loads(proc.stdout.strip().splitlines()[-1])}
+    found = {tuple(pair) for pair in _probe(SET_BY_A_RUN, hook="0")}
     assert found == {(c.owner, c.attribute) for c in contacts.CONTACTS}
 
 
@@ -75,16 +82,7 @@ print(json.dumps({
     "ours": get_aggregation("token_weighted_perplexity") is aggregations.AGGREGATIONS["token_weighted_perplexity"],
 }))
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={"PATH": "", "HF_HUB_OFFLINE": "1", "LM_EVAL_LONGCTX_DISABLE_HOOK": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _probe(code)
     assert out["idempotent"] and out["all_set"] == [] and out["restored"]
     assert {tuple(pair) for pair in out["after_install"]} == {(c.owner, c.attribute) for c in contacts.CONTACTS}
     assert out["after_uninstall"] == []
@@ -100,15 +98,12 @@ def test_importing_the_tasks_changes_nothing_in_lm_eval_building_one_does():
         "from lm_eval.models.huggingface import HFLM\n"
         "before = LM.__init__\n"
         "import lm_eval_longctx.suite, lm_eval_longctx.tasks.longppl, lm_eval_longctx.tasks.forgetting_curve\n"
-        "print(hasattr(HFLM, 'longctx_scores'), LM.__init__ is before)\n"
+        "imported = [hasattr(HFLM, 'longctx_scores'), LM.__init__ is before]\n"
         "from lm_eval_longctx.harness import contacts\n"
         "contacts.install()\n"
-        "print(hasattr(HFLM, 'longctx_scores'), LM.__init__ is before)\n"
+        "import json; print(json.dumps([imported, [hasattr(HFLM, 'longctx_scores'), LM.__init__ is before]]))\n"
     )
-    env = {"PATH": "", "HF_HUB_OFFLINE": "1", "LM_EVAL_LONGCTX_DISABLE_HOOK": "1"}
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["False", "True", "True", "False"]
+    assert _probe(probe) == [[False, True], [True, False]]
 
 
 @pytest.mark.integration
@@ -122,16 +117,7 @@ from lm_eval_longctx.harness import contacts
 contacts.install("call")
 print(json.dumps([sorted(contacts.replaced_callables()), "lm_eval.models.huggingface" in sys.modules]))
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={"PATH": "", "HF_HUB_OFFLINE": "1", "LM_EVAL_LONGCTX_DISABLE_HOOK": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    found, backend_imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    found, backend_imported = _probe(code)
     expected = {(c.owner, c.attribute) for c in contacts.CONTACTS if c.stage in ("import", "call")}
     assert {tuple(pair) for pair in found} == expected and len(expected) == 3
     assert backend_imported is False

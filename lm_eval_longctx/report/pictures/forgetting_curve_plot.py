@@ -12,7 +12,6 @@ sample-major, so n follows from the run's sample count and its lengths).
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from dataclasses import dataclass
@@ -21,9 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from ... import output_dirs
+from .beside_results import draw_beside_results
 from .names import model_label, plain_text
-
-log = logging.getLogger("lm_eval_longctx")
 
 _METRIC = re.compile(r"^(copy_acc|lm_acc)@(\d+),(.+)$")
 
@@ -352,13 +350,11 @@ def _y_limits(curves: list[ForgettingCurve]) -> tuple[float, float]:
 
 
 def save_beside_results(results: dict, results_file) -> list[Path]:
-    """After ``--output_path`` results are saved: one PNG per forgetting-curve task, named after
-    the results file (``results_<date>_<task>.png``)."""
-    results_file = Path(results_file)
-    written = []
-    for task in forgetting_curve_tasks(results):
-        png = results_file.with_name(f"{results_file.stem}_{task}.png")
-        plot_forgetting_curves([curve_from_results(results, task)], png)
-        log.info("forgetting curve of %s written to %s", task, png)
-        written.append(png)
-    return written
+    """After ``--output_path`` results are saved: one PNG per forgetting-curve task, named after the results file
+    (``results_<date>_<task>.png``)."""
+    return draw_beside_results(
+        results_file,
+        forgetting_curve_tasks(results),
+        lambda task, png: plot_forgetting_curves([curve_from_results(results, task)], png),
+        "forgetting curve",
+    )

@@ -7,7 +7,6 @@ lm-eval: a results JSON is plain data. The numbers (per-cell gains, effective le
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from dataclasses import dataclass
@@ -16,9 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from ... import output_dirs
+from .beside_results import draw_beside_results
 from .names import plain_text
-
-log = logging.getLogger("lm_eval_longctx")
 
 _CELL = re.compile(r"^gain@L(\d+)_d(\d+),(.+)$")
 _LENGTH = re.compile(r"^gain@L(\d+),(.+)$")
@@ -295,13 +293,11 @@ def _note(label: str):
 
 
 def save_beside_results(results: dict, results_file) -> list[Path]:
-    """After ``--output_path`` results are saved: one PNG per gain-map task, named after the
-    results file (``results_<date>_<task>.png``)."""
-    results_file = Path(results_file)
-    written = []
-    for task in gain_map_tasks(results):
-        png = results_file.with_name(f"{results_file.stem}_{task}.png")
-        plot_gain_maps([map_from_results(results, task)], png)
-        log.info("retrieval-gain map of %s written to %s", task, png)
-        written.append(png)
-    return written
+    """After ``--output_path`` results are saved: one PNG per gain-map task, named after the results file
+    (``results_<date>_<task>.png``)."""
+    return draw_beside_results(
+        results_file,
+        gain_map_tasks(results),
+        lambda task, png: plot_gain_maps([map_from_results(results, task)], png),
+        "retrieval-gain map",
+    )

@@ -1,0 +1,25 @@
+"""report/pictures/beside_results.py: one picture per task, named after the results file, drawn in task order."""
+
+from __future__ import annotations
+
+from lm_eval_longctx.report.pictures import beside_results
+
+
+def test_each_task_is_drawn_beside_the_results_file_under_its_own_name(tmp_path, caplog):
+    drawn = []
+
+    def draw(task, png):
+        png.write_bytes(b"png")
+        drawn.append((task, png))
+
+    results_file = tmp_path / "run" / "results_2026-11-27T10-00-00.json"
+    results_file.parent.mkdir()
+    with caplog.at_level("INFO", logger="lm_eval_longctx"):
+        written = beside_results.draw_beside_results(results_file, ["b_task", "a_task"], draw, "a picture")
+    assert written == [
+        results_file.parent / "results_2026-11-27T10-00-00_b_task.png",
+        results_file.parent / "results_2026-11-27T10-00-00_a_task.png",
+    ]
+    assert drawn == list(zip(["b_task", "a_task"], written)) and all(p.read_bytes() == b"png" for p in written)
+    assert [r.getMessage() for r in caplog.records] == [f"a picture of {t} written to {p}" for t, p in drawn]
+    assert beside_results.draw_beside_results(results_file, [], draw, "a picture") == []
