@@ -37,7 +37,15 @@ def main(argv=None) -> int:
     add_real_model_parsers(sub)
     add_corpus_parser(sub)
     args = p.parse_args(argv)
-    return COMMANDS[args.command](args)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print(f"interrupted (Ctrl-C): lm-eval-longctx {args.command} stopped", file=sys.stderr)
+        return INTERRUPTED_EXIT
+
+
+# the exit status of a command stopped by Ctrl-C, as a shell reports SIGINT
+INTERRUPTED_EXIT = 130
 
 
 def _command_of(argv) -> str | None:
@@ -563,7 +571,7 @@ AUDIT_HELP = """Does a checkpoint use the context window its config claims? Read
 through lm_eval, shortest length first, until the claim is refuted or the ladder ends. Prints and writes (OUT:
 audit.json, audit.md, audit.png) the effective length by the relative and the absolute rule with bootstrap intervals
 over documents, the memory lengths and the verdict. Exit 1 with --check unless the model uses its claimed window,
-2 when the audit cannot run. docs/audit.md."""
+2 when the audit cannot run (one line naming the flag, key or file), 130 when interrupted. docs/audit.md."""
 
 
 CORPUS_HELP = """Write a short local corpus for the tasks' data_files: DOCS documents of at least TOKENS tokens each, cut
@@ -594,7 +602,17 @@ def run_corpus(args) -> int:
     if args.tokenizer:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        if not Path(args.tokenizer).is_dir():
+            print(f"error: --tokenizer {args.tokenizer}: no such folder; give a model folder with its tokenizer "
+                  "files, or leave --tokenizer out (4 characters per token)", file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            print(f"error: --tokenizer {args.tokenizer}: no tokenizer can be loaded from it ({first}); give a model "
+                  "folder with its tokenizer files (tokenizer.json, ...)", file=sys.stderr)  # fmt: skip
+            return 2
         count = lambda text: len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])  # noqa: E731
     try:
         texts = embedded_corpus.documents_of_tokens(args.tokens, args.docs, count)

@@ -36,3 +36,23 @@ def test_validate_is_the_one_entry_of_the_known_answer_validation(capsys):
     usage = capsys.readouterr().out
     for option in ("out", "--budget", "--metadata", "--check"):
         assert option in usage, option
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "tasks-dir", interrupted)
+    assert cli.main(["tasks-dir"]) == cli.INTERRUPTED_EXIT
+    assert capsys.readouterr().err.strip() == "interrupted (Ctrl-C): lm-eval-longctx tasks-dir stopped"
+
+
+@pytest.mark.parametrize("tokenizer", ["missing", "empty"])
+def test_corpus_with_a_tokenizer_folder_that_holds_none_is_one_line(tokenizer, tmp_path, capsys):
+    folder = tmp_path / "tok"
+    if tokenizer == "empty":
+        folder.mkdir()
+    out = tmp_path / "c.jsonl"
+    assert cli.main(["corpus", str(out), "--tokens", "100", "--docs", "2", "--tokenizer", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --tokenizer {folder}: ") and len(err.splitlines()) == 1 and not out.exists()

@@ -13,21 +13,28 @@ import json
 import logging
 import math
 import resource
+import shutil
 import sys
 import time
 from pathlib import Path
 
-from .. import output_dirs, profiles
+from .. import errors, output_dirs, profiles
 from ..data import embedded_corpus
-from ..engine.window import ClaimedWindow, WindowError, claimed_window
+from ..engine.window import ClaimedWindow, WindowError, WindowFieldError, claimed_window
+from . import inputs as checking
 from . import plan as planning
-from . import stages, verdict
+from . import stage_files, stages, verdict
 
 log = logging.getLogger("lm_eval_longctx")
 
 CORPUS_FILE = "corpus.jsonl"
 PICTURE = "audit.png"
 DOCUMENT_SOURCES = ("embedded", "govreport")
+PURPOSE = "audit"
+# where the RULER cross-check's runs go inside OUT
+CROSS_CHECK_FOLDER = "ruler"
+# the exit status of a run stopped by Ctrl-C, as a shell reports SIGINT
+INTERRUPTED_EXIT = 130
 
 
 class AuditError(ValueError):
@@ -37,19 +44,6 @@ class AuditError(ValueError):
 def _cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def parse_model_args(text: str | None) -> dict:
-    """``--model-args k=v,k=v`` as lm-eval's --model_args takes them (``pretrained`` comes from --model)."""
-    out: dict = {}
-    for item in filter(None, (text or "").split(",")):
-        if "=" not in item:
-            raise AuditError(f"--model-args {text!r}: {item!r} is not key=value")
-        key, value = item.split("=", 1)
-        if key.strip() == "pretrained":
-            raise AuditError("--model-args: give the model with --model, not pretrained=")
-        out[key.strip()] = value.strip()
-    return out
 
 
 # ------------------------------------------------------------------ documents
@@ -65,19 +59,31 @@ def load_documents(source: str, docs: int) -> tuple[list[str], dict]:
         stream = embedded_corpus.topics_stream()
         texts = embedded_corpus.embedded_documents(int(len(stream) / docs * 0.97), docs)
         return texts, {"source": "embedded", **embedded_corpus.provenance(texts)}
-    if source == "govreport":
-        loaded = documents.load_govreport()
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise AuditError(
-                f"--documents {source}: no such file; give a JSONL/JSON/Parquet file of rows with a 'text' field, "
-                f"or one of {list(DOCUMENT_SOURCES)}"
-            )
-        loaded = documents.load_govreport(data_files=str(path), num_docs=10**6, min_tokens=1, max_tokens=10**9)
+    path = Path(source)
+    if source != "govreport" and not path.is_file():
+        raise AuditError(
+            f"--documents {source}: no such file; give a JSONL/JSON/Parquet file of rows with a 'text' field, "
+            f"or one of {list(DOCUMENT_SOURCES)}"
+        )
+    try:
+        if source == "govreport":
+            loaded = documents.load_govreport()
+        else:
+            loaded = documents.load_govreport(data_files=str(path), num_docs=10**6, min_tokens=1, max_tokens=10**9)
+    except (errors.ResourceUnavailableError, ValueError, OSError) as err:
+        # the data layer's ways out name the tasks' --metadata, which the audit does not take
+        message = str(err).replace(documents.DATA_WAYS_OUT, AUDIT_DATA_WAYS_OUT)
+        raise AuditError(f"--documents {source}: {message}") from None
     if len(loaded.texts) < docs:
         raise AuditError(f"--documents {source}: {len(loaded.texts)} documents, fewer than the {docs} asked (--docs)")
     return list(loaded.texts), dict(loaded.provenance)
+
+
+AUDIT_DATA_WAYS_OUT = (
+    "Ways out: a local copy as --documents docs.jsonl (rows with a 'text' field; json, jsonl or parquet), a "
+    "reachable hub (unset HF_HUB_OFFLINE / HF_DATASETS_OFFLINE, log in for gated data), or the embedded documents "
+    "(--documents embedded, the default)."
+)
 
 
 def choose_documents(texts: list[str], tokenizer, docs: int) -> tuple[list[str], list[int]]:
@@ -91,16 +97,38 @@ def choose_documents(texts: list[str], tokenizer, docs: int) -> tuple[list[str],
 
 
 def load_config_and_tokenizer(model: str, extra: dict):
-    from transformers import AutoConfig, AutoTokenizer
+    """The model's config (as transformers builds it, class defaults filled in), the config as its file states it
+    (the claim is read from what the file says, never from a default) and its tokenizer."""
+    from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
 
     trust = str(extra.get("trust_remote_code", "false")).lower() in ("1", "true", "yes")
     revision = extra.get("revision")
     try:
-        config = AutoConfig.from_pretrained(model, trust_remote_code=trust, revision=revision)
-        tokenizer = AutoTokenizer.from_pretrained(extra.get("tokenizer", model), trust_remote_code=trust)
+        stated, _ = PretrainedConfig.get_config_dict(model, revision=revision)
     except (OSError, ValueError) as err:
-        raise AuditError(f"--model {model}: cannot load its config and tokenizer ({err})") from None
-    return config, tokenizer
+        raise AuditError(f"--model {model}: cannot read its config.json ({errors.first_line(err)})") from None
+    check_window_fields(stated, model)
+    try:
+        config = AutoConfig.from_pretrained(model, trust_remote_code=trust, revision=revision)
+    except Exception as err:  # noqa: BLE001  (transformers and the hub raise many kinds for one bad config)
+        raise AuditError(f"--model {model}: transformers cannot build its config ({errors.first_line(err)})") from None
+    source = extra.get("tokenizer", model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        where = "--model-args tokenizer" if "tokenizer" in extra else "--model"
+        raise AuditError(f"{where} {source}: cannot load its tokenizer ({errors.first_line(err)})") from None
+    return config, stated, tokenizer
+
+
+def check_window_fields(stated: dict, model: str = "") -> None:
+    """Refuse a config whose window fields hold values no model is built with, naming the field."""
+    try:
+        claimed_window(stated)
+    except WindowFieldError as err:
+        raise AuditError(f"--model {model}: {err}".replace("  ", " ")) from None
+    except WindowError:  # a config that states no window: --window or a profile gives it
+        pass
 
 
 def load_model(model: str, extra: dict, device: str):
@@ -114,13 +142,18 @@ def load_model(model: str, extra: dict, device: str):
     }
     if extra.get("revision"):
         kwargs["revision"] = extra["revision"]
-    return AutoModelForCausalLM.from_pretrained(model, **kwargs).to(device).eval()
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(model, **kwargs)
+        return loaded.to(device).eval()  # type: ignore[arg-type]
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
+        raise AuditError(
+            f"--model {model}: cannot load it{' with --model-args ' + checking_text(extra) if extra else ''} "
+            f"({errors.first_line(err)})"
+        ) from None
 
 
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def checking_text(extra: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in extra.items())
 
 
 def model_max_length(config, extra: dict) -> int | None:
@@ -196,11 +229,21 @@ def verdict_text(judged: dict, plan_record: dict, model: str) -> str:
 # ------------------------------------------------------------------ the audit
 
 
-def expectations(profile: profiles.Profile | None, judged: dict) -> list[dict]:
-    """The profile's expectations, each with what was found and whether it holds."""
+def expectations(profile: profiles.Profile | None, judged: dict, agreement: dict | None = None) -> list[dict]:
+    """The profile's expectations, each with what was found and whether it holds (RULER's only where the audit ran
+    the cross-check: ``agreement``)."""
     if profile is None:
         return []
     out = []
+    if "ruler" in profile.expect and agreement is not None:
+        found = agreement["ruler"]["claim"]
+        out.append(
+            {
+                "expectation": f"RULER (score > 85.6): claim {profile.expect['ruler']}",
+                "found": found,
+                "holds": found == profile.expect["ruler"],
+            }
+        )
     if "verdict" in profile.expect:
         out.append(
             {
@@ -229,31 +272,40 @@ def say(text: str) -> None:
 
 def run_audit(args, out_print=say, runner=None) -> dict:
     """Plan, run and judge an audit (``args``: the command line's); ``runner(argv) -> results file`` runs one stage's
-    ``lm_eval`` arguments (default: lm-eval's own command line, in this process)."""
+    ``lm_eval`` arguments (default: lm-eval's own command line, in this process). Every input is checked before
+    the model loads; OUT is written only once the plan is made, and only under its lock."""
+    given = checking.check(args)
+    if given.from_run:
+        raise AuditError("--from-run judges an earlier audit: call rejudge")
+    out = given.out
+    with output_dirs.locked(out, "audit of this folder"):
+        created = not out.exists()
+        try:
+            return _run_audit(args, given, out_print, runner)
+        except BaseException:
+            # a refusal or an interruption before any stage finished leaves no half-made folder behind
+            if created and out.is_dir() and not (out / verdict.AUDIT_JSON).exists():
+                shutil.rmtree(out, ignore_errors=True)
+            raise
+
+
+def _run_audit(args, given: checking.AuditInputs, out_print, runner) -> dict:
     if runner is None:
         from ..demo.run import run_harness
 
         runner = run_harness
-    extra = parse_model_args(args.model_args)
+    extra, model, device = given.model_args, str(given.model), given.device
     profile = profiles.load(args.profile) if args.profile else None
-    model = str(Path(args.model).resolve()) if Path(args.model).is_dir() else args.model
-    if any(c in model for c in ",="):
-        raise AuditError(f"--model {model}: a path with ',' or '=' cannot travel in lm-eval's --model_args")
-    budget = planning.budget_named(args.budget)
-    if args.docs is not None:
-        if args.docs < 2:
-            raise AuditError("--docs must be at least 2: the intervals resample documents")
-        budget = planning.Budget(**{**budget.record(), "docs": args.docs, "fractions": budget.fractions,
+    budget = planning.budget_named(given.budget)
+    if given.docs is not None:
+        budget = planning.Budget(**{**budget.record(), "docs": given.docs, "fractions": budget.fractions,
                                     "beyond": budget.beyond, "depths": budget.depths})  # fmt: skip
     rules = verdict.RuleSet(args.fraction, args.threshold, args.rule, args.decides)
-    device = args.device or default_device()
-    config, tokenizer = load_config_and_tokenizer(model, extra)
-    window = _window(config, args.window, profile)
-    out = output_dirs.claim(Path(args.out).resolve(), "the audit")
-    texts, provenance = load_documents(args.documents, budget.docs)
+    config, stated, tokenizer = load_config_and_tokenizer(model, extra)
+    window = _window(stated, given.window, profile)
+    earlier = stages.earlier_stages(given.reuse) if given.reuse else {}
+    texts, provenance = load_documents(given.documents, budget.docs)
     texts, doc_tokens = choose_documents(texts, tokenizer, budget.docs)
-    corpus = out / CORPUS_FILE
-    corpus_record = embedded_corpus.write_corpus(corpus, texts)
     stream_tokens = sum(doc_tokens)
     t0 = time.perf_counter()
     loaded = load_model(model, extra, device)
@@ -261,27 +313,31 @@ def run_audit(args, out_print=say, runner=None) -> dict:
     from ..engine import scoring
     from ..tasks.base import lead_token_ids
 
+    position_table = scoring.learned_position_table(loaded)
     plan = planning.plan_audit(
         window,
         budget,
         doc_tokens,
         stream_tokens,
         model_max_length(config, extra),
-        scoring.learned_position_table(loaded),
+        position_table,
         beyond=args.beyond,
         lead_tokens=len(lead_token_ids(tokenizer, "auto")),
     )
     plan.shares_prefix = scoring.shares_prefix_cache(loaded)
-    time_model = planning.probe(loaded, window.tokens)
+    # the probe reads no position a learned table lacks: the lengths past it are left out of the plan
+    time_model = planning.probe(loaded, min(window.tokens, position_table or window.tokens))
     del loaded
     tokens = [planning.stage_tokens(r, plan) for r in plan.rungs]
     # every stage is an lm_eval call that loads the model again
     estimates = [planning.stage_seconds(r, plan, time_model) + load_seconds for r in plan.rungs]
     out_print(plan_text(plan, estimates, tokens, time_model, device))
     out_print(f"each stage also loads the model ({load_seconds:.1f} s here) and lm-eval's task index")
-    earlier = stages.earlier_stages(Path(args.reuse)) if args.reuse else {}
+    out = output_dirs.claim(given.out.resolve(), "the audit")
+    corpus = out / CORPUS_FILE
+    corpus_record = embedded_corpus.write_corpus(corpus, texts)
     fingerprint = stages.model_fingerprint(Path(model)) if Path(model).is_dir() else {"hub": model, **extra}
-    record = {
+    record: dict = {
         "kind": verdict.KIND,
         "model": model,
         "model_args": extra,
@@ -297,8 +353,7 @@ def run_audit(args, out_print=say, runner=None) -> dict:
     not_run = []
     for i, (rung, n, estimate) in enumerate(zip(plan.rungs, tokens, estimates), start=1):
         if done and not args.all_lengths:
-            measured = verdict.measure([(out / s.results_file, s.rung.length) for s in done])
-            so_far = verdict.judge(measured, window.tokens, rules)
+            so_far = verdict.judge(measure_verified(out, [s.record() for s in done]), window.tokens, rules)
             interval = so_far["effective"][rules.decides]
             if verdict.refuted(window.tokens, so_far["tested_lengths"], interval, rules.rule):
                 not_run = [
@@ -309,15 +364,16 @@ def run_audit(args, out_print=say, runner=None) -> dict:
         metadata = stages.stage_metadata(rung, plan, corpus, rules)
         key = stages.stage_key(fingerprint, metadata, corpus_record["texts_sha256"], extra, device)
         folder = out / stages.RUNS_FOLDER / rung.name
-        argv = stages.harness_argv(Path(model), extra, metadata, folder, device, str(args.batch_size))
+        argv = stages.harness_argv(Path(model), extra, metadata, folder, device, given.batch_size)
         command = stages.command_text(argv)
         if key in earlier:
             source, _ = earlier[key]
             copied = stages.copy_stage(source, folder)
             out_print(f"stage {i}/{len(plan.rungs)}: context length {rung.length}: reused from {source.parent}")
             done.append(
-                stages.Stage(rung, key, str(copied.relative_to(out)), command, 0.0, 0.0, estimate, n, str(source))
-            )
+                stages.Stage(rung, key, _inside(out, copied), command, 0.0, 0.0, estimate, n, str(source),
+                             stage_files.record_files(out, copied))
+            )  # fmt: skip
         else:
             out_print(f"stage {i}/{len(plan.rungs)}: context length {rung.length} (estimated {_duration(estimate)})")
             out_print(command)
@@ -334,52 +390,96 @@ def run_audit(args, out_print=say, runner=None) -> dict:
                 f"{_duration(left)} (the estimates x {measured_ratio:.2g}, this run's measured / estimated so far)"
             )
             done.append(
-                stages.Stage(rung, key, str(results.resolve().relative_to(out)), command, round(wall, 1), round(cpu, 1),
-                             round(estimate, 1), n)
+                stages.Stage(rung, key, _inside(out, results), command, round(wall, 1), round(cpu, 1),
+                             round(estimate, 1), n, None, stage_files.record_files(out, results))
             )  # fmt: skip
         record["stages"] = [s.record() for s in done]
         output_dirs.write_atomically(out / verdict.AUDIT_JSON, json.dumps(record, indent=2, default=str) + "\n")
     record["plan"]["not_run"] = not_run
+    if given.cross_check == "ruler":
+        from . import ruler
+
+        record["cross_check"] = ruler.cross_check(
+            Path(model), extra, [s.rung.length for s in done], given.ruler_samples, device, given.batch_size,
+            out / CROSS_CHECK_FOLDER, runner, out_print,
+        )  # fmt: skip
+        output_dirs.write_atomically(out / verdict.AUDIT_JSON, json.dumps(record, indent=2, default=str) + "\n")
     return finish(out, record, window, rules, profile, out_print)
 
 
-def _window(config, given: int | None, profile: profiles.Profile | None) -> ClaimedWindow:
+def _inside(out: Path, path: Path) -> str:
+    """``path`` relative to the audit folder ``out``; a stage's output elsewhere is an error."""
     try:
-        from_config = claimed_window(config)
+        return Path(path).resolve().relative_to(out.resolve()).as_posix()
+    except ValueError:
+        raise AuditError(f"{path}: a stage's results were written outside the audit folder {out}") from None
+
+
+def measure_verified(out: Path, stage_records: list) -> verdict.Measured:
+    """What the stages measured, read only from their files as audit.json records them (``stage_files``)."""
+    where = str(out / verdict.AUDIT_JSON)
+    files = [(stage_files.verify_stage(out, s, where), int(s["length"])) for s in stage_records]
+    try:
+        return verdict.measure(files)
+    except verdict.AuditRecordError:
+        raise
+    except (ValueError, KeyError, TypeError, OSError) as err:
+        raise verdict.AuditRecordError(
+            f"{out}: the stages' files cannot be judged ({errors.first_line(err)}); run the audit again into a new "
+            "folder"
+        ) from None
+
+
+def _window(stated: dict, given: int | None, profile: profiles.Profile | None) -> ClaimedWindow:
+    """The claimed window: ``--window``, else the profile's, else what the config file states (its fields are
+    checked whichever decides)."""
+    try:
+        from_config = claimed_window(stated)
     except WindowError:
         from_config = None
     if given is not None:
-        try:
-            return claimed_window(config, given)
-        except WindowError as err:
-            raise AuditError(str(err)) from None
+        return claimed_window(stated, given)
     if profile is not None:
         fields = from_config.fields if from_config else {}
         notes = (f"the config claims {from_config.tokens} ({from_config.source})",) if from_config else ()
         return ClaimedWindow(profile.window, f"profile {profile.name}: {profile.window_source}", fields, notes)
     if from_config is None:
-        raise AuditError("the model's config states no window; give it with --window N")
+        raise AuditError(
+            "--model: its config.json states no window (none of max_position_embeddings, n_positions, "
+            "max_seq_len, ..., and no RoPE scaling with a factor); give the claimed window with --window N"
+        )
     return from_config
 
 
 def finish(out: Path, record: dict, window: ClaimedWindow, rules, profile, out_print=say) -> dict:
-    files = [out / s["results_file"] for s in record["stages"]]
-    judged = verdict.judge(verdict.measure([(out / s["results_file"], s["length"]) for s in record["stages"]]),
-                           window.tokens, rules)  # fmt: skip
+    judged = verdict.judge(measure_verified(out, record["stages"]), window.tokens, rules)
+    results_file = stage_files.inside(out, record["stages"][0]["results_file"], "audit.json")
     record.update(
         {
             "window": window.record(),
             "rules": rules.record(),
             "verdict": judged,
             "expectations": expectations(profile, judged),
-            "commands": [s["command"] for s in record["stages"]],
+            "commands": [s.get("command", "") for s in record["stages"]],
         }
     )
-    record["results_model"] = _results_model(files[0])
+    if isinstance(record.get("cross_check"), dict):
+        from . import ruler
+
+        record["agreement"] = ruler.agreement(
+            window.tokens, judged["tested_lengths"], int(judged["effective_length"]), record["cross_check"]
+        )
+        record["expectations"] = expectations(profile, judged, record["agreement"])
+    record["results_model"] = _results_model(results_file)
     picture = _draw(out, judged)
     record["picture"] = picture
     output_dirs.write_atomically(out / verdict.AUDIT_JSON, json.dumps(record, indent=2, default=str) + "\n")
     text = verdict_text(judged, record["plan"], record["model"])
+    if "agreement" in record:
+        from . import ruler
+
+        text += "\n\nRULER beside the audit\n\n" + ruler.table(record["cross_check"]) + "\n"
+        text += ruler.agreement_text(record["agreement"])
     held = [e for e in record["expectations"] if not e["holds"]]
     if record["expectations"]:
         text += "\n" + "\n".join(
@@ -410,19 +510,38 @@ def _draw(out: Path, judged: dict) -> str | None:
     return PICTURE
 
 
+def checked_record(out: Path) -> dict:
+    """An earlier audit's record with the keys a verdict reads, each present and of its type."""
+    path = out / verdict.AUDIT_JSON
+    record = verdict.read_audit(path)
+    plan = record.get("plan")
+    if not isinstance(plan, dict):
+        raise verdict.AuditRecordError(f'{path}: no "plan" object; run the audit again into a new folder')
+    window = record.get("window", plan.get("window"))
+    if not isinstance(window, dict) or not isinstance(window.get("tokens"), int) or window["tokens"] < 1:
+        raise verdict.AuditRecordError(f'{path}: no claimed window ("window": {{"tokens": N}}); give --window N')
+    if not isinstance(record.get("stages"), list) or not isinstance(record.get("model", ""), str):
+        raise verdict.AuditRecordError(f'{path}: "stages" is not a list; run the audit again into a new folder')
+    return record
+
+
 def rejudge(args, out_print=say) -> dict:
-    """Judge the stages already in OUT again (another --window, rule or threshold); the runs stay as they are."""
-    out = Path(args.out)
-    record = verdict.read_audit(out / verdict.AUDIT_JSON)
-    if not record.get("stages"):
-        raise AuditError(f"{out}: no stage has finished; run the audit without --from-run")
-    w = record["window"] if "window" in record else record["plan"]["window"]
-    window = ClaimedWindow(int(w["tokens"]), w["source"], dict(w.get("fields", {})), tuple(w.get("notes", ())))
-    if args.window is not None:
-        window = ClaimedWindow(int(args.window), "--window", window.fields, (f"the audit claimed {w['tokens']}",))
-    rules = verdict.RuleSet(args.fraction, args.threshold, args.rule, args.decides)
-    profile = profiles.load(args.profile) if args.profile else None
-    return finish(out, record, window, rules, profile, out_print)
+    """Judge the stages already in OUT again (another --window, rule or threshold); the runs stay as they are,
+    each file verified against the hash audit.json records for it."""
+    given = checking.check(args)
+    out = given.out
+    with output_dirs.locked(out, "audit of this folder"):
+        record = checked_record(out)
+        if not record["stages"]:
+            raise AuditError(f"{out}: no stage has finished; run the audit without --from-run")
+        w = record["window"] if "window" in record else record["plan"]["window"]
+        window = ClaimedWindow(int(w["tokens"]), str(w.get("source", "")), dict(w.get("fields", {})),
+                               tuple(w.get("notes", ())))  # fmt: skip
+        if given.window is not None:
+            window = ClaimedWindow(given.window, "--window", window.fields, (f"the audit claimed {w['tokens']}",))
+        rules = verdict.RuleSet(args.fraction, args.threshold, args.rule, args.decides)
+        profile = profiles.load(args.profile) if args.profile else None
+        return finish(out, record, window, rules, profile, out_print)
 
 
 # ------------------------------------------------------------------ command line
@@ -436,11 +555,11 @@ def add_arguments(p) -> None:
     p.add_argument("--window", type=int, default=None, help="the claimed window in tokens (default: from the config)")
     p.add_argument("--profile", choices=profiles.names(), default=None,
                    help="a known checkpoint: its card's window and what the audit must find")  # fmt: skip
-    p.add_argument("--budget", choices=sorted(planning.BUDGETS), default="ci", help="ci (default) or full")
+    p.add_argument("--budget", choices=sorted(planning.BUDGETS), default=None, help="ci (default) or full")
     p.add_argument("--docs", type=int, default=None, help="documents per length (default: the budget's)")
     p.add_argument("--beyond", action="store_true", help="also test lengths beyond W (the budget's beyond fractions)")
     p.add_argument("--all-lengths", action="store_true", help="run every length even after the claim is refuted")
-    p.add_argument("--documents", default="embedded",
+    p.add_argument("--documents", default=None,
                    help="embedded (default: the embedded corpus), govreport (the hub dataset) or a local file of "
                         "'text' rows")  # fmt: skip
     p.add_argument("--decides", choices=("relative", "absolute"), default="relative",
@@ -454,28 +573,28 @@ def add_arguments(p) -> None:
                    help="an earlier audit folder whose stages with identical scoring are copied, not run")  # fmt: skip
     p.add_argument("--from-run", action="store_true", help="judge the stages already in OUT again")
     p.add_argument("--device", default=None, help="lm_eval --device (default: cuda when available, else cpu)")
-    p.add_argument("--batch-size", default="1", help="lm_eval --batch_size (default 1)")
+    p.add_argument("--batch-size", default=None, help="lm_eval --batch_size: N, auto or auto:N (default 1)")
+    p.add_argument("--cross-check", choices=checking.CROSS_CHECKS, default=None,
+                   help="also run RULER's offline needle tasks (niah_single_1, niah_multikey_2/3) through lm_eval at "
+                        "every length the audit tests, and put RULER's effective lengths beside the audit's")  # fmt: skip
+    p.add_argument("--ruler-samples", type=int, default=None, metavar="N",
+                   help="RULER samples of each task per length (default: 4 for the ci budget, 10 for full)")  # fmt: skip
     p.add_argument("--check", action="store_true",
                    help="exit 1 unless the model uses its claimed window (and a profile's expectations hold)")  # fmt: skip
 
 
 def run_from_args(args) -> int:
+    """The command: exit 0 (judged), 1 (``--check`` and the claim not upheld), 2 (the audit cannot run: one line
+    naming the flag, key or file), 130 (interrupted)."""
     from ..demo.known_answer import ValidationError
     from ..demo.run import DemoError
 
-    if not 0 <= args.fraction <= 1 or args.threshold < 0:
-        print("error: --fraction must lie in [0, 1] and --threshold be >= 0", file=sys.stderr)
-        return 2
     try:
-        if args.from_run:
-            record = rejudge(args)
-        else:
-            if not args.model:
-                print("error: --model DIR is required (or --from-run to judge an earlier audit)", file=sys.stderr)
-                return 2
-            record = run_audit(args)
+        record = rejudge(args) if args.from_run else run_audit(args)
     except (
         AuditError,
+        checking.AuditInputError,
+        stage_files.StageFileError,
         planning.AuditPlanError,
         verdict.AuditRecordError,
         profiles.ProfileError,
@@ -483,7 +602,15 @@ def run_from_args(args) -> int:
         ValidationError,
         DemoError,
         output_dirs.ForeignFolderError,
+        output_dirs.OutputBusyError,
     ) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            f"interrupted (Ctrl-C): the audit of {args.out} stopped and judged nothing; the stages that finished "
+            "stay in its audit.json (a folder it made with none is removed). Run the same command again to audit anew",
+            file=sys.stderr,
+        )
+        return INTERRUPTED_EXIT
     return 1 if (args.check and record["failed"]) else 0

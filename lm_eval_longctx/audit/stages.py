@@ -14,11 +14,12 @@ import hashlib
 import json
 import shlex
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import output_dirs
 from .plan import ANSWER_TOKENS, CURVE_TASK, MAP_TASK, QUERY_TOKENS, Plan, Rung
+from .stage_files import FILES_KEY, verify_stage
 
 TASKS = (MAP_TASK, CURVE_TASK)
 RUNS_FOLDER = "runs"
@@ -135,7 +136,8 @@ def stage_key(fingerprint: dict, metadata: dict, corpus_sha256: str, extra_model
 
 @dataclass
 class Stage:
-    """One stage as run (or reused): its rung, key, results file (relative to the audit folder), command, times."""
+    """One stage as run (or reused): its rung, key, results file (relative to the audit folder), command, times, and
+    the SHA-256 and size of each file it wrote (``stage_files``)."""
 
     rung: Rung
     key: str
@@ -146,6 +148,7 @@ class Stage:
     estimated_seconds: float
     tokens_estimated: int
     reused_from: str | None = None
+    files: dict = field(default_factory=dict)
 
     def record(self) -> dict:
         return {
@@ -162,6 +165,7 @@ class Stage:
             "estimated_seconds": self.estimated_seconds,
             "tokens_estimated": self.tokens_estimated,
             **({"reused_from": self.reused_from} if self.reused_from else {}),
+            FILES_KEY: dict(self.files),
         }
 
 
@@ -169,25 +173,34 @@ def command_text(argv: list[str]) -> str:
     return "lm_eval " + shlex.join(argv)
 
 
-def earlier_stages(folder: Path) -> dict[str, tuple[Path, dict]]:
-    """The stages of an earlier audit in ``folder`` by key: (its results file, its record)."""
-    from .verdict import AUDIT_JSON, read_audit
+REUSE_WAY_OUT = "Give another earlier audit to --reuse, or leave --reuse out to run every stage"
 
-    record = read_audit(folder / AUDIT_JSON)
+
+def earlier_stages(folder: Path) -> dict[str, tuple[Path, dict]]:
+    """The stages of an earlier audit in ``folder`` by key: (its results file, its record), every file of each
+    verified against the hashes its audit.json records (``stage_files.verify_stage``) before any is copied."""
+    from .verdict import AUDIT_JSON, AuditRecordError, read_audit
+
+    where = folder / AUDIT_JSON
+    record = read_audit(where)
+    found = record.get("stages", [])
+    if not isinstance(found, list):
+        raise AuditRecordError(f'{where}: "stages" is not a list; give another earlier audit to --reuse')
     out = {}
-    for stage in record.get("stages", []):
-        path = folder / stage["results_file"]
-        if path.is_file():
-            out[stage["key"]] = (path, stage)
+    for stage in found:
+        path = verify_stage(folder, stage, f"--reuse {where}", REUSE_WAY_OUT)
+        if not isinstance(stage.get("key"), str):
+            raise AuditRecordError(f'{where}: a stage without its "key"; give another earlier audit to --reuse')
+        out[stage["key"]] = (path, stage)
     return out
 
 
 def copy_stage(results_file: Path, into: Path) -> Path:
     """Copy an earlier stage's results file, its samples and its pictures into ``into``; return the copied results
     file."""
+    from .stage_files import written_with
+
     into.mkdir(parents=True, exist_ok=True)
-    stamp = results_file.stem[len("results_") :]
-    for path in results_file.parent.iterdir():
-        if path.is_file() and (stamp in path.name):
-            shutil.copy2(path, into / path.name)
+    for path in written_with(results_file):
+        shutil.copy2(path, into / path.name)
     return into / results_file.name

@@ -23,6 +23,8 @@ POSITION_FIELDS = (
 ROPE_FIELDS = ("rope_scaling", "rope_parameters")
 # RoPE types that keep the trained frequencies: no extension to state
 UNSCALED_ROPE_TYPES = (None, "default")
+# RoPE types whose frequencies transformers computes from a scaling factor it requires
+FACTOR_ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class WindowError(ValueError):
     """A config that states no window, or a window that is not a positive number of tokens."""
 
 
+class WindowFieldError(WindowError):
+    """A window field of the config that holds a value no model can be built with (named with the field)."""
+
+
 def _as_dict(config) -> dict:
     if isinstance(config, dict):
         return config
@@ -61,9 +67,72 @@ def _as_dict(config) -> dict:
 
 
 def _positive_int(value) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (_INF, -_INF):
         return None
     return int(value) if value >= 1 and float(value) == int(value) else None
+
+
+_INF = float("inf")
+
+
+def _stated_positive_int(cfg: dict, name: str, shown: str) -> int | None:
+    """The field ``name`` of ``cfg`` as a positive whole number; None when the config leaves it out (or null);
+    any other value is refused, naming the field (``shown``: its dotted name)."""
+    value = cfg.get(name)
+    if value is None:
+        return None
+    number = _positive_int(value)
+    if number is None:
+        raise WindowFieldError(
+            f"config field {shown}: {value!r} is not a positive whole number of tokens; the model cannot be built "
+            "with it. Fix the checkpoint's config.json"
+        )
+    return number
+
+
+def known_rope_types() -> set:
+    """The RoPE types transformers can compute, and the unscaled ones."""
+    try:
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    except ImportError:  # a transformers without the table: every type is taken as stated
+        return set()
+    return set(ROPE_INIT_FUNCTIONS) | {t for t in UNSCALED_ROPE_TYPES if t}
+
+
+def check_rope(name: str, params: dict) -> None:
+    """Refuse a RoPE setting no model can be built with: an unknown type, a factor that is not a finite positive
+    number (or missing where the type needs one), an original window that is not a positive whole number.
+
+    Example:
+        >>> from lm_eval_longctx.engine.window import WindowFieldError, check_rope
+        >>> check_rope("rope_scaling", {"rope_type": "linear", "factor": 4.0})  # a setting a model is built with
+        >>> try:
+        ...     check_rope("rope_scaling", {"rope_type": "linear", "factor": float("inf")})
+        ... except WindowFieldError as err:
+        ...     print(str(err).split(";")[0])
+        config field rope_scaling.factor: inf is not a finite positive number
+    """
+    rope_type = params.get("rope_type", params.get("type"))
+    known = known_rope_types()
+    if rope_type not in UNSCALED_ROPE_TYPES and known and rope_type not in known:
+        raise WindowFieldError(
+            f"config field {name}: rope_type {rope_type!r} is not one transformers computes (known: "
+            f"{', '.join(sorted(known))}); fix the checkpoint's config.json"
+        )
+    factor = params.get("factor")
+    if factor is None and rope_type in FACTOR_ROPE_TYPES:
+        raise WindowFieldError(
+            f"config field {name}: {rope_type} RoPE scaling states no factor; transformers needs one to build the "
+            "model. Fix the checkpoint's config.json"
+        )
+    if factor is not None:
+        finite = isinstance(factor, (int, float)) and not isinstance(factor, bool) and abs(factor) != _INF
+        if not (finite and factor == factor and factor > 0):
+            raise WindowFieldError(
+                f"config field {name}.factor: {factor!r} is not a finite positive number; fix the checkpoint's "
+                "config.json"
+            )
+    _stated_positive_int(params, "original_max_position_embeddings", f"{name}.original_max_position_embeddings")
 
 
 def _rope_entries(cfg: dict, prefix: str) -> list[tuple[str, dict]]:
@@ -87,10 +156,11 @@ def _rope_extension(name: str, params: dict, positions: int | None) -> tuple[int
     rope_type = params.get("rope_type", params.get("type"))
     if rope_type in UNSCALED_ROPE_TYPES:
         return None, None
+    check_rope(name, params)
     factor = params.get("factor")
     original = _positive_int(params.get("original_max_position_embeddings"))
     base = original or positions
-    if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 0 and base:
+    if factor is not None and base:
         extended = int(round(base * float(factor)))
         source = "original_max_position_embeddings" if original else "its position field"
         return extended, (
@@ -121,6 +191,7 @@ def claimed_window(config, window: int | None = None) -> ClaimedWindow:
     the number and is named as the source.
 
     Raises:
+        WindowFieldError: a window field holds a value no model can be built with (checked with ``window`` too).
         WindowError: ``window`` is not a positive integer, or the config states no window and none is given.
     """
     cfg = _as_dict(config)
@@ -131,7 +202,7 @@ def claimed_window(config, window: int | None = None) -> ClaimedWindow:
     fields: dict = {}
     positions, position_field = None, None
     for name in POSITION_FIELDS:
-        value = _positive_int(cfg.get(name))
+        value = _stated_positive_int(cfg, name, prefix + name)
         if value is not None:
             fields[prefix + name] = value
             if positions is None:

@@ -141,3 +141,38 @@ def check_vocabulary(lm, task_name: str = "") -> None:
         "tokenizer (--model_args tokenizer=PATH), or a model whose embedding matches its tokenizer "
         "(model.resize_token_embeddings(len(tokenizer)), then save it)."
     )
+
+
+# from_pretrained keywords lm-eval's hf backend passes on to transformers (beside its own arguments)
+FROM_PRETRAINED_KEYWORDS = (
+    "attn_implementation",
+    "device_map",
+    "low_cpu_mem_usage",
+    "load_in_8bit",
+    "load_in_4bit",
+    "bnb_4bit_compute_dtype",
+    "bnb_4bit_quant_type",
+    "bnb_4bit_use_double_quant",
+    "use_safetensors",
+    "variant",
+    "cache_dir",
+    "local_files_only",
+    "token",
+)
+
+
+def hf_model_args_keys() -> set[str]:
+    """The --model_args keys lm-eval's hf backend takes: its own arguments, those of its model builder, and the
+    from_pretrained keywords it passes on."""
+    import inspect
+
+    from lm_eval.models.huggingface import HFLM
+
+    named = set()
+    for fn in (HFLM.__init__, HFLM._create_model):
+        named |= {
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"
+        }
+    return named | set(FROM_PRETRAINED_KEYWORDS)

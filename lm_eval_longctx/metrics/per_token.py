@@ -397,6 +397,29 @@ def fine_memory_length(lengths, copy_mean, threshold: float = FINE_THRESHOLD, ru
     return memory_length(lengths, holds, np.isfinite(copy_mean), rule)
 
 
+def copy_above_lm(copy_mean, lm_mean, margin: float = COARSE_MARGIN) -> np.ndarray:
+    """Per tested length, whether the copy accuracy beats the LM accuracy by more than ``margin``: the coarse-grained
+    memory length's condition (Liu et al., EMNLP 2024), strict, a NaN mean never holding.
+
+    Args:
+        copy_mean: the mean copy accuracy per length, float [lengths]; NaN where the length failed.
+        lm_mean: the mean LM accuracy per length, float [lengths]; NaN where the length failed.
+        margin: what the copy accuracy must exceed the LM accuracy by.
+
+    Returns:
+        bool [lengths].
+
+    Example:
+        >>> from lm_eval_longctx.metrics.per_token import copy_above_lm
+        >>> copy_above_lm([0.9, 0.43, 0.31, float("nan")], [0.3, 0.43, 0.3, 0.3], margin=0.01).tolist()
+        [True, False, False, False]
+    """
+    copy_mean = np.asarray(copy_mean, dtype=np.float64)
+    lm_mean = np.asarray(lm_mean, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(copy_mean - lm_mean > margin + TIE_TOLERANCE, dtype=bool)
+
+
 def coarse_memory_length(lengths, copy_mean, lm_mean, margin: float = COARSE_MARGIN, rule: str = "largest") -> int:
     """The coarse-grained memory length of the forgetting curve (Liu et al., EMNLP 2024): copy - LM acc > margin.
 
@@ -424,8 +447,7 @@ def coarse_memory_length(lengths, copy_mean, lm_mean, margin: float = COARSE_MAR
     """
     copy_mean = np.asarray(copy_mean, dtype=np.float64)
     lm_mean = np.asarray(lm_mean, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        holds = copy_mean - lm_mean > margin + TIE_TOLERANCE
+    holds = copy_above_lm(copy_mean, lm_mean, margin)
     return memory_length(lengths, holds, np.isfinite(copy_mean) & np.isfinite(lm_mean), rule)
 
 
@@ -434,7 +456,17 @@ def _curve_from_items(items) -> dict[str, np.ndarray]:
     return forgetting_curve_by_length(arr[:, 0].astype(np.int64), arr[:, 1], arr[:, 2])
 
 
-def fine_memory_length_from_samples(items, threshold: float = FINE_THRESHOLD, rule: str = "largest") -> float:
+# what a memory length reads when no copy length was measured: a reason, never a number
+NOT_MEASURED = "n/a: no copy length was measured (every length failed; skipped_lengths and the log say why)"
+
+
+def _measured_curve(items) -> dict[str, np.ndarray] | None:
+    """The items' curve, or None when no length has a measured (finite) copy accuracy."""
+    c = _curve_from_items(items)
+    return c if np.any(np.isfinite(c["copy_mean"])) else None
+
+
+def fine_memory_length_from_samples(items, threshold: float = FINE_THRESHOLD, rule: str = "largest") -> float | str:
     """The fine-grained memory length (Liu et al., EMNLP 2024) of per-sample items: the task's aggregation.
 
     The items' curve (``forgetting_curve_by_length``) read by ``fine_memory_length``.
@@ -445,7 +477,8 @@ def fine_memory_length_from_samples(items, threshold: float = FINE_THRESHOLD, ru
         rule: ``"largest"`` or ``"contiguous"`` (see ``memory_length``).
 
     Returns:
-        The memory length, as a float (lm-eval's aggregations return numbers); 0.0 when no length qualifies.
+        The memory length, as a float (lm-eval's aggregations return numbers); 0.0 when no length qualifies;
+        the text ``NOT_MEASURED`` when every length failed (a length never measured is not a number).
 
     Raises:
         ValueError: the rule is unknown.
@@ -455,12 +488,17 @@ def fine_memory_length_from_samples(items, threshold: float = FINE_THRESHOLD, ru
         >>> samples = [(64, 1.0, 0.25), (64, 1.0, 0.5), (128, 0.75, 0.25), (128, 1.0, 0.25)]
         >>> fine_memory_length_from_samples(samples, threshold=0.99)  # mean copy accuracy 1.0 at 64, 0.875 at 128
         64.0
+        >>> nan = float("nan")
+        >>> fine_memory_length_from_samples([(64, nan, nan), (128, nan, nan)])  # every length failed
+        'n/a: no copy length was measured (every length failed; skipped_lengths and the log say why)'
     """
-    c = _curve_from_items(items)
+    c = _measured_curve(items)
+    if c is None:
+        return NOT_MEASURED
     return float(fine_memory_length(c["length"], c["copy_mean"], threshold, rule))
 
 
-def coarse_memory_length_from_samples(items, margin: float = COARSE_MARGIN, rule: str = "largest") -> float:
+def coarse_memory_length_from_samples(items, margin: float = COARSE_MARGIN, rule: str = "largest") -> float | str:
     """The coarse-grained memory length (Liu et al., EMNLP 2024) of per-sample items: the task's aggregation.
 
     The items' curve (``forgetting_curve_by_length``) read by ``coarse_memory_length``.
@@ -471,7 +509,8 @@ def coarse_memory_length_from_samples(items, margin: float = COARSE_MARGIN, rule
         rule: ``"largest"`` or ``"contiguous"`` (see ``memory_length``).
 
     Returns:
-        The memory length, as a float (lm-eval's aggregations return numbers); 0.0 when no length qualifies.
+        The memory length, as a float (lm-eval's aggregations return numbers); 0.0 when no length qualifies;
+        the text ``NOT_MEASURED`` when every length failed.
 
     Raises:
         ValueError: the rule is unknown.
@@ -482,7 +521,9 @@ def coarse_memory_length_from_samples(items, margin: float = COARSE_MARGIN, rule
         >>> coarse_memory_length_from_samples(samples, margin=0.01)  # copy - LM: 0.625 at 64, 0.625 at 128
         128.0
     """
-    c = _curve_from_items(items)
+    c = _measured_curve(items)
+    if c is None:
+        return NOT_MEASURED
     return float(coarse_memory_length(c["length"], c["copy_mean"], c["lm_mean"], margin, rule))
 
 

@@ -43,6 +43,13 @@ def _number(value, where: str) -> float:
     return float(value)
 
 
+def _window_tokens(value, where: str) -> int:
+    tokens = _number(value, where)
+    if tokens < 1 or tokens != int(tokens):
+        raise UnusableInput(f"{where} is {value!r}, not a positive whole number of tokens; rerun the audit")
+    return int(tokens)
+
+
 def read_audit_summary(path) -> AuditSummary:
     """The summary of one audit: ``path`` is its folder or its ``audit.json``; anything else is an UnusableInput
     naming the file."""
@@ -65,7 +72,7 @@ def read_audit_summary(path) -> AuditSummary:
         return AuditSummary(
             str(file),
             str(data.get("results_model") or data["model"]),
-            int(_number(window["tokens"], f"{file}: window.tokens")),
+            _window_tokens(window["tokens"], f"{file}: window.tokens"),
             str(window.get("source", "")),
             int(_number(decided["value"], f"{file}: effective.{rule}.value")),
             low,

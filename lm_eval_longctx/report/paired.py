@@ -174,7 +174,10 @@ def _corpus_ratio(x):
 
 
 def _per_resample(fn):
-    return lambda x: np.array([fn(row) for row in x], dtype=np.float64)
+    """``fn`` on each resample; a resample it cannot measure (a note, not a number) is NaN."""
+    return lambda x: np.array(
+        [v if isinstance(v, (int, float)) else np.nan for v in (fn(row) for row in x)], dtype=np.float64
+    )
 
 
 def _length_blocks(x):
@@ -268,8 +271,9 @@ def candidate_aggregations(metric: str, width: int, settings: dict) -> dict:
 
 
 def _effective_length_aggregations(metric: str, width: int, settings: dict) -> dict:
-    """The retrieval-gain map's effective lengths over per-document gain curves, with the run's rule and lengths
-    (the task's aggregations: metrics.gain_map.effective_length*_from_docs)."""
+    """The retrieval-gain map's effective lengths over per-document gains per length (and depth, or one gain per
+    length in runs logged before), with the run's rule and lengths (the task's aggregations:
+    metrics.gain_map.effective_length*_from_docs)."""
     s = settings or {}
     lengths = s.get("lengths_used") or s.get("context_lengths")
     if metric not in ("effective_length", "effective_length_abs") or not lengths or len(lengths) != width:
@@ -285,15 +289,22 @@ def _effective_length_aggregations(metric: str, width: int, settings: dict) -> d
 
 
 def as_array(values: list):
-    """Per-document values as a float array (docs,) or (docs, k); None when they are not all numbers of one shape."""
+    """Per-document values as a float array (docs,), (docs, k) or (docs, k, m) (the map's gain per length and
+    depth); None when they are not all numbers of one shape."""
 
     def ok(v):
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
+    def numbers(v):
+        return isinstance(v, list) and v and all(ok(x) for x in v)
+
     if all(ok(v) for v in values):
         return np.asarray(values, dtype=np.float64)
-    if all(isinstance(v, list) and v and all(ok(x) for x in v) for v in values) and len({len(v) for v in values}) == 1:
+    if all(numbers(v) for v in values) and len({len(v) for v in values}) == 1:
         return np.asarray(values, dtype=np.float64)
+    if all(isinstance(v, list) and v and all(numbers(x) for x in v) for v in values):
+        if len({tuple(len(x) for x in v) for v in values}) == 1 and len({len(x) for x in values[0]}) == 1:
+            return np.asarray(values, dtype=np.float64)
     return None
 
 
@@ -306,7 +317,10 @@ def reproduces(value: float, reported: float) -> bool:
 def find_aggregation(metric: str, run_x, base_x, run_value: float, base_value: float, settings: dict):
     """(name, fn) of the aggregation that reproduces both reported values from all documents, else (None, None)."""
     width = 0 if run_x.ndim == 1 else run_x.shape[1]
-    for name, fn in candidate_aggregations(metric, width, settings).items():
+    candidates = candidate_aggregations(metric, width, settings)
+    if run_x.ndim > 2:  # per length and depth: only the map's effective lengths read such values
+        candidates = _effective_length_aggregations(metric, width, settings)
+    for name, fn in candidates.items():
         if reproduces(float(fn(run_x[None])[0]), run_value) and reproduces(float(fn(base_x[None])[0]), base_value):
             return name, fn
     return None, None

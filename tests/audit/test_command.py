@@ -16,6 +16,8 @@ from lm_eval_longctx.data import embedded_corpus
 from tests import tiny
 from tests.harness_utils import lm_eval_in_process, write_docs
 
+# the engine's probe itself, before the fixture below replaces it
+REAL_PROBE = plan.probe
 W = 1024  # ladder 256, 512, 1024 tokens: the short variant's gain falls below half by 1024, the long one's does not
 
 
@@ -149,3 +151,164 @@ def test_leaderboard_and_report_card_show_claimed_and_effective(none_audit, tmp_
     html = page.read_text()
     assert "Claimed vs effective context" in html and "no effective context at any tested length" in html
     assert html.count("data:image/png;base64") >= 2  # the audit's picture beside the task's own
+
+
+# ------------------------------------------------------------------ only its own, verified files; every input checked
+
+
+def copy_of(audit_dir: Path, to: Path) -> Path:
+    shutil.copytree(audit_dir, to)
+    return to
+
+
+def edit_record(out: Path, edit) -> None:
+    record = json.loads((out / verdict.AUDIT_JSON).read_text())
+    edit(record)
+    (out / verdict.AUDIT_JSON).write_text(json.dumps(record))
+
+
+def exit_and_error(args, capsys) -> tuple[int, str]:
+    """The command's exit status and its last line on stderr (the message; loading bars may come before it)."""
+    code = command.run_from_args(args)
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    return code, err.splitlines()[-1] if err else ""
+
+
+def test_from_run_never_follows_a_results_file_outside_its_folder(none_audit, tmp_path, capsys):
+    out = copy_of(none_audit, tmp_path / "copy")
+    edit_record(out, lambda r: r["stages"][0].update(results_file=str(none_audit / r["stages"][0]["results_file"])))
+    code, err = exit_and_error(parse(str(out), "--from-run"), capsys)
+    assert code == 2 and "is not inside the audit folder" in err
+
+
+@pytest.mark.parametrize("change", ["gains edited", "samples cut", "plan missing", "results_file missing"])
+def test_from_run_and_reuse_refuse_files_the_audit_did_not_write(change, none_audit, random_model, tmp_path, capsys):
+    out = copy_of(none_audit, tmp_path / "earlier")
+    record = json.loads((out / verdict.AUDIT_JSON).read_text())
+    samples = next((out / record["stages"][0]["results_file"]).parent.glob("samples_retrieval_gain_map_*.jsonl"))
+    text = samples.read_text()
+    if change == "gains edited":
+        samples.write_text(text.replace('"gain": ', '"gain": 5 + '))
+    elif change == "samples cut":
+        samples.write_text(text[: len(text) // 2])
+    elif change == "plan missing":
+        edit_record(out, lambda r: r.pop("plan"))
+    else:
+        edit_record(out, lambda r: r["stages"][0].pop("results_file"))
+    code, err = exit_and_error(parse(str(out), "--from-run"), capsys)
+    named = {"plan missing": 'no "plan" object', "results_file missing": 'no "results_file" key'}
+    assert code == 2 and named.get(change, samples.name) in err
+    if change == "plan missing":
+        return
+    again = tmp_path / "again"
+    code, err = exit_and_error(parse(str(again), "--model", random_model, "--reuse", str(out), "--window", str(W),
+                                     "--device", "cpu"), capsys)  # fmt: skip
+    assert code == 2 and "--reuse" in err and not again.exists()
+
+
+def test_a_refusal_leaves_no_half_made_folder_and_ctrl_c_exits_130(random_model, documents, monkeypatch, tmp_path,
+                                                                   capsys):  # fmt: skip
+    out = tmp_path / "out"
+    # documents far too short for the ladder: refused after the model loaded, before any stage
+    code, err = exit_and_error(parse(str(out), "--model", random_model, "--documents", documents, "--window",
+                                     "10000000", "--device", "cpu"), capsys)  # fmt: skip
+    assert code == 2 and "no context length of the ladder can be tested" in err and not out.exists()
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lm_eval_longctx.demo.run.run_harness", interrupted)
+    code, err = exit_and_error(parse(str(out), "--model", random_model, "--documents", documents, "--window", str(W),
+                                     "--device", "cpu"), capsys)  # fmt: skip
+    assert code == command.INTERRUPTED_EXIT and err.startswith("interrupted (Ctrl-C)")
+    assert not out.exists()
+
+
+def test_two_audits_of_one_folder_do_not_race(random_model, documents, tmp_path, capsys):
+    from lm_eval_longctx import output_dirs
+
+    out = tmp_path / "out"
+    with output_dirs.locked(out, "audit of this folder"):
+        code, err = exit_and_error(parse(str(out), "--model", random_model, "--documents", documents, "--window",
+                                         str(W), "--device", "cpu"), capsys)  # fmt: skip
+    assert code == 2 and "another audit of this folder is writing it now" in err and not out.exists()
+
+
+def test_a_config_that_states_no_window_asks_for_it(random_model, documents, tmp_path):
+    twin = tmp_path / "twin"
+    shutil.copytree(random_model, twin)
+    config = json.loads((twin / "config.json").read_text())
+    del config["max_position_embeddings"]  # transformers' class default (2048) is no claim
+    (twin / "config.json").write_text(json.dumps(config))
+    with pytest.raises(command.AuditError, match="config.json states no window.*give the claimed window with --window"):
+        audit(tmp_path / "out", str(twin), documents)
+    assert not (tmp_path / "out").exists()
+
+
+def test_lengths_past_a_learned_position_table_are_left_out_and_named(random_model, documents, tmp_path,
+                                                                      monkeypatch):  # fmt: skip
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    model_dir = tmp_path / "gpt2"
+    tokenizer = AutoTokenizer.from_pretrained(random_model)
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=2, n_head=4,
+                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    GPT2LMHeadModel(config).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    probed = []
+
+    def probe(model, window):
+        probed.append(window)
+        return REAL_PROBE(model, window, repeats=1)
+
+    monkeypatch.setattr(plan, "probe", probe)
+    # the probe and the stages read no position past the table: nothing refuses the audit
+    record = audit(tmp_path / "out", str(model_dir), documents, "--window", "1024")
+    left_out = {x["length"]: x["why"] for x in record["plan"]["left_out"]}
+    assert sorted(left_out) == [512, 1024] and "learned position table holds 256 positions" in left_out[1024]
+    assert [s["length"] for s in record["stages"]] == [256] and probed == [256]
+
+
+def test_govreport_unreachable_names_the_audits_way_out(monkeypatch):
+    from lm_eval_longctx import errors
+    from lm_eval_longctx.data import documents
+
+    def offline(*args, **kwargs):
+        raise errors.ResourceUnavailableError(f"the GovReport dataset cannot be loaded here. {documents.DATA_WAYS_OUT}")
+
+    monkeypatch.setattr(documents, "load_govreport", offline)
+    with pytest.raises(command.AuditError) as caught:
+        command.load_documents("govreport", 3)
+    assert "--documents docs.jsonl" in str(caught.value) and "--metadata" not in str(caught.value)
+
+
+def test_the_ruler_cross_check_stands_beside_the_verdict(random_model, documents, monkeypatch, tmp_path):
+    from lm_eval_longctx.audit import ruler
+
+    asked = {}
+
+    def cross_check(model_dir, extra, lengths, samples, device, batch_size, out_folder, runner, say):
+        asked.update(lengths=lengths, samples=samples, out_folder=out_folder)
+        scores = {length: 0.0 for length in lengths}  # a random model finds no needle
+        rules = ruler.effective_lengths(scores)
+        for rule in rules.values():
+            rule.update(tokens_forwarded=sum(lengths), tokens_generated=48, wall_seconds=1.0)
+        return {"lengths": [{"length": k, "score": v, "low": 0.0, "high": 0.0, "samples": samples,
+                             "tokens_forwarded": k, "tokens_generated": 48, "wall_seconds": 1.0} for k, v in
+                            scores.items()],
+                "left_out": [], "effective_length": rules}  # fmt: skip
+
+    monkeypatch.setattr(ruler, "check_packages", lambda: None)
+    monkeypatch.setattr(ruler, "cross_check", cross_check)
+    out = tmp_path / "out"
+    record = audit(out, random_model, documents, "--window", str(W), "--cross-check", "ruler")
+    assert asked == {"lengths": [256], "samples": 4, "out_folder": out.resolve() / "ruler"}
+    assert record["agreement"]["ruler"]["claim"] == record["agreement"]["audit"]["claim"] == "refuted"
+    text = (out / verdict.AUDIT_MD).read_text()
+    assert "RULER beside the audit" in text and "agrees with the audit on the claim" in text
+    # --from-run keeps the cross-check and judges the agreement again
+    again = command.rejudge(parse(str(out), "--from-run", "--window", "512"), out_print=lambda *_: None)
+    assert again["agreement"]["window"] == 512 and "cross_check" in json.loads((out / verdict.AUDIT_JSON).read_text())

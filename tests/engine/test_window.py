@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import GPT2Config, LlamaConfig, MistralConfig
 
-from lm_eval_longctx.engine.window import WindowError, claimed_window
+from lm_eval_longctx.engine.window import WindowError, WindowFieldError, claimed_window
 
 
 def test_max_position_embeddings_of_a_transformers_config():
@@ -103,3 +103,44 @@ def test_no_window_anywhere_is_an_error_naming_the_way_out():
         claimed_window({"model_type": "x"})
     with pytest.raises(WindowError, match="positive number of tokens"):
         claimed_window({"max_position_embeddings": 8}, window=0)
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"max_position_embeddings": "abc"}, "max_position_embeddings"),
+        ({"max_position_embeddings": 4096.5}, "max_position_embeddings"),
+        ({"text_config": {"n_positions": -3}}, "text_config.n_positions"),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "linear"}}, "rope_scaling"),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "foo", "factor": 2.0}}, "rope_scaling"),
+        (
+            {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "linear", "factor": float("inf")}},
+            "rope_scaling.factor",
+        ),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": -2}}, "rope_scaling"),
+        (
+            {"max_position_embeddings": 4096,
+             "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": "x"}},
+            "rope_scaling.original_max_position_embeddings",
+        ),
+    ],
+)  # fmt: skip
+def test_a_window_field_no_model_is_built_with_is_refused_by_name(config, field):
+    for given in (None, 1024):  # --window does not hide a broken field
+        with pytest.raises(WindowFieldError, match=f"config field {field}"):
+            claimed_window(config, given)
+
+
+def test_a_field_left_out_or_null_is_no_claim_not_an_error():
+    assert claimed_window({"max_position_embeddings": None, "n_positions": 512}).tokens == 512
+    with pytest.raises(WindowError, match="states no window") as caught:
+        claimed_window({"max_position_embeddings": None})
+    assert not isinstance(caught.value, WindowFieldError)
+
+
+def test_the_window_readers_examples_run():
+    import doctest
+
+    from lm_eval_longctx.engine import window
+
+    assert doctest.testmod(window, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0

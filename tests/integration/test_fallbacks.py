@@ -130,3 +130,15 @@ def test_the_forgetting_curve_skips_a_length_no_plan_fits_and_keeps_the_others(m
         assert r[f"lm_acc@{length:05d},none"] == clean[f"lm_acc@{length:05d},none"]
     record = scoring_record(res, FC)
     assert {"full", "chunked"} <= {p["strategy"] for p in record["plans"]}
+
+
+def test_a_curve_whose_every_length_fails_states_no_memory_length(model_dir, books, monkeypatch):
+    from lm_eval_longctx.metrics import per_token
+
+    md = {"data_files": books, "lengths": [21, 50], "samples_per_length": 2, "chunk_size": 16, "batch_size": 2}
+    assert oom_over(monkeypatch, 8, counting_cache=True) is not None  # no plan fits any sample
+    r = run_task(FC, model_dir, md)["results"][FC]
+    assert r["n_failed_lengths,none"] == 2
+    # never measured: the reason, not the 0 of a model that copies nothing
+    assert r["fine_memory_length,none"] == per_token.NOT_MEASURED
+    assert r["coarse_memory_length,none"] == per_token.NOT_MEASURED

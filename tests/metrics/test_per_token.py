@@ -51,6 +51,18 @@ def test_memory_lengths_on_synthetic_curves():
     assert curve["copy_std"][1] == pytest.approx(np.std([0.995, 0.99]))
 
 
+def test_a_memory_length_never_measured_is_a_reason_not_a_number():
+    nan = np.nan
+    every_length_failed = [(126, nan, nan), (126, nan, nan), (254, nan, nan), (254, nan, nan)]
+    for fn in (per_token.fine_memory_length_from_samples, per_token.coarse_memory_length_from_samples):
+        value = fn(every_length_failed)
+        assert value == per_token.NOT_MEASURED and not isinstance(value, float)
+    assert per_token.n_failed_lengths_from_samples(every_length_failed) == 2.0
+    # one length measured: a number again (0: no length qualifies)
+    one_measured = [*every_length_failed[:2], (254, 0.2, 0.2), (254, 0.2, 0.2)]
+    assert per_token.fine_memory_length_from_samples(one_measured) == 0.0
+
+
 def test_key_token_mask_definition():
     rng = np.random.default_rng(0)
     long_lp = rng.normal(-2, 2, 1000)

@@ -34,6 +34,8 @@ def test_a_record_reads_as_its_summary(tmp_path):
         (json.dumps({"kind": "other"}), "not an audit record"),
         (json.dumps(record(window={})), "lacks 'tokens'"),
         (json.dumps(record(window={"tokens": "x"})), "window.tokens is not a finite number"),
+        (json.dumps(record(window={"tokens": 0})), "window.tokens is 0, not a positive whole number"),
+        (json.dumps(record(window={"tokens": -5})), "window.tokens is -5, not a positive whole number"),
     ],
 )
 def test_a_file_that_is_not_an_audit_is_refused_by_name(tmp_path, content, words):
