@@ -41,6 +41,24 @@ def first_model_variants(monkeypatch):
     monkeypatch.setattr(model, "VARIANTS", model.variants_for(model.COPY_ONLY_RECIPE))
 
 
+@pytest.fixture(scope="session")
+def copy_only_variants(tmp_path_factory):
+    """The known-answer variants (long, short, none) of the first demo model (COPY_ONLY_RECIPE, rope_theta 1e6 /
+    1e4), untrained: the copy circuit alone, whose reach is sharp; their folder."""
+    from lm_eval_longctx.demo import model
+
+    root = tmp_path_factory.mktemp("copy_only_variants")
+    recipe, known = model.DEMO_RECIPE, model.VARIANTS
+    model.DEMO_RECIPE = model.COPY_ONLY_RECIPE
+    model.VARIANTS = model.variants_for(model.COPY_ONLY_RECIPE)
+    try:
+        for name in model.VARIANT_ORDER:
+            model.build_variant(name, root / name, steps=0, log=lambda *a: None)
+    finally:
+        model.DEMO_RECIPE, model.VARIANTS = recipe, known
+    return root
+
+
 def pytest_collection_modifyitems(config, items):
     """`slow` checks (trained-model properties, minutes each) run only with LM_EVAL_LONGCTX_SLOW=1."""
     if os.environ.get("LM_EVAL_LONGCTX_SLOW") == "1":

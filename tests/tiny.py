@@ -185,3 +185,41 @@ def write_tiny_gguf(path: Path, architecture: str = "llama", extra=None) -> Path
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def sliding_window_twin(llama_dir: Path, out: Path, window: int) -> str:
+    """The Llama checkpoint ``llama_dir`` (q, k and v biases; an o_proj bias of zeros, checked) as a Qwen2 whose every
+    layer attends over the last ``window`` positions alone: the same tensors and tokenizer, its reach bounded by the
+    window whatever its RoPE would reach. Qwen2 and not Mistral, whose attention has no bias; the engine scores Qwen2's
+    sliding window exactly (docs/support.md)."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    llama_dir, out = Path(llama_dir), Path(out)
+    out.mkdir(parents=True)
+    tensors = load_file(str(llama_dir / "model.safetensors"))
+    for name in [n for n in tensors if n.endswith("o_proj.bias")]:
+        if tensors.pop(name).any():
+            raise ValueError(f"{llama_dir}: {name} is not zero: Qwen2's o_proj has no bias")
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    for path in llama_dir.iterdir():
+        if path.name.startswith("tokenizer") or path.name == "generation_config.json":
+            shutil.copy2(path, out / path.name)
+    config = json.loads((llama_dir / "config.json").read_text(encoding="utf-8"))
+    if not (config["attention_bias"] and not config.get("mlp_bias")):
+        raise ValueError(f"{llama_dir}: expected attention biases and none in the MLP, as Qwen2 has")
+    for name in ("attention_bias", "mlp_bias", "pretraining_tp"):
+        config.pop(name, None)
+    n_layers = config["num_hidden_layers"]
+    config.update(
+        model_type="qwen2",
+        architectures=["Qwen2ForCausalLM"],
+        use_sliding_window=True,
+        sliding_window=int(window),
+        max_window_layers=0,
+        layer_types=["sliding_attention"] * n_layers,
+    )
+    (out / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return str(out)

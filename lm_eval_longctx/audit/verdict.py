@@ -1,8 +1,21 @@
-"""An audit's verdict, from the logged samples of its stages: per context length the map's mean gain with its
-interval, the effective length by the relative and by the absolute rule with bootstrap intervals over documents, the
-forgetting curve's fine and coarse memory lengths with intervals over sample indices, and the verdict on the claim.
+"""An audit's verdict, from the logged samples of its stages: per context length the map's gain at each depth, its
+mean and its weakest depth with intervals, the effective length by the relative and by the absolute rule with
+bootstrap intervals over documents, the forgetting curve's fine and coarse memory lengths with intervals over sample
+indices, and the verdict on the claim.
 
-The verdict reads the deciding rule's interval [low, high] of the effective length E against the claimed window W:
+A length L counts as effective only when the model reaches across it:
+
+* the map, at every depth (``gain_map.effective_length_by_depth``): each depth's gain (mean over documents) is above
+  the threshold (``--threshold``), the floor of both rules; the relative rule also asks the mean over depths to keep
+  ``--fraction`` of its value at the shortest length (as NoLiMa averages over needle positions). Depth 10 lies about
+  0.9 L back: a mean over depths alone lets a near depth carry a length the model does not reach across;
+* the forgetting curve, at a length where it was measured: its copy accuracy is above its LM accuracy by the coarse
+  rule's margin (``per_token.copy_above_lm``; the curve's ``coarse`` settings). This gate is the curve's point
+  estimate on all its samples, the same in every resample of documents; the curve's own uncertainty is the coarse
+  memory length's interval over sample indices.
+
+The verdict reads the deciding rule's interval [low, high] of the effective length E (documents resampled) against
+the claimed window W:
 
 * ``uses its claimed window``: low >= W (every resample keeps W, or more);
 * ``effective below the claim`` ("effective E of claimed W"): high is below a length L <= W that was tested, so the
@@ -55,8 +68,9 @@ def _spec(task: str, field: str, kind: str) -> known_answer.MetricSpec:
 
 @dataclass
 class Measured:
-    """What the stages measured, paired across stages: ``gains`` [documents, lengths] (the map's mean gain of each
-    document at each context length) and ``curve`` [samples, copy lengths, (copy, LM)] accuracies."""
+    """What the stages measured, paired across stages: ``gains`` [documents, lengths, depths] (the map's gain of each
+    document at each context length and depth, ``depths`` in percent) and ``curve`` [samples, copy lengths, (copy,
+    LM)] accuracies, copy length j filling length j."""
 
     lengths: np.ndarray
     doc_ids: list
@@ -65,6 +79,7 @@ class Measured:
     sample_ids: list
     curve: np.ndarray
     curve_params: dict  # "fine" and "coarse": each memory length's threshold (margin) and rule, the run's settings
+    depths: list[int]
 
 
 def _stage_units(results_file: Path) -> tuple[known_answer.Units, known_answer.Units, dict]:
@@ -100,6 +115,8 @@ def measure(stage_files: list[tuple[Path, int]]) -> Measured:
     for u, f in zip(taken, results_files):
         if u.hashes != taken[0].hashes:
             raise AuditRecordError(f"{f}: its documents differ from the first stage's (another corpus?)")
+        if u.params["depths"] != taken[0].params["depths"]:
+            raise AuditRecordError(f"{f}: its depths {u.params['depths']} differ from the first stage's")
     gains = np.concatenate([u.values for u in taken], axis=1)
     samples = sorted(set.intersection(*(set(u.ids) for u in curves)))
     curve = np.concatenate([u.take(samples).values for u in curves], axis=1) if samples else np.zeros((0, 0, 2))
@@ -113,6 +130,7 @@ def measure(stage_files: list[tuple[Path, int]]) -> Measured:
         samples,
         curve[:, corder] if samples else curve,
         dict(params[0]),
+        list(taken[0].params["depths"]),
     )
 
 
@@ -133,22 +151,31 @@ class RuleSet:
         return {**self.metadata(), "decides": self.decides}
 
 
+def curve_gate(m: Measured) -> np.ndarray:
+    """bool [lengths]: whether each length passes the forgetting curve's part of the rule (module docstring): copy
+    accuracy above LM accuracy by the coarse margin where the curve was measured; True where it was not."""
+    gate = np.ones(len(m.lengths), dtype=bool)
+    n = min(len(m.lengths), m.curve.shape[1]) if len(m.sample_ids) else 0
+    if n:
+        mean = m.curve[:, :n].mean(axis=0)  # [copy lengths, (copy, LM)]
+        gate[:n] = per_token.copy_above_lm(mean[:, 0], mean[:, 1], m.curve_params["coarse"]["margin"])
+    return gate
+
+
 def effective_statistic(m: Measured, rules: RuleSet, which: str):
-    """The effective length of the documents ``idx`` resample (last axis), as ``bootstrap.interval`` takes it."""
+    """The effective length of the documents ``idx`` resample (last axis), as ``bootstrap.interval`` takes it: every
+    depth's rule (``gain_map.effective_length_by_depth``) and the forgetting curve's gate (``curve_gate``)."""
+    gate = curve_gate(m)
+    if which == "relative":
+        settings = {"fraction": rules.fraction, "base_minimum": rules.threshold}
+    else:
+        settings = {"threshold": rules.threshold}
 
     def statistic(idx: np.ndarray) -> np.ndarray:
-        curves = m.gains[idx].mean(axis=-2)  # [..., lengths]
-        flat = curves.reshape(-1, curves.shape[-1])
-        if which == "relative":
-            out = [
-                gain_map.effective_length(
-                    m.lengths, c, fraction=rules.fraction, rule=rules.rule, base_minimum=rules.threshold
-                )
-                for c in flat
-            ]
-        else:
-            out = [gain_map.effective_length(m.lengths, c, threshold=rules.threshold, rule=rules.rule) for c in flat]
-        return np.asarray(out, dtype=np.float64).reshape(curves.shape[:-1])
+        resampled = m.gains[idx]  # [..., documents, lengths, depths]
+        flat = resampled.reshape(-1, *resampled.shape[-3:])
+        out = [gain_map.effective_length_by_depth(m.lengths, g, rule=rules.rule, gate=gate, **settings) for g in flat]
+        return np.asarray(out, dtype=np.float64).reshape(resampled.shape[:-3])
 
     return statistic
 
@@ -214,17 +241,32 @@ def refuted(window: int, tested: list[int], interval: dict, rule: str) -> bool:
 
 
 def per_length(m: Measured) -> list[dict]:
-    """Each context length's mean gain over documents with its interval, and the copy and LM accuracy at the copy
-    length whose samples fill it."""
+    """Each context length's mean gain over documents and depths with its interval, the gain of each depth and of the
+    weakest one (with its interval: what the rules' floor reads), and the copy and LM accuracy at the copy length
+    whose samples fill it, with whether the curve lets the length pass (``curve_gate``)."""
     rows = []
+    gate = curve_gate(m)
     for j, length in enumerate(m.lengths.tolist()):
-        ci = bootstrap.interval(lambda i, j=j: m.gains[i, j].mean(axis=-1), len(m.doc_ids))
-        row = {"length": length, "gain": ci["value"], "gain_ci": [ci["low"], ci["high"]]}
+        ci = bootstrap.interval(lambda i, j=j: m.gains[i, j].mean(axis=(-2, -1)), len(m.doc_ids))
+        weakest = bootstrap.interval(
+            lambda i, j=j: gain_map.weakest_depth_gain(m.gains[i][..., j : j + 1, :])[..., 0], len(m.doc_ids)
+        )
+        by_depth = m.gains[:, j].mean(axis=0)
+        row = {
+            "length": length,
+            "gain": ci["value"],
+            "gain_ci": [ci["low"], ci["high"]],
+            "gain_by_depth": {int(d): float(g) for d, g in zip(m.depths, by_depth)},
+            "weakest_depth": int(m.depths[int(np.argmin(by_depth))]),
+            "weakest_gain": weakest["value"],
+            "weakest_gain_ci": [weakest["low"], weakest["high"]],
+        }
         if len(m.sample_ids) and j < len(m.copy_lengths):
             row.update(
                 copy_length=int(m.copy_lengths[j]),
                 copy_acc=float(m.curve[:, j, 0].mean()),
                 lm_acc=float(m.curve[:, j, 1].mean()),
+                copy_above_lm=bool(gate[j]),
             )
         rows.append(row)
     return rows
@@ -275,18 +317,31 @@ def _ci(ci) -> str:
     return f"[{_num(ci[0])}, {_num(ci[1])}]"
 
 
+def _by_depth(row: dict) -> str:
+    return " / ".join(f"{_num(g, 2)}" for g in row.get("gain_by_depth", {}).values())
+
+
 def length_table(judged: dict) -> str:
+    """Per length: the mean gain with its interval, the weakest depth's gain (what the rules' floor reads) with its
+    interval, each depth's gain, and the forgetting curve at the copy length that fills the length."""
+    rows = judged["per_length"]
+    depths = "/".join(str(d) for d in rows[0].get("gain_by_depth", {})) if rows else ""
     lines = [
-        "| length L (tokens read) | fraction of W | mean gain (nats) | 95% CI | copy length | copy acc | LM acc |",
-        "|---:|---:|---:|---|---:|---:|---:|",
+        "| length L (tokens read) | fraction of W | mean gain (nats) | 95% CI | weakest depth's gain | 95% CI | "
+        f"gain at depths {depths} | copy length | copy acc | LM acc |",
+        "|---:|---:|---:|---|---:|---|---|---:|---:|---:|",
     ]
     w = judged["window"]
-    for row in judged["per_length"]:
+    for row in rows:
+        weakest = f"{_num(row.get('weakest_gain'))} (depth {row['weakest_depth']})" if "weakest_depth" in row else ""
         cells = [
             str(row["length"]),
             f"{row['length'] / w:.3g}",
             _num(row["gain"]),
             _ci(row["gain_ci"]),
+            weakest,
+            _ci(row.get("weakest_gain_ci")),
+            _by_depth(row),
             str(row.get("copy_length", "")),
             _num(row.get("copy_acc")),
             _num(row.get("lm_acc")),
@@ -302,10 +357,11 @@ def summary_table(judged: dict) -> str:
         "| | value | 95% CI |",
         "|---|---:|---|",
         f"| claimed window W | {judged['window']} | |",
-        f"| effective length, relative rule (gain > {r['fraction']:g} x the shortest length's) | "
-        f"{_num(e['relative']['value'])} | {_ci([e['relative']['low'], e['relative']['high']])} |",
-        f"| effective length, absolute rule (gain > {r['threshold']:g} nats) | {_num(e['absolute']['value'])} | "
-        f"{_ci([e['absolute']['low'], e['absolute']['high']])} |",
+        f"| effective length, relative rule (mean gain > {r['fraction']:g} x the shortest length's; every depth's > "
+        f"{r['threshold']:g} nats; copy above LM accuracy) | {_num(e['relative']['value'])} | "
+        f"{_ci([e['relative']['low'], e['relative']['high']])} |",
+        f"| effective length, absolute rule (every depth's gain > {r['threshold']:g} nats; copy above LM accuracy) | "
+        f"{_num(e['absolute']['value'])} | {_ci([e['absolute']['low'], e['absolute']['high']])} |",
     ]
     for kind, label in (("fine", "fine memory length (copy acc > 0.99)"), ("coarse", "coarse memory length")):
         if kind in judged["memory"]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -218,7 +219,7 @@ class Units:
 
     ids: list
     values: np.ndarray  # perplexity: [n, 2] (nll_sum, tokens); mean: [n]; fine/coarse: [n, lengths, 2] (copy, lm);
-    #                     effective: [n, lengths] (gain per context length)
+    #                     effective: [n, lengths, depths] (gain per context length and depth)
     hashes: list
     lengths: np.ndarray | None = None  # fine/coarse: the copy lengths, ascending
     params: dict = field(default_factory=dict)  # fine/coarse: threshold / margin and rule
@@ -251,8 +252,9 @@ def unit_data(spec: MetricSpec, run: RunFiles) -> Units:
     if spec.kind == "effective":
         s = task_settings(run.results, spec.task)
         kept = [r for r in rows if spec.field in r]
-        values = np.asarray([[float(x) for x in r[spec.field]] for r in kept], dtype=np.float64)
         lengths = np.asarray(s["lengths_used"], dtype=np.int64)
+        depths = [int(d) for d in s["depths"]]
+        values = np.asarray([_gains_by_depth(r, spec.field, lengths, depths) for r in kept], dtype=np.float64)
         params = {
             "fraction": float(s["effective_fraction"]),
             "base_minimum": float(s["effective_threshold"]),
@@ -260,12 +262,28 @@ def unit_data(spec: MetricSpec, run: RunFiles) -> Units:
         }
         return Units(
             [int(r["doc_id"]) for r in kept],
-            values.reshape(len(kept), len(lengths)),
+            values.reshape(len(kept), len(lengths), len(depths)),
             [r.get("doc_hash") for r in kept],
             lengths,
-            params,
+            {**params, "depths": depths},
         )
     raise ValidationError(f"unknown metric kind {spec.kind!r}")
+
+
+CELL_FIELD = re.compile(r"gain@L(\d+)_d(\d+)")
+
+
+def _gains_by_depth(row: dict, field: str, lengths, depths: list[int]) -> list[list[float]]:
+    """A retrieval-gain-map document's gain per (length, depth): its item, or, where the item holds one gain per
+    length (runs logged before it held each depth), its cells' fields ``gain@L<length>_d<depth>``."""
+    item = row[field]
+    if all(isinstance(x, list) for x in item):
+        return [[float(g) for g in x] for x in item]
+    cells = {(int(m[1]), int(m[2])): float(v) for k, v in row.items() if (m := CELL_FIELD.fullmatch(k))}
+    try:
+        return [[cells[(int(length), d)] for d in depths] for length in lengths]
+    except KeyError as err:
+        raise ValidationError(f"document {row.get('doc_id')}: no gain at (length, depth) {err}") from None
 
 
 def _curve_units(spec: MetricSpec, run: RunFiles, rows: list[dict]) -> Units:
@@ -340,7 +358,8 @@ def metric_value(spec: MetricSpec, units: Units, idx: np.ndarray | None = None):
 
     perplexity: exp(sum nll / sum tokens) (``per_token.token_weighted_perplexity``; NaN without tokens); mean: the
     mean; fine / coarse: ``per_token.fine_memory_length`` / ``coarse_memory_length`` of the mean curve (a length
-    with a NaN accuracy counts as failed, as ``per_token.forgetting_curve_by_length`` does).
+    with a NaN accuracy counts as failed, as ``per_token.forgetting_curve_by_length`` does); effective:
+    ``gain_map.effective_length_by_depth``, every depth read, as the task does.
     """
     scalar = idx is None
     idx = np.arange(len(units.ids)) if scalar else np.asarray(idx)
@@ -363,12 +382,12 @@ def metric_value(spec: MetricSpec, units: Units, idx: np.ndarray | None = None):
             ]
         out = np.asarray(res, dtype=np.float64).reshape(curve.shape[:-2])
     elif spec.kind == "effective":
-        from ..metrics.gain_map import effective_length
+        from ..metrics.gain_map import effective_length_by_depth
 
-        curve = v.mean(axis=-2)  # [..., lengths]
-        flat = curve.reshape(-1, curve.shape[-1])
-        res = [effective_length(units.lengths, c, **units.params) for c in flat]
-        out = np.asarray(res, dtype=np.float64).reshape(curve.shape[:-1])
+        flat = v.reshape(-1, *v.shape[-3:])  # [resamples, documents, lengths, depths]
+        rules = {k: units.params[k] for k in ("fraction", "base_minimum", "rule")}
+        res = [effective_length_by_depth(units.lengths, g, **rules) for g in flat]
+        out = np.asarray(res, dtype=np.float64).reshape(v.shape[:-3])
     else:
         raise ValidationError(f"unknown metric kind {spec.kind!r}")
     return float(out) if scalar else out

@@ -401,15 +401,15 @@ RETRIEVAL_GAIN_MAP = Declaration(
             number(0.0, 1.0),
             0.5,
             "relative effective length: the largest L up to which "
-            "the mean gain stays above this fraction of its value at the shortest L (0 when that value is not "
-            "above effective_threshold)",
+            "the mean gain over depths stays above this fraction of its value at the shortest L and every depth's "
+            "gain above effective_threshold",
         ),
         Setting(
             "effective_threshold",
             number(0.0),
             0.5,
-            "absolute effective length: the largest L up to which the "
-            "mean gain (nats per answer token) stays above this",
+            "absolute effective length: the largest L up to which "
+            "every depth's gain (nats per answer token, mean over documents) stays above this",
         ),
         Setting(
             "tokenizer",

@@ -13,9 +13,11 @@ a, a + s, ..., a + (n-1) s (s = ``anchor_stride``, default q + r), and its gain 
 
 Metrics (names sort as strings, the order lm-eval prints them in): ``gain@L01024_d50`` per cell,
 ``gain@L01024`` per length (mean over depths), ``gain`` (mean over all cells), the effective context
-lengths ``effective_length`` (relative: the mean gain stays above ``effective_fraction`` of its value
-at the shortest L) and ``effective_length_abs`` (stays above ``effective_threshold``). Stderrs are over
-documents (one harness doc is one document: its cells share its text).
+lengths ``effective_length`` (relative: the mean gain over depths stays above ``effective_fraction`` of its
+value at the shortest L) and ``effective_length_abs`` (stays above ``effective_threshold``), both with every
+depth's gain above ``effective_threshold``: a length counts only when the model reaches its farthest depth,
+not when a mean over depths is carried by the near ones. Stderrs are over documents (one harness doc is one
+document: its cells share its text).
 
 Cost: per document, [BOS] x[0:L_max] is fed once in KV-cache chunks; at each rung L the cells of that
 length are read on top of the cache of [BOS] x[0:L] and cropped off again (``engine.score_prefix_ladder``).
@@ -347,12 +349,14 @@ class RetrievalGainMapTask(LongContextTask):
             ("gain", "retrieval gain averaged over every cell (context length × depth); higher is better"),
             (
                 "effective_length",
-                "largest context length up to which the gain stays above effective_fraction of its value at the "
-                "shortest length (relative rule); higher is better",
+                "largest context length up to which the mean gain stays above effective_fraction of its value at "
+                "the shortest length and every depth's gain above effective_threshold (relative rule); higher is "
+                "better",
             ),
             (
                 "effective_length_abs",
-                "largest context length up to which the gain stays above effective_threshold nats (absolute rule)",
+                "largest context length up to which every depth's gain stays above effective_threshold nats "
+                "(absolute rule)",
             ),
         ),
         settings=(
@@ -516,15 +520,16 @@ class RetrievalGainMapTask(LongContextTask):
         if scores.lengths.tolist() != self.lengths or scores.depths.tolist() != list(self.settings["depths"]):
             raise scoring.ScoringError("retrieval_gain_map: a result does not hold this run's ladder")
         gain = scores.gain()
-        out = {}
+        out: dict[str, float | tuple] = {}
         for i, L in enumerate(self.lengths):
             for j, d in enumerate(self.settings["depths"]):
                 out[self.cell_name(L, d)] = float(gain[i, j])
             out[self.length_name(L)] = float(gain[i].mean())
         out["gain"] = float(gain.mean())
-        per_length = tuple(float(g) for g in gain.mean(axis=1))
-        out["effective_length"] = per_length
-        out["effective_length_abs"] = per_length
+        # the effective lengths read every depth of every length (gain_map.effective_length_by_depth)
+        by_cell = tuple(tuple(float(g) for g in row) for row in gain)
+        out["effective_length"] = by_cell
+        out["effective_length_abs"] = by_cell
         return out
 
     def metric_declarations(self):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lm_eval_longctx.audit import verdict
+from lm_eval_longctx.metrics import gain_map
 
 W = 8192
 
@@ -44,8 +45,14 @@ def test_a_refuted_claim_stops_the_ladder_only_under_the_contiguous_rule():
     assert not verdict.refuted(W, [1024, 2048], ci(2048, 1024, 2048), "contiguous")
 
 
-def measured(gains: np.ndarray, lengths, copy=None) -> verdict.Measured:
-    copy = np.zeros((3, len(lengths), 2)) if copy is None else copy
+def measured(gains: np.ndarray, lengths, copy=None, depths=(50,)) -> verdict.Measured:
+    """Stage data of ``gains`` [documents, lengths, depths] ([documents, lengths]: one depth) and forgetting-curve
+    accuracies ``copy`` [samples, lengths, (copy, LM)] (default: copy well above LM at every length)."""
+    gains = np.asarray(gains, dtype=np.float64)
+    gains = gains[..., None] if gains.ndim == 2 else gains
+    if copy is None:
+        copy = np.zeros((3, len(lengths), 2))
+        copy[:, :, 0] = 0.9
     return verdict.Measured(
         np.asarray(lengths),
         list(range(gains.shape[0])),
@@ -54,6 +61,7 @@ def measured(gains: np.ndarray, lengths, copy=None) -> verdict.Measured:
         list(range(copy.shape[0])),
         copy,
         {"fine": {"threshold": 0.99, "rule": "largest"}, "coarse": {"margin": 0.01, "rule": "contiguous"}},
+        list(depths),
     )
 
 
@@ -76,3 +84,60 @@ def test_a_rule_on_noise_around_zero_finds_no_effective_context():
     rng = np.random.default_rng(0)
     judged = verdict.judge(measured(rng.normal(0, 0.05, (3, 3)), [1024, 2048, 4096]), W, verdict.RuleSet())
     assert judged["verdict"] == verdict.NONE and judged["effective_length"] == 0
+
+
+DEPTHS = (10, 50, 90)
+
+
+def reach_bounded(rng, lengths) -> np.ndarray:
+    """A model that reaches only a few hundred tokens back, as a 512-token sliding window: at every length the near
+    depth (90) keeps its gain, the far ones (10, 50) are near zero; [3 documents, lengths, depths]."""
+    near = rng.normal(2.8, 0.1, (3, len(lengths)))
+    far = rng.normal(0.0, 0.1, (3, len(lengths), 2))
+    return np.concatenate([far, near[..., None]], axis=-1)
+
+
+def test_one_near_depth_does_not_carry_a_length_the_model_does_not_reach_across():
+    """The mean over depths (about 0.93 nats at every length) clears both rules: read alone it said "uses its claimed
+    window"; with every depth read the claim is refuted at the shortest length."""
+    lengths = [2048, 4096, 8192, 16384]
+    gains = reach_bounded(np.random.default_rng(0), lengths)
+    mean = gains.mean(axis=(0, 2))
+    assert gain_map.effective_length(lengths, mean, fraction=0.5, base_minimum=0.5) == 16384
+    assert gain_map.effective_length(lengths, mean, threshold=0.5) == 16384
+    for decides in ("relative", "absolute"):
+        judged = verdict.judge(measured(gains, lengths, depths=DEPTHS), 16384, verdict.RuleSet(decides=decides))
+        assert judged["verdict"] == verdict.NONE and judged["effective"][decides]["high"] == 0, judged["sentence"]
+    row = judged["per_length"][0]
+    assert set(row["gain_by_depth"]) == set(DEPTHS) and row["weakest_depth"] in (10, 50)
+    assert row["weakest_gain"] < 0.3 < row["gain"] and row["gain_by_depth"][90] > 2.5
+    table = verdict.length_table(judged)
+    assert "gain at depths 10/50/90" in table and "(depth " in table
+
+
+def test_a_model_that_reaches_across_every_length_still_uses_its_window():
+    """Every depth keeps a gain at every length, the farthest one at W less than half its gain at the shortest length
+    (as SmolLM2-135M-Instruct's depth 10 at 8k: docs/real-models.md): it reaches across W."""
+    lengths = [2048, 4096, 8192, 16384]
+    rng = np.random.default_rng(1)
+    gains = rng.normal(2.0, 0.1, (3, len(lengths), len(DEPTHS))) + np.array([0.0, 0.4, 0.8])  # far depths a bit lower
+    gains[:, -1, 0] = rng.normal(0.9, 0.1, 3)
+    for decides in ("relative", "absolute"):
+        judged = verdict.judge(measured(gains, lengths, depths=DEPTHS), 16384, verdict.RuleSet(decides=decides))
+        assert judged["verdict"] == verdict.USES and judged["effective_length"] == 16384, judged["sentence"]
+
+
+def test_a_length_whose_copy_accuracy_is_at_the_lm_accuracy_does_not_count():
+    """Every depth keeps its gain, but the forgetting curve copies no better than the LM predicts from 4096 on."""
+    lengths = [2048, 4096, 8192]
+    gains = np.full((3, len(lengths), len(DEPTHS)), 2.0)
+    copy = np.zeros((2, len(lengths), 2))
+    copy[:, :, 0] = [0.9, 0.43, 0.9]
+    copy[:, :, 1] = 0.43
+    judged = verdict.judge(measured(gains, lengths, copy, DEPTHS), 8192, verdict.RuleSet())
+    assert judged["verdict"] == verdict.BELOW and judged["effective_length"] == 2048, judged["sentence"]
+    assert [r["copy_above_lm"] for r in judged["per_length"]] == [True, False, True]
+    # without curve samples the map decides alone
+    alone = measured(gains, lengths, np.zeros((0, 0, 2)), DEPTHS)
+    alone.sample_ids = []
+    assert verdict.judge(alone, 8192, verdict.RuleSet())["verdict"] == verdict.USES

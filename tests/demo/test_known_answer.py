@@ -77,19 +77,21 @@ def test_memory_lengths_match_the_task_aggregation(spec):
 
 
 def test_effective_length_matches_the_task_aggregation():
-    """Against gain_map.effective_length_from_docs over per-document gain-per-length tuples, as the task aggregates."""
+    """Against gain_map.effective_length_from_docs over per-document items of gains per length and depth, as the task
+    aggregates."""
     from lm_eval_longctx.metrics import gain_map
 
     rng = np.random.default_rng(3)
     lengths = [128, 512, 2048]
-    params = {"fraction": 0.5, "base_minimum": 0.5, "rule": "contiguous"}
-    values = rng.normal([3.0, 1.7, 0.4], 0.8, (7, 3))
+    params = {"fraction": 0.5, "base_minimum": 0.5, "rule": "contiguous", "depths": [10, 90]}
+    values = rng.normal([[3.0, 3.2], [1.7, 2.4], [0.4, 1.9]], 0.8, (7, 3, 2))  # the far depth (10) falls first
     u = Units(list(range(7)), values, [None] * 7, np.asarray(lengths), params)
     spec = MetricSpec("x", "x", "t", "f", "effective", True, "orders")
 
     def from_items(rows):
+        items = [tuple(tuple(cell) for cell in values[k]) for k in rows]
         return gain_map.effective_length_from_docs(
-            [tuple(values[k]) for k in rows], lengths=tuple(lengths), fraction=0.5, rule="contiguous", base_minimum=0.5
+            items, lengths=tuple(lengths), fraction=0.5, rule="contiguous", base_minimum=0.5
         )
 
     assert known_answer.metric_value(spec, u) == from_items(range(7))
@@ -282,6 +284,48 @@ def test_read_run_units_and_pairing(tmp_path):
     fc = _write_run(tmp_path, "c", [(2.0, 4), (1.0, 2)], curve, task_hash_salt="x")
     with pytest.raises(known_answer.ValidationError, match="different documents"):
         known_answer.paired_units(spec, {"a": runs["a"], "c": known_answer.read_run(fc)})
+
+
+def _write_map_run(root, name, gains, by_depth=True):
+    """A results JSON and a retrieval_gain_map samples file of ``gains`` [documents, lengths, depths]: each document's
+    item per length and depth, or (``by_depth`` False: as runs logged before) one mean per length, beside its cells."""
+    lengths, depths = [256, 1024], [10, 90]
+    d = root / name
+    d.mkdir(parents=True)
+    stamp = "2026-01-01T00-00-00.000000"
+    settings = {
+        "lengths_used": lengths,
+        "depths": depths,
+        "effective_fraction": 0.5,
+        "effective_threshold": 0.5,
+        "effective_rule": "contiguous",
+    }
+    results = {
+        "results": {"retrieval_gain_map": {"effective_length,none": 0.0}},
+        "configs": {"retrieval_gain_map": {"metadata": {"longctx_settings": settings}}},
+    }
+    (d / f"results_{stamp}.json").write_text(json.dumps(results))
+    with open(d / f"samples_retrieval_gain_map_{stamp}.jsonl", "w") as f:
+        for i, doc in enumerate(gains):
+            item = doc.tolist() if by_depth else doc.mean(axis=1).tolist()
+            cells = {
+                f"gain@L{L:05d}_d{p:02d}": float(doc[a, b]) for a, L in enumerate(lengths) for b, p in enumerate(depths)
+            }
+            f.write(json.dumps({"doc_id": i, "doc_hash": f"h{i}", "effective_length": item, **cells}) + "\n")
+    return d / f"results_{stamp}.json"
+
+
+def test_the_maps_units_hold_the_gain_of_each_depth(tmp_path):
+    """The map's units are [documents, lengths, depths], from the item, or from the cells in runs whose item held one
+    mean per length; the effective length reads the weakest depth (at 1024 the far depth has no gain)."""
+    gains = np.array([[[3.0, 3.2], [0.1, 3.0]], [[2.8, 3.0], [-0.1, 3.1]], [[3.1, 2.9], [0.0, 2.9]]])
+    spec = known_answer.SPECS_BY_KEY["gain_map_effective_length"]
+    for by_depth in (True, False):
+        run = known_answer.read_run(_write_map_run(tmp_path, f"m{by_depth}", gains, by_depth))
+        units = known_answer.unit_data(spec, run)
+        np.testing.assert_allclose(units.values, gains)
+        assert units.params["depths"] == [10, 90] and list(units.lengths) == [256, 1024]
+        assert known_answer.metric_value(spec, units) == 256  # the mean over depths (1.5 at 1024) would pass 1024
 
 
 def test_validate_and_table_on_synthetic_runs(tmp_path):

@@ -125,14 +125,32 @@ def test_memory_length_aggregation_is_found_and_resampled():
     assert res.low == res.high == 0.0  # identical runs: every resample gives the same value for both
 
 
-@pytest.mark.parametrize(("metric", "two_lengths"), [("effective_length", False), ("effective_length_abs", True)])
-def test_the_maps_effective_lengths_are_recomputed_on_each_resample(metric, two_lengths):
+@pytest.mark.parametrize(
+    ("metric", "two_lengths", "depths"),
+    [
+        ("effective_length", False, 3),
+        ("effective_length_abs", True, 3),
+        ("effective_length", False, 0),  # runs logged before the items held depths: one gain per length
+        ("effective_length_abs", True, 0),
+    ],
+)
+def test_the_maps_effective_lengths_are_recomputed_on_each_resample(metric, two_lengths, depths):
     from lm_eval_longctx.metrics import gain_map
 
     rng = np.random.default_rng(0)
     lengths = (256, 512) if two_lengths else (256, 512, 1024, 2048)
-    # gains that fall with length, noisy per document: the effective length moves between resamples
-    curves = [[2.0 - 0.6 * i + rng.normal(0, 0.4) for i in range(len(lengths))] for _ in range(12)]
+    # gains that fall with length (the far depths faster), noisy per document: the effective length moves between
+    # resamples
+    if depths:
+        curves = [
+            [
+                [2.4 - (0.3 + 0.3 * (depths - d)) * i + rng.normal(0, 0.4) for d in range(depths)]
+                for i in range(len(lengths))
+            ]
+            for _ in range(12)
+        ]
+    else:
+        curves = [[2.0 - 0.6 * i + rng.normal(0, 0.4) for i in range(len(lengths))] for _ in range(12)]
     settings = {
         "lengths_used": list(lengths),
         "effective_fraction": 0.5,

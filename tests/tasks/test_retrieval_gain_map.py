@@ -15,7 +15,7 @@ import pytest
 
 from lm_eval_longctx.engine import scoring
 from lm_eval_longctx.harness import request_type
-from lm_eval_longctx.metrics.gain_map import effective_length
+from lm_eval_longctx.metrics.gain_map import effective_length_by_depth
 from lm_eval_longctx.report.pictures.gain_map_plot import map_from_results
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import retrieval_gain_map
@@ -218,9 +218,9 @@ def test_task_equals_brute_force_through_the_harness(harness_run, model_dirs, do
         assert r[f"gain@L{L:05d},none"] == pytest.approx(per_length.mean(), abs=TOL)
         assert r[f"gain@L{L:05d}_stderr,none"] == pytest.approx(per_length.std(ddof=1) / math.sqrt(3), abs=TOL)
     assert r["gain,none"] == pytest.approx(expected.mean(), abs=TOL)
-    curve = expected.mean(axis=(0, 2))
-    assert r["effective_length,none"] == effective_length(MD["context_lengths"], curve, fraction=0.5, base_minimum=0.5)
-    assert r["effective_length_abs,none"] == effective_length(MD["context_lengths"], curve, threshold=0.5)
+    lengths = MD["context_lengths"]  # every depth read: the brute-force gains [documents, lengths, depths]
+    assert r["effective_length,none"] == effective_length_by_depth(lengths, expected, fraction=0.5, base_minimum=0.5)
+    assert r["effective_length_abs,none"] == effective_length_by_depth(lengths, expected, threshold=0.5)
     names = [k for k in r if k.startswith("gain@") and "stderr" not in k]
     assert len(names) == 3 * 3 + 3
     rec = res["configs"][TASK]["metadata"]["longctx_settings"]
@@ -249,6 +249,8 @@ def test_samples_file_holds_per_cell_values(harness_run, tmp_path):
                 assert summary["gain"][i][j] == line[f"gain@L{L:05d}_d{d:03d}"]
                 nll_change = summary["nll_without"][i][j] - summary["nll_with"][i][j]
                 assert nll_change == pytest.approx(summary["gain"][i][j], abs=1e-9)
+        # the effective lengths' item: every cell's gain, per length then depth
+        assert line["effective_length"] == line["effective_length_abs"] == summary["gain"]
         assert line["target"].startswith("per cell (L, depth): the answer tokens after each anchor's query")
 
 
@@ -371,3 +373,5 @@ def test_known_answer_variants(tmp_path, first_model_variants):
     for metric in ("effective_length", "effective_length_abs"):
         assert r["long"][f"{metric},none"] > r["short"][f"{metric},none"] > r["none"][f"{metric},none"], metric
     assert r["long"]["effective_length,none"] == 4096 and r["none"]["effective_length,none"] == 0
+    # every depth is read: short's depth 0 at 1024 (about 1000 tokens back) has no gain, though its depth 90 does
+    assert r["short"]["effective_length_abs,none"] == 256

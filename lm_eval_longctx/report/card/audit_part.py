@@ -17,13 +17,15 @@ def _number(x) -> str:
 
 
 def _lengths_table(a: AuditSummary) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("length L", "of W", "mean gain (nats)", "95% CI", "copy acc", "LM acc"))
+    labels = ("length L", "of W", "mean gain (nats)", "95% CI", "weakest depth's gain", "copy acc", "LM acc")
+    head = "".join(f"<th>{h}</th>" for h in labels)
     rows = []
     for r in a.judged.get("per_length", []):
         low, high = (r.get("gain_ci") or [None, None])[:2]
         ci = "n/a" if low is None else f"[{_number(low)}, {_number(high)}]"
         cells = [str(r["length"]), f"{r['length'] / a.claimed:.3g}", _number(r["gain"]), ci]
-        cells += [_number(r.get("copy_acc")), _number(r.get("lm_acc"))]
+        weakest = f"{_number(r['weakest_gain'])} (depth {r['weakest_depth']})" if "weakest_gain" in r else "n/a"
+        cells += [weakest, _number(r.get("copy_acc")), _number(r.get("lm_acc"))]
         rows.append("<tr>" + "".join(f'<td class="num">{esc(c)}</td>' for c in cells) + "</tr>")
     return table(head, "".join(rows))
 

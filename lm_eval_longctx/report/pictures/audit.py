@@ -53,6 +53,17 @@ def audit_figure(judged: dict, title: str | None = None):
     axes = fig.subplots(1, 2 if curve else 1, squeeze=False)[0]
     ax = axes[0]
     ax.errorbar(lengths, gains, yerr=[below, above], marker="o", capsize=4, color="#1f5fa8", label="mean gain, 95% CI")
+    # every depth must clear the absolute threshold (audit/verdict.py): the weakest depth's gain, where recorded
+    weakest = [r.get("weakest_gain") for r in rows]
+    if rows and all(g is not None for g in weakest):
+        ax.plot(
+            lengths,
+            weakest,
+            marker="v",
+            color="#1f5fa8",
+            linestyle="--",
+            label="weakest depth's gain (every depth must clear the threshold)",
+        )
     ax.axhline(0.0, color="#888888", linewidth=0.8)
     ax.axhline(rules["threshold"], color="#c77c00", linestyle=":", label=f"absolute rule: {rules['threshold']:g} nats")
     if gains and gains[0] > 0:
