@@ -73,26 +73,32 @@ def refuse_model_loading(monkeypatch) -> None:
     monkeypatch.setattr(HFLM, "__init__", load)
 
 
-def lm_eval_in_process(argv: list[str]) -> Path:
+def lm_eval_in_process(argv: list[str], lm_eval_folders: tuple[str, ...] = ()) -> Path:
     """What ``lm_eval run ...`` (``argv`` after the program name) does for our tasks, in this process and without
     lm-eval's index of its own tasks (seconds per run): simple_evaluate with the arguments the command line would
-    pass, the results and samples saved by lm-eval's EvaluationTracker under --output_path. Returns the results
-    file."""
+    pass, the results and samples saved by lm-eval's EvaluationTracker under --output_path. ``lm_eval_folders``
+    names folders of lm-eval's own tasks to index too (``("ruler",)``). Returns the results file."""
     import argparse
 
     from lm_eval import simple_evaluate
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.tasks import TaskManager
+    from lm_eval.utils import simple_parse_args_string
+
+    from lm_eval_longctx.harness.lm_eval_tasks import task_folder
 
     p = argparse.ArgumentParser()
     for flag in ("--tasks", "--model", "--model_args", "--device", "--batch_size", "--metadata", "--output_path"):
         p.add_argument(flag)
     p.add_argument("--include_path")
+    p.add_argument("--gen_kwargs")
+    p.add_argument("--limit", type=int)
     p.add_argument("--log_samples", action="store_true")
     args = p.parse_args(argv[1:] if argv and argv[0] == "run" else argv)
-    model_args = dict(item.split("=", 1) for item in args.model_args.split(","))
+    model_args = simple_parse_args_string(args.model_args)  # as the command line reads them: 1024 an int
     metadata = json.loads(args.metadata)
-    tm = TaskManager(include_defaults=False, include_path=str(TASK_DIR), metadata={**model_args, **metadata})
+    folders = [str(TASK_DIR), *(str(task_folder(name)) for name in lm_eval_folders)]
+    tm = TaskManager(include_defaults=False, include_path=folders, metadata={**model_args, **metadata})
     results = simple_evaluate(
         model=args.model,
         model_args=model_args,
@@ -101,6 +107,8 @@ def lm_eval_in_process(argv: list[str]) -> Path:
         device=args.device,
         batch_size=args.batch_size,
         log_samples=args.log_samples,
+        gen_kwargs=args.gen_kwargs,
+        limit=args.limit,
         bootstrap_iters=200,
     )
     import copy
