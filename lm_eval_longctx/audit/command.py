@@ -229,6 +229,10 @@ def verdict_text(judged: dict, plan_record: dict, model: str) -> str:
 # ------------------------------------------------------------------ the audit
 
 
+# what a verdict says of the claim, in the words of a profile's expect.claim
+CLAIM_BY_VERDICT = {verdict.USES: "used", verdict.BELOW: "refuted", verdict.NONE: "refuted"}
+
+
 def expectations(profile: profiles.Profile | None, judged: dict, agreement: dict | None = None) -> list[dict]:
     """The profile's expectations, each with what was found and whether it holds (RULER's only where the audit ran
     the cross-check: ``agreement``)."""
@@ -242,6 +246,15 @@ def expectations(profile: profiles.Profile | None, judged: dict, agreement: dict
                 "expectation": f"RULER (score > 85.6): claim {profile.expect['ruler']}",
                 "found": found,
                 "holds": found == profile.expect["ruler"],
+            }
+        )
+    if "claim" in profile.expect:
+        found = CLAIM_BY_VERDICT.get(judged["verdict"], "undecided")
+        out.append(
+            {
+                "expectation": f"the claim {profile.expect['claim']}",
+                "found": found,
+                "holds": found == profile.expect["claim"],
             }
         )
     if "verdict" in profile.expect:
@@ -471,7 +484,7 @@ def finish(out: Path, record: dict, window: ClaimedWindow, rules, profile, out_p
         )
         record["expectations"] = expectations(profile, judged, record["agreement"])
     record["results_model"] = _results_model(results_file)
-    picture = _draw(out, judged)
+    picture = _draw(out, judged, record.get("cross_check"))
     record["picture"] = picture
     output_dirs.write_atomically(out / verdict.AUDIT_JSON, json.dumps(record, indent=2, default=str) + "\n")
     text = verdict_text(judged, record["plan"], record["model"])
@@ -501,12 +514,12 @@ def _results_model(results_file: Path) -> str:
         return ""
 
 
-def _draw(out: Path, judged: dict) -> str | None:
+def _draw(out: Path, judged: dict, cross_check: dict | None = None) -> str | None:
     try:
         from ..report.pictures.audit import draw_audit
     except ImportError:
         return None
-    draw_audit(judged, out / PICTURE)
+    draw_audit(judged, out / PICTURE, cross_check=cross_check)
     return PICTURE
 
 
@@ -565,8 +578,8 @@ def add_arguments(p) -> None:
     p.add_argument("--decides", choices=("relative", "absolute"), default="relative",
                    help="the effective-length rule that decides the verdict (both are reported)")  # fmt: skip
     p.add_argument("--fraction", type=float, default=0.5, help="relative rule: share of the shortest length's gain")
-    p.add_argument("--threshold", type=float, default=0.5, help="absolute rule: gain in nats (and the relative "
-                   "rule's floor)")  # fmt: skip
+    p.add_argument("--threshold", type=float, default=0.5, help="the gain in nats every depth must clear at a length "
+                   "(the absolute rule; the relative rule's floor)")  # fmt: skip
     p.add_argument("--rule", choices=("contiguous", "largest"), default="contiguous",
                    help="contiguous: every shorter length passes too (default); largest")  # fmt: skip
     p.add_argument("--reuse", metavar="DIR", default=None,

@@ -66,7 +66,9 @@ class Profile:
     window: int
     window_source: str
     gguf: GgufSource | None
-    expect: dict  # "verdict" (one of VERDICTS), "effective_length" (tokens), "ruler" (one of RULER_ANSWERS)
+    # "verdict" (one of VERDICTS), "claim" and "ruler" (one of RULER_ANSWERS: what the audit and RULER say of the
+    # claim), "effective_length" (tokens)
+    expect: dict
     variant: Variant | None = None
 
 
@@ -99,7 +101,11 @@ def parse(data, where: str) -> Profile:
     window = _fields(d["window"], f"{where}: window", {"tokens": int, "source": str})
     if window["tokens"] < 1:
         raise ProfileError(f"{where}: window.tokens must be a positive number of tokens")
-    expect = _fields(d["expect"], f"{where}: expect", {}, {"verdict": str, "effective_length": int, "ruler": str})
+    expect = _fields(
+        d["expect"], f"{where}: expect", {}, {"verdict": str, "claim": str, "effective_length": int, "ruler": str}
+    )
+    if "claim" in expect and expect["claim"] not in RULER_ANSWERS:
+        raise ProfileError(f"{where}: expect.claim {expect['claim']!r} is not one of {list(RULER_ANSWERS)}")
     if "verdict" in expect and expect["verdict"] not in VERDICTS:
         raise ProfileError(f"{where}: expect.verdict {expect['verdict']!r} is not one of {list(VERDICTS)}")
     if expect.get("effective_length", 0) < 0:

@@ -30,6 +30,8 @@ class AuditSummary:
     verdict: str
     sentence: str
     judged: dict  # the whole verdict record (per-length rows, memory lengths), for the card's table and picture
+    cross_check: dict | None = None  # RULER's record (``audit --cross-check ruler``), when the audit ran it
+    agreement: dict | None = None  # the audit beside RULER on the claim
 
     def effective_text(self) -> str:
         if self.low is None or self.high is None:
@@ -48,6 +50,21 @@ def _window_tokens(value, where: str) -> int:
     if tokens < 1 or tokens != int(tokens):
         raise UnusableInput(f"{where} is {value!r}, not a positive whole number of tokens; rerun the audit")
     return int(tokens)
+
+
+def _cross_check(data: dict, file: Path) -> dict | None:
+    """RULER's record of an audit, its per-length scores checked as numbers; None when the audit ran none."""
+    cross = data.get("cross_check")
+    if cross is None:
+        return None
+    if not isinstance(cross, dict) or not isinstance(cross.get("lengths"), list):
+        raise UnusableInput(f"--audit {file}: cross_check is not a RULER record; rerun the audit")
+    for r in cross["lengths"]:
+        if not isinstance(r, dict):
+            raise UnusableInput(f"--audit {file}: cross_check.lengths holds a non-object")
+        _number(r.get("length"), f"{file}: cross_check length")
+        _number(r.get("score"), f"{file}: cross_check score at {r.get('length')}")
+    return cross
 
 
 def read_audit_summary(path) -> AuditSummary:
@@ -82,6 +99,8 @@ def read_audit_summary(path) -> AuditSummary:
             str(judged["verdict"]),
             str(judged["sentence"]),
             judged,
+            _cross_check(data, file),
+            data.get("agreement") if isinstance(data.get("agreement"), dict) else None,
         )
     except (KeyError, TypeError) as err:
         raise UnusableInput(f"--audit {file}: the record lacks {err}; rerun the audit or its --from-run") from None

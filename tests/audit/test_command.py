@@ -312,3 +312,19 @@ def test_the_ruler_cross_check_stands_beside_the_verdict(random_model, documents
     # --from-run keeps the cross-check and judges the agreement again
     again = command.rejudge(parse(str(out), "--from-run", "--window", "512"), out_print=lambda *_: None)
     assert again["agreement"]["window"] == 512 and "cross_check" in json.loads((out / verdict.AUDIT_JSON).read_text())
+    # the report card shows RULER's table and the agreement beside the audit's
+    from lm_eval_longctx.report.card.report import build_report_card
+
+    page = tmp_path / "card.html"
+    build_report_card([out / record["stages"][0]["results_file"]], page, audits=[out])
+    html = page.read_text()
+    assert "RULER beside the audit" in html and "RULER&#x27;s rule (score above 85.6)" in html
+
+
+def test_a_profile_may_expect_only_that_the_claim_is_refuted():
+    from lm_eval_longctx import profiles
+
+    profile = profiles.load("smollm2-135m-instruct-sliding-512")
+    for found, holds in ((verdict.NONE, True), (verdict.BELOW, True), (verdict.USES, False), (verdict.SHORT, False)):
+        (claim,) = [e for e in command.expectations(profile, {"verdict": found}) if e["expectation"].startswith("the")]
+        assert claim["holds"] == holds, found

@@ -69,3 +69,26 @@ def test_a_config_that_overstates_the_window_is_refuted_from_the_same_runs(smoll
         (4096, True), (8192, True), (16384, True),
     ]  # fmt: skip
     assert [x["length"] for x in record["plan"]["not_run"]] == [32768]
+
+
+def test_the_same_weights_limited_to_a_512_token_window_are_refuted(smollm2, tmp_path):
+    """Every layer attends within 512 tokens (the profile's Mistral config over the same tensors): a reach bounded
+    by construction, so the claimed 8,192 must be refuted, at the first length whose farthest passage lies beyond
+    the window."""
+    variant = profiles.load("smollm2-135m-instruct-sliding-512")
+    assert variant.variant is not None
+    model = tmp_path / "sliding"
+    model.mkdir()
+    for path in smollm2.iterdir():
+        if path.name != "config.json":
+            os.symlink(path, model / path.name)
+    config = json.loads((smollm2 / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, **variant.variant.config}))
+    out = tmp_path / "audit"
+    assert cli.main(["audit", str(out), "--model", str(model), "--profile", variant.name, "--check"]) == 1
+    record = json.loads((out / verdict.AUDIT_JSON).read_text())
+    judged = record["verdict"]
+    assert judged["verdict"] in (verdict.BELOW, verdict.NONE) and judged["effective_length"] < 2048, judged["sentence"]
+    assert all(e["holds"] for e in record["expectations"]), record["expectations"]
+    # refuted at once: nothing longer than the lengths that decide it runs
+    assert [s["length"] for s in record["stages"]][-1] <= 2048

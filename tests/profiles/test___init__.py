@@ -25,7 +25,7 @@ def test_the_shipped_profiles_load_and_the_variants_name_their_base():
     assert claims.variant.config == {"max_position_embeddings": 32768}
     assert claims.expect == {"verdict": "effective below the claim", "effective_length": 8192, "ruler": "refuted"}
     sliding = variants[f"{BASE}-sliding-512"]
-    assert sliding.window == 8192 and sliding.expect == {"verdict": "effective below the claim", "ruler": "refuted"}
+    assert sliding.window == 8192 and sliding.expect == {"claim": "refuted", "ruler": "refuted"}
     assert variants[f"{BASE}-linear-x4"].expect == {"verdict": "no effective context", "effective_length": 0}
 
 
@@ -74,6 +74,7 @@ def test_a_variant_profile_parses(folder):
         ({"variant": {"of": 3, "config": {"a": 1}, "why": "x"}}, "variant: of must be a str, got int"),
         ({"gguf": base_profile()["gguf"]}, "a variant has no gguf part of its own"),
         ({"expect": {"ruler": "maybe"}}, "expect.ruler 'maybe' is not one of"),
+        ({"expect": {"claim": "kept"}}, "expect.claim 'kept' is not one of"),
         ({"expect": {"ruler": 1}}, "expect: ruler must be a str, got int"),
         ({"expect": {"effective_length": -1}}, "expect.effective_length must be a number of tokens"),
         ({"expect": {"rulers": "used"}}, "expect: unknown key 'rulers'"),

@@ -36,12 +36,42 @@ def _picture(a: AuditSummary) -> str:
     except ImportError:
         return ""
     try:
-        fig = audit_figure(a.judged, title=f"{a.model}: {a.verdict}")
+        fig = audit_figure(a.judged, title=f"{a.model}: {a.verdict}", cross_check=a.cross_check)
     except ImportError:  # matplotlib is optional: the table says it all
         return ""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     return png_img(buf.getvalue(), f"audit of {a.model}: gain by context length against the claimed window", "wide")
+
+
+def _ruler_table(a: AuditSummary) -> str:
+    """RULER's score by length beside the audit, its effective lengths and whether they agree on the claim."""
+    if not a.cross_check:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("length", "RULER score", "95% CI", "samples per task", "tokens forwarded",
+                                             "tokens generated", "wall s"))  # fmt: skip
+    rows = []
+    for r in sorted(a.cross_check.get("lengths", []), key=lambda r: r["length"]):
+        ci = "n/a" if r.get("low") is None else f"[{r['low']:.1f}, {r['high']:.1f}]"
+        cells = [r["length"], f"{r['score']:.1f}", ci, r.get("samples", ""), r.get("tokens_forwarded", ""),
+                 r.get("tokens_generated", ""), r.get("wall_seconds", "")]  # fmt: skip
+        rows.append("<tr>" + "".join(f'<td class="num">{esc(str(c))}</td>' for c in cells) + "</tr>")
+    for x in a.cross_check.get("left_out", []):
+        why = "; ".join(f"{t}: {w}" for t, w in (x.get("tasks") or {}).items())
+        rows.append(
+            f'<tr><td class="num">{esc(str(x.get("length")))}</td><td colspan="6">left out: {esc(why)}</td></tr>'
+        )
+    parts = ["<h4>RULER beside the audit</h4>", table(head, "".join(rows))]
+    if a.agreement:
+        lines = []
+        for rule, name in (("ruler", "RULER's rule (score above 85.6)"), ("nolima", "NoLiMa's rule (0.85 x shortest)")):
+            r = a.agreement.get(rule) or {}
+            effective = r.get("effective_length") or "none"
+            agree = "agrees" if r.get("agree_on_claim") else "disagrees"
+            lines.append(f"{name}: effective {effective}, claim {r.get('claim')}: {agree} with the audit "
+                         f"({a.agreement.get('audit', {}).get('claim')})")  # fmt: skip
+        parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
+    return "".join(parts)
 
 
 def audit_section(audits: list[AuditSummary]) -> str:
@@ -69,6 +99,7 @@ def audit_section(audits: list[AuditSummary]) -> str:
     for a in audits:
         parts.append(f"<h3>{esc(a.model)}</h3>")
         parts.append(_lengths_table(a))
+        parts.append(_ruler_table(a))
         parts.append(_picture(a))
     parts.append("</section>")
     return "".join(parts)

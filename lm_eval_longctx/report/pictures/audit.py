@@ -1,6 +1,7 @@
 """The audit's picture: the map's mean gain per length with its 95% interval, the claimed window W and the effective
 length marked, the rules' bars drawn; beside it the forgetting curve's copy and LM accuracy at the copy lengths whose
-samples fill each length.
+samples fill each length, and, when the audit ran the cross-check, RULER's needle score at the same lengths with
+RULER's bar and its effective length.
 
 matplotlib is an optional dependency (``pip install lm_eval_longctx[plot]``), imported when a picture is drawn.
 """
@@ -31,9 +32,32 @@ def _legend_below(ax) -> None:
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
 
 
+def _ruler_panel(ax, cross_check: dict, window: int) -> None:
+    rows = sorted(cross_check.get("lengths", []), key=lambda r: r["length"])
+    x = [r["length"] for r in rows]
+    score = [r["score"] for r in rows]
+    low = [r["score"] - r["low"] if r.get("low") is not None else 0.0 for r in rows]
+    high = [r["high"] - r["score"] if r.get("high") is not None else 0.0 for r in rows]
+    ax.errorbar(x, score, yerr=[low, high], marker="o", capsize=4, color="#1f5fa8", label="RULER needle score, 95% CI")
+    effective = (cross_check.get("effective_length") or {}).get("ruler") or {}
+    threshold = effective.get("threshold", 85.6)
+    ax.axhline(threshold, color="#c77c00", linestyle=":", label=f"RULER's bar: {threshold:g}")
+    ax.axvline(window, color="#b22222", linewidth=1.5, label=f"claimed window W = {window}")
+    if effective.get("length"):
+        ax.axvline(effective["length"], color="#2e8b57", linewidth=1.5, linestyle="-.",
+                   label=f"RULER's effective length = {int(effective['length'])}")  # fmt: skip
+    ax.set_ylim(-3, 103)
+    _length_axis(ax, sorted({*x, window}), "length L: tokens of the prompt (log scale)")
+    ax.set_ylabel("score (0-100): needles recalled")
+    ax.set_title("RULER's needle tasks at the same lengths")
+    ax.grid(True, alpha=0.3)
+    _legend_below(ax)
+
+
 @plain_text
-def audit_figure(judged: dict, title: str | None = None):
-    """The figure (matplotlib ``Figure``) of an audit's verdict record (``audit.verdict.judge``)."""
+def audit_figure(judged: dict, title: str | None = None, cross_check: dict | None = None):
+    """The figure (matplotlib ``Figure``) of an audit's verdict record (``audit.verdict.judge``), with RULER's panel
+    when ``cross_check`` (the audit's RULER record) holds a length."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -48,9 +72,11 @@ def audit_figure(judged: dict, title: str | None = None):
     rules = judged["rules"]
     decided = judged["effective"][rules["decides"]]
     curve = [r for r in rows if "copy_acc" in r]
-    fig = Figure(figsize=(11.5, 5.2) if curve else (6.5, 5.2), layout="constrained")
+    ruler = bool(cross_check and cross_check.get("lengths"))
+    panels = 1 + bool(curve) + ruler
+    fig = Figure(figsize=(0.5 + 5.5 * panels, 5.4), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 2 if curve else 1, squeeze=False)[0]
+    axes = fig.subplots(1, panels, squeeze=False)[0]
     ax = axes[0]
     ax.errorbar(lengths, gains, yerr=[below, above], marker="o", capsize=4, color="#1f5fa8", label="mean gain, 95% CI")
     # every depth must clear the absolute threshold (audit/verdict.py): the weakest depth's gain, where recorded
@@ -99,13 +125,15 @@ def audit_figure(judged: dict, title: str | None = None):
         ax2.set_title("Forgetting curve at the same lengths")
         ax2.grid(True, alpha=0.3)
         _legend_below(ax2)
+    if ruler and cross_check is not None:
+        _ruler_panel(axes[-1], cross_check, w)
     fig.suptitle(title or f"Audit: {judged['verdict']} (claimed W = {w})", fontsize=11)
     return fig
 
 
-def draw_audit(judged: dict, out_path, title: str | None = None) -> Path:
+def draw_audit(judged: dict, out_path, title: str | None = None, cross_check: dict | None = None) -> Path:
     """Write the audit's picture as a PNG, whole or not at all."""
-    fig = audit_figure(judged, title)
+    fig = audit_figure(judged, title, cross_check)
     out_path = Path(out_path)
     with output_dirs.atomic_file(out_path, "wb") as f:
         fig.savefig(f, format="png", dpi=110)
