@@ -184,11 +184,18 @@ def add_leaderboard_parser(sub) -> None:
         action="store_true",
         help="every metric of every task (default: each task's headline metrics, as the report card shows them)",
     )
-    g.add_argument(
+    rows = g.add_mutually_exclusive_group()
+    rows.add_argument(
         "--one-row-per-model",
         action="store_true",
         help="exit 2 when a model has results under different settings (default: one row per "
         "(model, settings), the differing settings in the row label)",
+    )
+    rows.add_argument(
+        "--per-run",
+        action="store_true",
+        help="one row per run (a folder of results files, or a file), as the report card shows runs: two runs of one "
+        "model under the same settings are two rows, labelled by their folders (default: refused, which is meant?)",
     )
     g.add_argument("--csv", default=None, help="write the CSV table here")
     g.add_argument("--markdown", default=None, help="write the Markdown table here (it is printed anyway)")
@@ -198,7 +205,8 @@ def add_leaderboard_parser(sub) -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="an audit folder (lm-eval-longctx audit OUT): its model's claimed / effective columns (repeatable)",
+        help="an audit folder (lm-eval-longctx audit OUT): claimed / effective columns on the rows of its "
+        "checkpoint (joined by name, resolved folder, or config and weights; repeatable)",
     )
     add_newest_option(g)
 
@@ -213,9 +221,12 @@ def run_leaderboard(args) -> int:
         newest=args.newest,
         audits=args.audit,
         all_metrics=args.all_metrics,
+        per_run=args.per_run,
     )
     outputs.check_outputs([("--csv", args.csv), ("--markdown", args.markdown), ("--html", args.html)], board.files_read)
     print_notices("leaderboard", board.notices)
+    for line in board.audit_notices:
+        print(f"leaderboard: {line}", file=sys.stderr)
     md = board.markdown()
     print(md)
     if args.csv:
@@ -523,7 +534,8 @@ def add_report_parser(sub) -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="an audit folder (lm-eval-longctx audit OUT): a claimed vs effective context section (repeatable)",
+        help="an audit folder (lm-eval-longctx audit OUT): a claimed vs effective context section, joined to the run "
+        "of its checkpoint (by name, resolved folder, or config and weights; repeatable)",
     )
     g.add_argument(
         "--order",
@@ -549,6 +561,8 @@ def run_report(args) -> int:
         audits=args.audit,
     )
     print_notices("report", info["notices"])
+    for line in info["audit_notices"]:
+        print(f"report: {line}", file=sys.stderr)
     for line in info["order"]:
         print(line)
     notes = (" (checkpoints)" if info["checkpoints"] else "") + ("; settings differ" if info["settings_differ"] else "")

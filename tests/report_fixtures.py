@@ -12,6 +12,8 @@ reads the report card's page back.
 * ``corpus`` and ``write_run``: per-document items of longppl_govreport and a results file with its samples file, as
   the paired gate reads them.
 * ``write_export``: a one-document per-token export of longppl_govreport, as TokenExport writes it.
+* ``write_audit`` and ``write_checkpoint``: an audit's ``audit.json`` as the report tools read it, and a checkpoint
+  folder (config, weights) for the audit to name.
 
 The files have the shape lm-eval 0.4.13 writes with --output_path: "results" {task: {"metric,none": v,
 "metric_stderr,none": se | "N/A", "alias": task}}, "higher_is_better", "configs" {task: {"metadata":
@@ -32,6 +34,7 @@ import numpy as np
 
 from lm_eval_longctx.data import export_files
 from lm_eval_longctx.metrics import per_token
+from lm_eval_longctx.report.bounds import LOWER_BOUND_MARK
 from lm_eval_longctx.report.card.page import fmt
 from lm_eval_longctx.tasks import base
 
@@ -324,6 +327,9 @@ def check_numbers(page: PageNumbers, folders: dict) -> int:
         else:
             assert se in (None, "N/A"), (attrs, se)
         shown = text.strip()
+        if attrs.get("data-lower-bound") == "true":  # a length that reaches the longest tested: "≥ 2048"
+            assert shown.startswith(f"{LOWER_BOUND_MARK} "), shown
+            shown = shown[len(LOWER_BOUND_MARK) + 1 :]
         assert shown.startswith(fmt(expected)) or shown.startswith(f"{expected:.4g}"), (shown, expected)
     return len(page.numbers)
 
@@ -466,3 +472,43 @@ def write_export(
     arrays.update(over)
     np.savez_compressed(folder / "doc_00000.npz", **arrays)
     return root
+
+
+# ----------------------------------------------------------------------------------------------- audits
+
+
+def audit_record(model: str, effective: int = 8192, tested=(4096, 8192, 16384), claimed: int = 32768) -> dict:
+    """An ``audit.json`` of ``model`` as ``lm-eval-longctx audit`` writes it (the fields the report tools read)."""
+    judged = {
+        "window": claimed,
+        "verdict": "effective below the claim",
+        "sentence": f"effective {effective} of claimed {claimed}",
+        "rules": {"fraction": 0.5, "threshold": 0.5, "rule": "contiguous", "decides": "relative"},
+        "effective": {
+            "relative": {"value": float(effective), "low": float(effective), "high": float(effective)},
+            "absolute": {"value": float(effective)},
+        },
+        "tested_lengths": list(tested),
+        "per_length": [
+            {"length": n, "gain": 2.0 if n <= effective else 0.1, "gain_ci": [1.8, 2.2] if n <= effective else [0, 0.2],
+             "weakest_depth": 0, "weakest_gain": 1.5 if n <= effective else 0.0}
+            for n in tested
+        ],
+    }  # fmt: skip
+    return {"kind": "lm_eval_longctx.audit", "model": model, "results_model": model,
+            "window": {"tokens": claimed, "source": "max_position_embeddings"}, "verdict": judged}  # fmt: skip
+
+
+def write_audit(folder: Path, model: str, **kwargs) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "audit.json").write_text(json.dumps(audit_record(model, **kwargs)), encoding="utf-8")
+    return folder
+
+
+def write_checkpoint(folder: Path, weights: bytes = b"weights") -> Path:
+    """A checkpoint folder: config.json, a weights file and a README that is not part of its identity."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}), encoding="utf-8")
+    (folder / "model.safetensors").write_bytes(weights)
+    (folder / "README.md").write_text(f"{folder}", encoding="utf-8")
+    return folder

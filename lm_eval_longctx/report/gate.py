@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import output_dirs
 from . import paired
+from .bounds import LOWER_BOUND_LEGEND, bound_text
 from .comparability import (
     CONTENT_IDENTIFIED,
     DOCS_KEY,
@@ -208,6 +209,8 @@ class GateRow:
     ci: tuple | None = None  # paired: CI of the change (run - baseline) at the level matching z
     note: str = ""  # why a gated row is unpaired; the paired test's aggregation and documents
     one_sided: bool = False  # the direction is recorded in one of the two results files only
+    baseline_lower_bound: bool = False  # a length that reaches the longest length tested (bounds.py)
+    current_lower_bound: bool = False
 
 
 @dataclass
@@ -252,11 +255,14 @@ class GateReport:
                 test, band = "unpaired" + (f" ({r.note})" if r.note else ""), f"±{r.noise:.4g}"
             else:
                 test, band = "—", ""
+            shown_baseline = bound_text(format_number(r.baseline, r.baseline_se), r.baseline_lower_bound)
+            shown_current = bound_text(format_number(r.current, r.current_se), r.current_lower_bound)
             lines.append(
-                f"| {md_code(r.metric)}{arrow} | {format_number(r.baseline, r.baseline_se)} "
-                f"| {format_number(r.current, r.current_se)} | {change} | {r.tolerance:.4g} | {md_cell(test)} "
-                f"| {band} | {mark} |"
+                f"| {md_code(r.metric)}{arrow} | {shown_baseline} | {shown_current} | {change} | {r.tolerance:.4g} "
+                f"| {md_cell(test)} | {band} | {mark} |"
             )
+        if any(r.baseline_lower_bound or r.current_lower_bound for r in self.rows):
+            lines += ["", BOUND_NOTE]
         if self.files_without_directions:
             lines += [
                 "",
@@ -264,6 +270,21 @@ class GateReport:
                 f"these record none: {md_cell(', '.join(self.files_without_directions))}.",
             ]
         return "\n".join(lines) + "\n"
+
+
+BOUND_NOTE = (
+    f"{LOWER_BOUND_LEGEND}; compared as one: a bound on the run shows no regression, a bound on the baseline no "
+    "improvement (where higher is better)."
+)
+
+
+def bound_verdicts(hib: bool, run_bound: bool, base_bound: bool) -> tuple[bool, bool]:
+    """(whether a regression can be shown, whether an improvement can): a lower bound hides how much higher its
+    value is, so with higher-is-better a bound on the run leaves its regression unknown and a bound on the baseline
+    leaves the run's improvement unknown (mirrored when lower is better)."""
+    if hib:
+        return not run_bound, not base_bound
+    return not base_bound, not run_bound
 
 
 def format_number(value, se) -> str:
@@ -439,7 +460,8 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
     With per-document samples of both runs (paired): regressed iff the whole CI of ``worse`` (paired bootstrap
     over documents, at the level matching z) lies above the tolerance. Otherwise (unpaired): regressed iff
     ``worse > tolerance`` and ``worse > z * sqrt(se_run^2 + se_base^2)`` (a missing stderr counts as 0).
-    Improved is the mirror image; else ok.
+    Improved is the mirror image; else ok. A value that is a lower bound (:mod:`.bounds`) is compared as one: what
+    it leaves unknown is never a verdict (:func:`bound_verdicts`).
     """
     config = config or GateConfig()
     check_config_applies(config, run, base)
@@ -491,6 +513,7 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
         noise = config.z * math.hypot(c.stderr or 0.0, b.stderr or 0.0)
         row = GateRow(name, b.value, b.stderr, c.value, c.stderr, hib, tolerance, noise, "not gated")
         row.one_sided = bool(lacking)
+        row.baseline_lower_bound, row.current_lower_bound = b.lower_bound, c.lower_bound
         if hib is not None and not tol_cfg.get("skip"):
             worse = (b.value - c.value) if hib else (c.value - b.value)
             res, why = (
@@ -511,12 +534,18 @@ def compare(run: Run, base: Run, config: GateConfig | None = None) -> GateReport
                 row.test, row.note = "unpaired", why or ""
                 regressed = worse > tolerance and worse > noise
                 improved = -worse > tolerance and -worse > noise
+            can_regress, can_improve = bound_verdicts(hib, c.lower_bound, b.lower_bound)
+            if not (can_regress and can_improve):
+                row.note = "; ".join(x for x in (row.note, "a lower bound, compared as one") if x)
+            regressed, improved = regressed and can_regress, improved and can_improve
             row.status = "regressed" if regressed else "improved" if improved else "ok"
         rows.append(row)
     for name in new:
         c = run.metrics[name]
         hib, lacking = direction[name]
-        rows.append(GateRow(name, None, None, c.value, c.stderr, hib, 0.0, 0.0, "new", one_sided=bool(lacking)))
+        row = GateRow(name, None, None, c.value, c.stderr, hib, 0.0, 0.0, "new", one_sided=bool(lacking))
+        row.current_lower_bound = c.lower_bound
+        rows.append(row)
     order = {"regressed": 0, "improved": 1, "ok": 2, "not gated": 3, "new": 4}
     rows.sort(key=lambda r: order[r.status])
     without = sorted({f for _, files in direction.values() for f in files})

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import output_dirs
+from .bounds import metric_is_lower_bound
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 # metrics of the suite whose value is a text for the reader (which lengths were skipped, and why): not compared
@@ -87,6 +88,7 @@ class Metric:
     stderr: float | None  # None: the harness wrote "N/A" (no stderr for this aggregation) or none at all
     higher_is_better: bool | None  # None: informational metric (e.g. token counts); never gated
     invalid: str | None = None  # the raw value when it is not a number (null, a string, ...): never compared
+    lower_bound: bool = False  # a length that reaches the longest length tested: the true one may be longer (bounds)
 
 
 @dataclass
@@ -203,12 +205,14 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
 
     A value that is not a number (null, a string, a list) is kept with ``invalid`` set, so that a tool that uses it
     can refuse it by name; a malformed stderr or direction is an error at once. The suite's text notes
-    (``TEXT_NOTES``: ``forgetting_curve``'s ``skipped_lengths``) are for the reader, not metrics: they are left out."""
+    (``TEXT_NOTES``: ``forgetting_curve``'s ``skipped_lengths``) are for the reader, not metrics: they are left out.
+    A length that reaches the longest length its run tested is marked ``lower_bound`` (:mod:`.bounds`)."""
     hib_all = data.get("higher_is_better") or {}
     out = {}
     for task, entries in data["results"].items():
         if not isinstance(entries, dict):
             raise UnusableInput(f"{source}: results.{task} is not an object")
+        settings = _recorded_settings(data, task)
         hib = hib_all.get(task) or {}
         if not isinstance(hib, dict):
             raise UnusableInput(f"{source}: higher_is_better.{task} is not an object")
@@ -243,8 +247,19 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
                     f"{source}: higher_is_better.{task}.{metric} is {json.dumps(direction)}, not true, false or null"
                 )
             name = f"{task}/{metric}" if filt == "none" else f"{task}/{metric},{filt}"
-            out[name] = Metric(float("nan") if value is None else value, se, direction, invalid)
+            bound = metric_is_lower_bound(metric, value, entries, settings, filt)
+            out[name] = Metric(float("nan") if value is None else value, se, direction, invalid, bound)
     return out
+
+
+def _recorded_settings(data: dict, task: str) -> dict | None:
+    """The task's ``longctx_settings`` when the results hold them as an object (what the tools refuse when malformed
+    is checked where they read it: :func:`longctx_settings`)."""
+    configs = data.get("configs")
+    cfg = configs.get(task) if isinstance(configs, dict) else None
+    metadata = cfg.get("metadata") if isinstance(cfg, dict) else None
+    settings = metadata.get("longctx_settings") if isinstance(metadata, dict) else None
+    return settings if isinstance(settings, dict) else None
 
 
 def _kind(value) -> str:

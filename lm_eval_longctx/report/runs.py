@@ -274,6 +274,25 @@ def runs_in(path, others=(), newest: bool = False, order: str = "name") -> list[
     return runs
 
 
+def short_name(name: str) -> str:
+    """A folder's last two parts (hub ids stay whole): what tells apart runs of one model read from two folders."""
+    if name.startswith(("/", ".", "~")) or "\\" in name:
+        return "/".join(Path(name).parts[-2:])
+    return name
+
+
+def distinct_labels(labels: list[str], sources: list[str]) -> list[str]:
+    """The labels of runs, those that are equal told apart by the folder each run was read from (its last two
+    parts, :func:`short_name`), then by their place."""
+    out = list(labels)
+    for suffix in (lambda i: f" [{short_name(sources[i])}]", lambda i: f" #{i + 1}"):
+        now = list(out)
+        for i, label in enumerate(now):
+            if now.count(label) > 1:
+                out[i] = label + suffix(i)
+    return out
+
+
 def every_file(runs) -> list[Path]:
     """Every results file the runs read, and the samples files beside them: what no output may replace."""
     out: list[Path] = []

@@ -1,6 +1,6 @@
 """The regression gate (``report/gate.py``, ``lm-eval-longctx gate``) on synthetic lm-eval results files built by
 hand (``tests/report_fixtures.py``): improvements and regressions, stderr and tolerances, settings that must match,
-directions, and no wrong verdict from a malformed or non-finite input."""
+directions, lower bounds compared as bounds, and no wrong verdict from a malformed or non-finite input."""
 
 import copy
 import json
@@ -13,7 +13,7 @@ import pytest
 from lm_eval_longctx.cli import main
 from lm_eval_longctx.report.gate import compare, identified_by_content, parse_gate_config
 from lm_eval_longctx.report.results import Metric, Run, flatten
-from tests.report_fixtures import SETTINGS, results_json, write
+from tests.report_fixtures import SETTINGS, read_page, results_json, suite_results_json, write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -430,3 +430,39 @@ def test_new_metric_in_the_run_is_shown_even_when_nan(tmp_path, capsys):
     assert "| `longppl_govreport/longppl_soft` | — | NaN |" in capsys.readouterr().out
     run["results"]["longppl_govreport"]["longppl_soft,none"] = "oops"  # but a malformed field is not
     assert gate(tmp_path, run, results_json()) == 2
+
+
+def test_lower_bounds_are_compared_as_bounds():
+    def status(base: Metric, run: Metric) -> str:
+        return compare(Run({"t/len": run}, {}, {}, {}, "r"), Run({"t/len": base}, {}, {}, {}, "b")).rows[0].status
+
+    def length(value, bound=False, hib=True):
+        return Metric(value, None, hib, lower_bound=bound)
+
+    assert status(length(976, True), length(976, True)) == "ok"  # >= 976 and >= 976: nothing known either way
+    assert status(length(976, True), length(512)) == "regressed"  # below the baseline's bound: judged as now
+    assert status(length(976), length(512, True)) == "ok"  # >= 512 may be 976 or more: no regression shown
+    assert status(length(512, True), length(976)) == "ok"  # the baseline may be 976 or more: no improvement shown
+    assert status(length(512), length(976, True)) == "improved"
+    # lower is better (a config may say so): the same rule, mirrored
+    assert status(length(512, hib=False), length(976, True, hib=False)) == "regressed"
+    assert status(length(976, True, hib=False), length(512, hib=False)) == "improved"
+    assert status(length(512, hib=False), length(256, True, hib=False)) == "ok"
+
+
+def test_the_gate_shows_a_bound_and_passes_two_equal_bounds(tmp_path, capsys):
+    base = suite_results_json("org/m", tasks=["retrieval_gain_map"])  # effective lengths 2048 of 128, 512, 2048
+    run = suite_results_json("org/m", tasks=["retrieval_gain_map"], shift=0.1)
+    html = tmp_path / "gate.html"
+    assert gate(tmp_path, run, base, "--html", str(html)) == 0
+    out = capsys.readouterr().out
+    assert "| `retrieval_gain_map/effective_length` (higher better) | ≥ 2048 | ≥ 2048 |" in out
+    assert "≥: a lower bound" in out
+    page = read_page(html)
+    bounded = [a for a, _ in page.numbers if a.get("data-lower-bound") == "true"]
+    assert {a["data-metric"] for a in bounded} == {"retrieval_gain_map/effective_length",
+                                                   "retrieval_gain_map/effective_length_abs"}  # fmt: skip
+    # the run's effective length fell below the baseline's bound: a regression, as before
+    run["results"]["retrieval_gain_map"]["effective_length,none"] = 512.0
+    assert gate(tmp_path, run, base) == 1
+    assert "| `retrieval_gain_map/effective_length` (higher better) | ≥ 2048 | 512 |" in capsys.readouterr().out

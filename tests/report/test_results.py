@@ -1,11 +1,13 @@
-"""The report tools' text outputs (--summary, --csv, --markdown, --out) on a nearly full disk: the old file or the
-new one, never a part, and one message naming the file and the cause."""
+"""report/results.py: the report tools' text outputs (--summary, --csv, --markdown, --out) on a nearly full disk (the
+old file or the new one, never a part, and one message naming the file and the cause), and the metrics read from a
+results file, a length that reaches the longest length tested marked as a lower bound."""
 
 from __future__ import annotations
 
 import pytest
 
 from lm_eval_longctx.report import results
+from tests.report_fixtures import suite_results_json
 from tests.tiny import writes_cut_at
 
 
@@ -26,3 +28,13 @@ def test_a_table_that_does_not_fit_is_not_left(tmp_path):
         with writes_cut_at(100):
             results.write_text(tmp_path / "board.csv", "a,b\n" * 500, what="--csv file")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_metrics_of_marks_the_lengths_that_reach_the_longest_tested():
+    data = suite_results_json("org/m", tasks=["retrieval_gain_map", "forgetting_curve"])
+    data["results"]["forgetting_curve"]["fine_memory_length,none"] = 64.0  # below the longest copy length, 256
+    metrics = results.metrics_of(data)
+    assert metrics["retrieval_gain_map/effective_length"].lower_bound  # 2048, the longest context length
+    assert metrics["forgetting_curve/coarse_memory_length"].lower_bound  # 256
+    assert not metrics["forgetting_curve/fine_memory_length"].lower_bound
+    assert not metrics["retrieval_gain_map/gain"].lower_bound

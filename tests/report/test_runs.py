@@ -30,6 +30,22 @@ def test_natural_key_compares_numbers_as_numbers():
     assert sorted(names, key=runs.natural_key) == ["a", "Ckpt-30", "ckpt-200", "ckpt-200b", "ckpt-1000"]
 
 
+def test_short_name_keeps_the_last_two_folders_of_a_path_and_a_hub_id_whole():
+    assert runs.short_name("/data/runs/exp1/org__m") == "exp1/org__m"
+    assert runs.short_name("./out/m") == "out/m"
+    assert runs.short_name("org/model/revision") == "org/model/revision"
+
+
+def test_equal_labels_are_told_apart_by_their_folder_then_their_place():
+    sources = ["/r/exp1/out", "/r/exp2/out", "/r/exp1/out", "/r/x"]
+    assert runs.distinct_labels(["m", "m", "m", "n"], sources) == [
+        "m [exp1/out] #1",
+        "m [exp2/out]",
+        "m [exp1/out] #3",
+        "n",
+    ]
+
+
 def test_date_of_prefers_the_results_date_then_the_file_name():
     named = Path("results_2026-01-02T03-04-05.250000.json")
     from_name = datetime.datetime(2026, 1, 2, 3, 4, 5, 250000, tzinfo=datetime.timezone.utc).timestamp()

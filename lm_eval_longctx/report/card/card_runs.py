@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..pictures.names import display_name
 from ..results import TEXT_NOTES, Run, UnusableInput
-from ..runs import every_file, run_of, runs_in
+from ..runs import distinct_labels, every_file, run_of, runs_in
 from ..text import visible
 
 # a training step in a model name or label: checkpoint-1200, step1200, global_step_1200, ckpt_1200, iter-1200
@@ -27,13 +26,6 @@ class CardRun:
     source: str  # the folder or file the run was read from
     step: int | None = None
     notes: dict[str, str] = field(default_factory=dict)  # task -> its text note (skipped lengths), when not "none"
-
-
-def short_name(name: str) -> str:
-    """A folder's last two parts (hub ids stay whole): what tells apart runs of one model read from two folders."""
-    if name.startswith(("/", ".", "~")) or "\\" in name:
-        return "/".join(Path(name).parts[-2:])
-    return name
 
 
 def step_of(name: str) -> int | None:
@@ -113,8 +105,5 @@ def load_runs(paths, labels=(), order: str = "name", newest: bool = False) -> Lo
 
 def _unique_labels(runs: list[CardRun]) -> None:
     """Runs of one model name are told apart by the folder they were read from (then by their place)."""
-    for suffix in (lambda i, r: f" [{short_name(r.source)}]", lambda i, r: f" #{i + 1}"):
-        labels = [r.label for r in runs]
-        for i, r in enumerate(runs):
-            if labels.count(r.label) > 1:
-                r.label += suffix(i, r)
+    for r, label in zip(runs, distinct_labels([r.label for r in runs], [r.source for r in runs])):
+        r.label = label

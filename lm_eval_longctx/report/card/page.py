@@ -88,10 +88,14 @@ def fmt(value) -> str:
     return f"{v:.4g}"
 
 
-def marks(label: str, name: str, value: float, stderr: float | None) -> str:
-    """The attributes that let a reader (or a test) take a shown number back: run, metric, value and stderr."""
+def marks(label: str, name: str, value: float, stderr: float | None, lower_bound: bool = False) -> str:
+    """The attributes that let a reader (or a test) take a shown number back: run, metric, value and stderr, and
+    whether the value is shown as a lower bound (``≥``, :mod:`..bounds`)."""
     out = f'data-run="{esc(label)}" data-metric="{esc(name)}" data-value="{esc(repr(value))}"'
-    return out + (f' data-stderr="{esc(repr(stderr))}"' if stderr is not None else "")
+    out += f' data-stderr="{esc(repr(stderr))}"' if stderr is not None else ""
+    return out + (
+        ' data-lower-bound="true" title="a lower bound: the longest length the run tested"' if lower_bound else ""
+    )
 
 
 def table(head: str, rows: str, css: str = "") -> str:

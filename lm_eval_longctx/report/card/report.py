@@ -3,7 +3,9 @@ section per declared report section (headlines, pictures, every metric, settings
 
 from __future__ import annotations
 
-from ..audits import read_audits
+import dataclasses
+
+from ..audits import AuditSummary, audits_by_model, read_audits, unmatched_text
 from ..outputs import check_outputs
 from ..paired import level_for_z
 from ..results import DEFAULT_Z, UnusableInput
@@ -67,10 +69,44 @@ def task_section(runs: list[CardRun], section: Section, diffs: dict, z: float = 
     return "".join(parts)
 
 
+@dataclasses.dataclass
+class JoinedAudits:
+    """The audits joined to the runs of their checkpoints (:func:`..audits.audits_by_model`)."""
+
+    shown: list[AuditSummary]  # each under the model name of its run, then those that match no run
+    without_audit: list[CardRun]
+    unmatched: list[AuditSummary]
+
+    def notes(self) -> list[str]:
+        """What does not join, said on the page: the runs without an audit, the audits without a run."""
+        lines = [f"No audit of {r.label} ({r.run.model}) was given." for r in self.without_audit]
+        return lines + [unmatched_text(a) for a in self.unmatched]
+
+
+def join_audits(runs: list[CardRun], audits: list[AuditSummary]) -> JoinedAudits:
+    """Each audit to the runs of its checkpoint, shown under the first such run's model name."""
+    if not audits:
+        return JoinedAudits([], [], [])
+    matched, unmatched = audits_by_model([r.run.model for r in runs], audits)
+    shown: dict[int, AuditSummary] = {}
+    for r in runs:
+        a = matched.get(r.run.model)
+        if a is not None and id(a) not in shown:
+            shown[id(a)] = dataclasses.replace(a, model=r.run.model)
+    without = [r for r in runs if r.run.model not in matched]
+    return JoinedAudits([*shown.values(), *unmatched], without, unmatched)
+
+
 def report_card_html(
-    runs: list[CardRun], exports=(), title: str | None = None, z: float = DEFAULT_Z, audits: list | None = None
+    runs: list[CardRun],
+    exports=(),
+    title: str | None = None,
+    z: float = DEFAULT_Z,
+    audits: list | None = None,
+    audit_notes=(),
 ) -> str:
-    """The report card of ``runs`` as one HTML page; ``audits`` (``audits.AuditSummary``) add their section."""
+    """The report card of ``runs`` as one HTML page; ``audits`` (``audits.AuditSummary``, joined to the runs by
+    :func:`join_audits`) add their section, ``audit_notes`` what did not join."""
     if not runs and audits:
         return html_page(
             title or f"Long-context audit: {audits[0].model}", audit_section(audits), "", "Written by lm-eval-longctx."
@@ -101,6 +137,7 @@ def report_card_html(
         + "</h2>"
         + runs_table(runs, all_sections),
         settings_differ_box(runs, diffs),
+        "".join(f'<p class="box warn">{esc(note)}</p>' for note in audit_notes),
         "</section>",
         audit_section(audits) if audits else "",
         at_a_glance(runs, all_sections, z),
@@ -135,7 +172,8 @@ def build_report_card(
     loaded = load_runs(paths, labels, order=order, newest=newest)
     check_outputs([("-o", out_path)], [*loaded.files, *export_files_of(exports), *(a.path for a in audited)])
     runs = loaded.runs
-    page = report_card_html(runs, exports, title, audits=audited)
+    joined = join_audits(runs, audited)
+    page = report_card_html(runs, exports, title, audits=joined.shown, audit_notes=joined.notes())
     write_page(out_path, page)
     return {
         "path": str(out_path),
@@ -145,4 +183,5 @@ def build_report_card(
         "settings_differ": bool(settings_diffs(runs)),
         "order": loaded.order,
         "notices": loaded.notices,
+        "audit_notices": [unmatched_text(a) for a in joined.unmatched],
     }

@@ -4,6 +4,7 @@ glance. Directions (the arrows) are the results' ``higher_is_better``."""
 
 from __future__ import annotations
 
+from ..bounds import bound_text
 from ..intervals import interval, is_symmetric
 from ..paired import level_for_z
 from ..results import DEFAULT_Z, Metric, split_name
@@ -16,14 +17,16 @@ RUNS_AS_COLUMNS = 4  # more runs than this: tables get a row per run
 
 
 def metric_cell(label: str, name: str, m: Metric | None, z: float = DEFAULT_Z, ci_column: bool = False) -> str:
-    """A metric's value (± z·stderr, or its CI in a column of its own), marked with the run, metric and value."""
+    """A metric's value (± z·stderr, or its CI in a column of its own), marked with the run, metric and value; a
+    lower bound (a length that reaches the longest length tested) as ``≥ 976``."""
     if m is None:
         return '<td class="absent" title="not in this run">—</td>' + ('<td class="absent"></td>' if ci_column else "")
     if m.invalid is not None:  # the results file holds null or a string here: shown as it is, not as a number
         attrs = f'data-run="{esc(label)}" data-metric="{esc(name)}" data-invalid="{esc(m.invalid)}"'
         cell = f'<td class="num bad" {attrs}>not a number: {esc(m.invalid)}</td>'
         return cell + ('<td class="absent"></td>' if ci_column else "")
-    attrs = marks(label, name, m.value, m.stderr)
+    attrs = marks(label, name, m.value, m.stderr, m.lower_bound)
+    shown = esc(bound_text(fmt(m.value), m.lower_bound))
     bounds = interval(name, m.value, m.stderr, z)
     if ci_column:
         ci = (
@@ -31,14 +34,14 @@ def metric_cell(label: str, name: str, m: Metric | None, z: float = DEFAULT_Z, c
             if bounds is not None
             else '<span class="muted">no stderr</span>'
         )
-        return f'<td class="num" {attrs}>{esc(fmt(m.value))}</td><td class="num">{ci}</td>'
+        return f'<td class="num" {attrs}>{shown}</td><td class="num">{ci}</td>'
     if bounds is None:
         pm = ""
     elif is_symmetric(name, m.value):
         pm = f' <span class="pm">± {esc(fmt(z * (m.stderr or 0.0)))}</span>'
     else:  # a perplexity's or an accuracy's interval is not value ± one half-width
         pm = f' <span class="pm">[{esc(fmt(bounds[0]))}, {esc(fmt(bounds[1]))}]</span>'
-    return f'<td class="num" {attrs}>{esc(fmt(m.value))}{pm}</td>'
+    return f'<td class="num" {attrs}>{shown}{pm}</td>'
 
 
 def direction_mark(m: Metric | None) -> str:

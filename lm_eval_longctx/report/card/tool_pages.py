@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
-from ..gate import GateReport, format_number
-from ..leaderboard import Leaderboard
+from ..bounds import LOWER_BOUND_LEGEND, bound_text
+from ..gate import BOUND_NOTE, GateReport, format_number
+from ..leaderboard import Leaderboard, cell_text
 from ..paired import level_for_z
 from ..results import split_name
 from ..text import esc
@@ -35,20 +36,24 @@ def gate_table(report: GateReport, run_label: str | None = None, base_label: str
         task, metric, _ = split_name(r.metric) if "/" in r.metric else ("", r.metric, "")
         cls = {"regressed": "fail", "improved": "pass"}.get(r.status, "none")
         cells = []
-        for label, value, se in ((base_label, r.baseline, r.baseline_se), (run_label, r.current, r.current_se)):
+        for label, value, se, bound in (
+            (base_label, r.baseline, r.baseline_se, r.baseline_lower_bound),
+            (run_label, r.current, r.current_se, r.current_lower_bound),
+        ):
             if value is None:
                 cells.append('<td class="absent">—</td>')
             else:
-                cells.append(
-                    f'<td class="num" {marks(label, r.metric, value, se)}>{esc(format_number(value, se))}</td>'
-                )
+                shown = bound_text(format_number(value, se), bound)
+                cells.append(f'<td class="num" {marks(label, r.metric, value, se, bound)}>{esc(shown)}</td>')
         out.append(
             f'<tr><th><span class="task">{esc(task)}</span><br><span class="nowrap"><code>{esc(metric)}</code>'
             f'{esc(arrow)}</span></th>{"".join(cells)}<td class="num">{esc(change)}</td>'
             f'<td class="num">{esc(f"{r.tolerance:.4g}")}</td><td>{esc(test)}{note}</td><td class="num">{esc(band)}</td>'
             f'<td class="verdict {cls}">{esc(r.status)}</td></tr>'
         )
-    return table("".join(f"<th>{c}</th>" for c in columns), "".join(out), "gate")
+    bounded = any(r.baseline_lower_bound or r.current_lower_bound for r in report.rows)
+    note = f'<p class="muted">{esc(BOUND_NOTE)}</p>' if bounded else ""
+    return table("".join(f"<th>{c}</th>" for c in columns), "".join(out), "gate") + note
 
 
 def gate_verdict(report: GateReport) -> tuple[str, str]:
@@ -100,13 +105,16 @@ def leaderboard_page(board: Leaderboard) -> str:
             if c is None:
                 cells.append('<td class="absent">missing</td>')
             else:
-                cells.append(
-                    f'<td class="num" {marks(row.label, m, c.value, c.stderr)}>{esc(format_number(c.value, c.stderr))}</td>'
-                )
+                attrs = marks(row.label, m, c.value, c.stderr, c.lower_bound)
+                cells.append(f'<td class="num" {attrs}>{esc(cell_text(c))}</td>')
         rows.append(f"<tr><th>{esc(row.label)}</th>{''.join(cells)}</tr>")
+    notes = [LOWER_BOUND_LEGEND] if any(c.lower_bound for r in board.rows for c in r.cells.values()) else []
+    notes += board.audit_notices
     body = (
         '<section class="card"><p class="lead">One row per run (model and settings); value ± the harness\'s stderr. '
         "Rows of one model under other settings are labelled by what differs.</p>"
-        f"{table('<th>model</th>' + ''.join(head), ''.join(rows))}</section>"
+        f"{table('<th>model</th>' + ''.join(head), ''.join(rows))}"
+        + "".join(f'<p class="muted">{esc(n)}</p>' for n in notes)
+        + "</section>"
     )
     return html_page("Leaderboard", body, f"{len(board.rows)} rows, {len(board.metrics)} metrics")

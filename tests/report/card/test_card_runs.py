@@ -22,12 +22,6 @@ def test_step_of_and_the_checkpoint_rule():
     assert card_runs.checkpoint_steps(["100", "200"]) == [100, 200]
 
 
-def test_short_name_keeps_the_last_two_folders_of_a_path_and_a_hub_id_whole():
-    assert card_runs.short_name("/data/runs/exp1/org__m") == "exp1/org__m"
-    assert card_runs.short_name("./out/m") == "out/m"
-    assert card_runs.short_name("org/model/revision") == "org/model/revision"
-
-
 def test_checkpoints_of_one_training_run_are_ordered_by_step(tmp_path):
     folders = [tmp_path / f"c{k}" for k in range(3)]
     for folder, step in zip(folders, (2400, 1200, 3600)):  # given out of step order

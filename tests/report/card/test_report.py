@@ -29,6 +29,8 @@ from tests.report_fixtures import (
     read_page,
     suite_results_json,
     task_metrics,
+    write_audit,
+    write_checkpoint,
     write_results,
     write_run,
 )
@@ -305,6 +307,55 @@ def test_gate_and_leaderboard_html_pages(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     assert main(["leaderboard", str(run), "--html", str(tmp_path / "file" / "x.html")]) == 2
     assert "x.html" in capsys.readouterr().err
+
+
+def test_a_length_that_reaches_the_longest_tested_reads_as_a_bound_on_the_card(tmp_path):
+    data = suite_results_json("org/m", tasks=["retrieval_gain_map", "forgetting_curve"])
+    data["results"]["forgetting_curve"]["fine_memory_length,none"] = 64.0  # of copy lengths 16, 64, 256
+    write_results(tmp_path / "m", data)
+    out = tmp_path / "card.html"
+    assert main(["report", str(tmp_path / "m"), "-o", str(out)]) == 0
+    page = read_page(out)
+    check_numbers(page, {"org/m": tmp_path / "m"})
+    shown = {
+        (a["data-metric"], text.strip().split(" [")[0]) for a, text in page.numbers if "length" in a["data-metric"]
+    }
+    assert ("retrieval_gain_map/effective_length", "≥ 2048") in shown
+    assert ("forgetting_curve/coarse_memory_length", "≥ 256") in shown
+    assert ("forgetting_curve/fine_memory_length", "64") in shown
+
+
+def test_an_audit_joins_the_run_of_its_checkpoint_on_the_card(tmp_path, monkeypatch, capsys):
+    folder = write_checkpoint(tmp_path / "models" / "SmolLM2-135M-Instruct")
+    monkeypatch.chdir(tmp_path)
+    write_results(tmp_path / "runs" / "a", suite_results_json("models/SmolLM2-135M-Instruct", tasks=["retrieval_gain"]))
+    write_results(tmp_path / "runs" / "b", suite_results_json("org/unaudited", tasks=["retrieval_gain"]))
+    write_audit(tmp_path / "audit", str(folder), effective=16384)  # the absolute path; 16384: the longest tested
+    write_audit(tmp_path / "lone", "org/never-run")
+    write_audit(tmp_path / "hostile", f"org/{PAYLOAD}")
+    argv = [
+        "report",
+        "runs/a",
+        "runs/b",
+        "--audit",
+        "audit",
+        "--audit",
+        "lone",
+        "--audit",
+        "hostile",
+        "-o",
+        "card.html",
+    ]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    text = (tmp_path / "card.html").read_text(encoding="utf-8")
+    assert "matches no run given" in err and "&lt;img src=x onerror=" in text  # named, as text
+    assert not any(k.startswith("on") for _, attrs in read_page(tmp_path / "card.html").tags for k in attrs)
+    assert str(folder) not in text  # one model on the page, as its run names it
+    assert "<td><code>models/SmolLM2-135M-Instruct</code></td>" in text and "≥ 16384 [16384, 16384]" in text
+    assert "No audit of org/unaudited (org/unaudited) was given." in text
+    lone = "--audit lone/audit.json: its model org/never-run matches no run given"
+    assert lone in text and lone in err
 
 
 # ----------------------------------------------------------------------------------------------- light and quick

@@ -114,3 +114,14 @@ def test_at_a_glance_shows_the_first_headline_of_each_task():
     html = tables.at_a_glance([run], sections, z=1.0)
     assert [attrs["data-metric"] for attrs, _ in page_of(html).numbers] == ["t/y", "u/z"]
     assert "a 68% normal interval" in html  # ± 1 stderr
+
+
+def test_a_lower_bound_is_shown_with_its_mark_and_marked_as_one():
+    for ci_column in (False, True):
+        cell = tables.metric_cell(
+            "r", "t/effective_length", Metric(976.0, None, True, lower_bound=True), ci_column=ci_column
+        )
+        ((attrs, text),) = page_of(cell).numbers
+        assert text.strip() == "≥ 976" and attrs["data-value"] == "976.0" and attrs["data-lower-bound"] == "true"
+    ((attrs, text),) = page_of(tables.metric_cell("r", "t/effective_length", Metric(512.0, None, True))).numbers
+    assert text.strip() == "512" and "data-lower-bound" not in attrs
