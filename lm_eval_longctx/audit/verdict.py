@@ -247,10 +247,15 @@ def per_length(m: Measured) -> list[dict]:
     rows = []
     gate = curve_gate(m)
     for j, length in enumerate(m.lengths.tolist()):
-        ci = bootstrap.interval(lambda i, j=j: m.gains[i, j].mean(axis=(-2, -1)), len(m.doc_ids))
-        weakest = bootstrap.interval(
-            lambda i, j=j: gain_map.weakest_depth_gain(m.gains[i][..., j : j + 1, :])[..., 0], len(m.doc_ids)
-        )
+
+        def mean_gain(i, j=j):
+            return m.gains[i, j].mean(axis=(-2, -1))
+
+        def weakest_gain(i, j=j):
+            return gain_map.weakest_depth_gain(m.gains[i][..., j : j + 1, :])[..., 0]
+
+        ci = bootstrap.interval(mean_gain, len(m.doc_ids))
+        weakest = bootstrap.interval(weakest_gain, len(m.doc_ids))
         by_depth = m.gains[:, j].mean(axis=0)
         row = {
             "length": length,

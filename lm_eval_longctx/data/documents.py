@@ -314,6 +314,7 @@ def load_govreport(
         texts = [tok.decode(x) for x in ids]
     else:
         raise ValueError(f"{where}: its rows have the columns {ds.column_names}; expected {expected}")
+    selection: dict[str, int | str]
     if "input_ids" not in ds.column_names:
         selection = {"num_docs": len(texts)}
     else:
@@ -385,7 +386,7 @@ def token_stream(tokenizer, pieces: list[str], add_special_tokens: bool = True):
 
     if not pieces:
         raise ValueError("no text to tokenize")
-    parts = []
+    parts: list[np.ndarray] = []
     # a few pieces per call: a fast tokenizer encodes a batch in parallel, and only that batch's
     # ids exist as Python lists (PG-19 test is about 10M tokens)
     for a in range(0, len(pieces), 8):

@@ -141,7 +141,7 @@ def line_names(
     if n <= min(len(adjectives), len(nouns)):
         adj = rng.permutation(len(adjectives))[:n]
         noun = rng.permutation(len(nouns))[:n]
-        pairs = zip(adj.tolist(), noun.tolist())
+        pairs: Iterable[tuple[int, int]] = zip(adj.tolist(), noun.tolist())
     else:
         total = len(adjectives) * len(nouns)
         if n > total:
@@ -340,7 +340,7 @@ def _read_text(location: str) -> str:
 
 def load_testcases_file(location: str, max_cases: int | None = None) -> list[TestCase]:
     """LongChat's ``{N}_lines.jsonl`` (path or URL): the first ``max_cases`` records, checked."""
-    cases = []
+    cases: list[TestCase] = []
     # JSON lines are separated by "\n" only: a JSON string may hold U+2028, U+2029 or U+0085 unescaped
     for k, line in enumerate(read_text(location).split("\n")):
         line = line.removesuffix("\r")

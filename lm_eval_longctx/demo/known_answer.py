@@ -26,6 +26,7 @@ the harness's ``doc_hash``): the variants share the tokenizer, the corpus and ev
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -303,7 +304,7 @@ def _curve_units(spec: MetricSpec, run: RunFiles, rows: list[dict]) -> Units:
     if spec.threshold is not None:
         params["threshold" if spec.kind == "fine" else "margin"] = float(spec.threshold)
     by_sample: dict[int, dict[int, tuple]] = {}
-    hashes: dict[int, dict[int, str]] = {}
+    hashes: dict[int, dict[int, str | None]] = {}
     for r in rows:
         length, copy, lm = r[spec.field]
         k, length = int(r["doc"]["sample"]), int(length)
@@ -344,8 +345,10 @@ def paired_units(spec: MetricSpec, runs: dict[str, RunFiles]) -> dict[str, Units
                 f"{spec.key}: unit {ids[bad]} holds different documents for {name} and {ref_name} "
                 "(the models must share tokenizer, data and seeds)"
             )
-        if spec.kind in ("fine", "coarse", "effective") and not np.array_equal(u.lengths, ref.lengths):
-            raise ValidationError(f"{spec.key}: lengths differ between {name} and {ref_name}")
+        if spec.kind in ("fine", "coarse", "effective"):
+            assert u.lengths is not None and ref.lengths is not None  # unit_data gives these kinds their lengths
+            if not np.array_equal(u.lengths, ref.lengths):
+                raise ValidationError(f"{spec.key}: lengths differ between {name} and {ref_name}")
     return out
 
 
@@ -492,7 +495,7 @@ def validate(
         raise ValidationError(f"no run for {missing}")
     if len(order) < 2:
         raise ValidationError("need at least two models to order")
-    rows = []
+    rows: list[dict] = []
     for spec in specs:
         if any(spec.task not in runs[m].samples for m in order):
             rows.append({"metric": spec.key, "label": spec.label, "task": spec.task, "skipped": "no samples"})
@@ -505,8 +508,8 @@ def validate(
         for j in range(len(order) - 1):
             a, b = order[j], order[j + 1]
             ci = paired_bootstrap_difference(
-                lambda i, u=units[a]: metric_value(spec, u, i),
-                lambda i, u=units[b]: metric_value(spec, u, i),
+                functools.partial(metric_value, spec, units[a]),
+                functools.partial(metric_value, spec, units[b]),
                 n,
                 n_resamples,
                 confidence_level,

@@ -421,7 +421,7 @@ def slow_dims(pairs_per_head: int, n_dims: int, offset: int = 0) -> list[int]:
 def _share_lookup_codes(codes: torch.Tensor, token_texts: list[str], special_ids: set) -> None:
     """In place: "line" / " line" and "<" / " <" share the first such token's code, ">" gets none (see the
     comment where the match codes are drawn). ``token_texts``: each token id's decoded text, stripped."""
-    first_with_text = {}
+    first_with_text: dict[str, int] = {}
     for token_id, text in enumerate(token_texts):
         if text in ("line", "<") and token_id not in special_ids:
             codes[token_id] = codes[first_with_text.setdefault(text, token_id)]
@@ -461,7 +461,8 @@ def build_model(tokenizer, recipe: Recipe):
         max_position_embeddings=recipe.max_position_embeddings,
         attention_bias=True,
         tie_word_embeddings=False,
-        rope_theta=recipe.rope_theta,
+        # transformers 4.x reads rope_theta (the project supports >= 4.48); 5.x's typed signature lacks it
+        rope_theta=recipe.rope_theta,  # type: ignore[call-arg]
         rope_parameters={"rope_type": "default", "rope_theta": recipe.rope_theta},
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -741,6 +742,7 @@ def _set_previous_token_heads(
     """Layer 0: head h attends to t - (h + 1) and copies its copy code (the match code without one) into slot
     P(h+1); ``unit_scale``: a unit code's size at layer 0's input."""
     layout, head_dim, pairs_per_head = sizes.layout, sizes.head_dim, sizes.pairs_per_head
+    assert layout.copy is not None and layout.prev_match is not None  # Layout.for_recipe sets both
     fast_pairs = np.arange(recipe.prev_pairs)
     for head in range(sizes.match_order):
         offset = head + 1
@@ -828,6 +830,7 @@ def _set_layer1_heads(
             recipe.code_scale / unit_scale,
         )
     if recipe.lookup:
+        assert lookup_unit_scale is not None  # _normed_scales gives layer 2's with the lookup
         _set_lookup(
             params,
             set_and_freeze,

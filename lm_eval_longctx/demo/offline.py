@@ -30,6 +30,7 @@ def train_tokenizer(texts: list[str], vocab_size: int = 2048, kind: str = "bpe")
     from transformers import PreTrainedTokenizerFast
 
     special = ["<pad>", "<s>", "</s>", "<unk>"]
+    trainer: trainers.Trainer
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -38,6 +38,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from .. import output_dirs
 from ..data import embedded_corpus
@@ -55,7 +56,7 @@ CORPUS_PROVENANCE_FILE = "corpus_provenance.json"
 # mean the same thing everywhere), and the target thresholds. full: every task inside and beyond the demo
 # model's copy reach, on 2 CPU cores; ci: the same pipeline with every size cut down, for a CI test. Why these
 # sizes, with what was measured: docs/demo-and-known-answer-validation.md ("Why the demo's sizes").
-DEMO_BUDGETS = {
+DEMO_BUDGETS: dict[str, dict[str, Any]] = {
     "full": {
         "chars_per_doc": embedded_corpus.DEFAULT_CHARS_PER_DOC,
         "batch_size": 4,
@@ -248,7 +249,7 @@ def _value(metrics: dict, name: str):
 
 def _curve(metrics: dict) -> list[dict]:
     """Forgetting-curve rows ``{length, copy_acc, lm_acc}`` in length order."""
-    rows = {}
+    rows: dict[int, dict] = {}
     for name, m in metrics.items():
         for what in ("copy_acc", "lm_acc"):
             if name.startswith(what + "@"):

@@ -22,6 +22,8 @@ from . import run_state
 BOOTSTRAP_ITERS_CAP = 1000
 # lm-eval's own "N/A" for these stderrs, as before this package bootstrapped them
 NO_STDERR_ENV = "LM_EVAL_LONGCTX_NO_STDERR_HOOK"
+# the attribute that flags an aggregation whose stderr this package bootstraps (``for_task``)
+BOOTSTRAP_FLAG = "_longctx_bootstrap"
 
 
 def _twp(items):
@@ -34,8 +36,8 @@ def _ratio(items):
 
 _twp.__name__ = "token_weighted_perplexity"
 _ratio.__name__ = "corpus_ratio"
-_twp._longctx_bootstrap = True
-_ratio._longctx_bootstrap = True
+setattr(_twp, BOOTSTRAP_FLAG, True)
+setattr(_ratio, BOOTSTRAP_FLAG, True)
 
 AGGREGATIONS = {"token_weighted_perplexity": _twp, "corpus_ratio": _ratio}
 
@@ -60,7 +62,7 @@ def declare(aggregation: str | Callable, higher_is_better: bool | None) -> Metri
 def perplexity_or_note(note: str):
     """Token-weighted perplexity, or ``note`` (a text for the table and the results) when no item has a token."""
     fn = functools.partial(per_token.token_weighted_perplexity_or, note)
-    fn._longctx_bootstrap = True
+    setattr(fn, BOOTSTRAP_FLAG, True)
     return fn
 
 
@@ -97,7 +99,7 @@ class BootstrappedAggregation:
 def for_task(function: Callable, task: str, metric: str) -> Callable:
     """The aggregation lm-eval gets for ``task``'s ``metric``: ``function`` itself, or one that keeps its items when
     lm-eval has no stderr for it (a function flagged ``_longctx_bootstrap``)."""
-    if getattr(function, "_longctx_bootstrap", False):
+    if getattr(function, BOOTSTRAP_FLAG, False):
         return BootstrappedAggregation(function, task, metric)
     return function
 

@@ -89,6 +89,7 @@ def task_configs_dir() -> str:
     installed copy (the wheel maps the top-level ``task_configs/`` folder there), else a checkout's
     ``task_configs/`` beside ``lm_eval_longctx/``."""
     from importlib import resources
+    from typing import cast
 
     try:
         root = resources.files("lm_eval_longctx.task_configs")
@@ -101,7 +102,7 @@ def task_configs_dir() -> str:
         raise
     # A plain directory gives a pathlib.Path. A zipped install gives a Traversable that is not
     # os.PathLike; lm-eval cannot glob inside it anyway, so the TypeError is allowed to surface.
-    return os.path.abspath(os.fspath(root))
+    return os.path.abspath(os.fspath(cast("os.PathLike[str]", root)))
 
 
 def _current_task_configs_dir() -> str:

@@ -141,6 +141,7 @@ def _our_task_configs(arguments: dict) -> tuple[list, dict, bool]:
             foreign.append(name)
         if entry is None or depth > 10 or name in found:
             return
+        assert isinstance(name, str)  # entry comes from index.get(name) only for a str
         if isinstance(spec, dict):
             overrides = {**overrides, **{k: v for k, v in spec.items() if k != "task"}}
         if entry.kind is Kind.TAG:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..engine import scoring
 from ..keytokens import text_scoring
@@ -30,7 +31,7 @@ class ScoringContext:
     beside the task's progress bar, which counts the tokens forwarded)."""
 
     model: object
-    tokenizer: object
+    tokenizer: Any  # the HFLM's tokenizer (transformers), called and decoded by the request kinds
     max_length: int | None
     batch_size: int
     progress: Callable[[int], None] = lambda n: None

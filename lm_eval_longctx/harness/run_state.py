@@ -20,7 +20,7 @@ class Evaluation:
     arguments: dict = field(default_factory=dict)
     lm: object = None  # the LM object passed in, or the first LM built while the call runs
     scoring: dict[str, dict] = field(default_factory=dict)  # task -> how its requests were scored (engine record)
-    served_tokenizer: dict[str, dict] = field(default_factory=dict)  # task -> the tokenizer that served it
+    served_tokenizer: dict[str, dict | None] = field(default_factory=dict)  # task -> the tokenizer that served it
     aggregated: dict[tuple[str, str], tuple] = field(default_factory=dict)  # (task, metric) -> (function, items)
     model_identities: dict[int, dict | None] = field(default_factory=dict)  # id(LM) -> its --use_cache identity
     resources_checked: bool = False  # the hub resources of all the call's tasks (tasks/preflight.py)

@@ -141,7 +141,7 @@ def save_results_aggregated(original):
                 except Exception as e:  # noqa: BLE001  (the results are saved; a picture must not fail the run)
                     why = (
                         output_dirs.cannot_write(e.filename, e)
-                        if getattr(e, "filename", None)
+                        if isinstance(e, OSError) and e.filename
                         else errors.first_line(e)
                     )
                     log.warning("%s: could not write its files beside %s: %s; the results are saved", name, path, why)

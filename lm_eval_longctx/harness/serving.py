@@ -114,8 +114,8 @@ def model_identity(lm) -> dict | None:
 
         if Path(str(name)).is_dir():
             identity["files_sha256"] = evaluator.folder_fingerprint(name, cache.default_cache_dir().parent)
-        elif getattr(config, "_commit_hash", None):
-            identity["commit"] = config._commit_hash
+        elif commit := getattr(config, "_commit_hash", None):
+            identity["commit"] = commit
         else:
             identity = None
     identities[id(lm)] = identity
@@ -179,11 +179,13 @@ def serve_longctx_scores(self, requests, disable_tqdm: bool = False):
         if kind not in REQUEST_KINDS:
             raise ValueError(f"unknown {REQUEST_TYPE} kind {kind!r}; known: {sorted(REQUEST_KINDS)}")
         if db is not None:
-            keys[i] = _spec_key(text, spec, identity)
+            assert identity is not None  # db is None without a model identity (above)
+            key = keys[i] = _spec_key(text, spec, identity)
             try:
-                cached = _from_cache(db, keys[i], REQUEST_KINDS[kind])
+                cached = _from_cache(db, key, REQUEST_KINDS[kind])
             except Exception as err:  # noqa: BLE001  (a database that cannot be read: the run goes on without it)
-                db, cached = _cache_database_off("read", err), None
+                _cache_database_off("read", err)
+                db, cached = None, None
             if cached is not None:
                 out[i] = cached
                 n = REQUEST_KINDS[kind].n_tokens(out[i])
@@ -234,7 +236,8 @@ def serve_longctx_scores(self, requests, disable_tqdm: bool = False):
                 try:
                     db[keys[i]] = res.to_state()
                 except Exception as err:  # noqa: BLE001  (a full or read-only database: the run goes on without it)
-                    db = _cache_database_off("written", err)
+                    _cache_database_off("written", err)
+                    db = None
     return out
 
 
@@ -274,7 +277,6 @@ def _cache_database_off(failure: str, err: Exception) -> None:
         errors.first_line(err),
         REQUEST_TYPE,
     )
-    return None
 
 
 def longctx_scores(original):

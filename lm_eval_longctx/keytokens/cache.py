@@ -16,6 +16,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -107,6 +108,7 @@ class SpanCache:
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def path(self, key: str) -> Path:
+        assert self.directory is not None  # get and put return before asking without a directory
         return self.directory / f"{key}{self.SUFFIX}"
 
     def get(self, key: str) -> EvaluatorJudgement | None:
@@ -120,7 +122,8 @@ class SpanCache:
                 cause = err.strerror.lower() if err.strerror else errors.first_line(err)
                 _give_up(self.directory, f"cannot read {path}: {cause}", err, NOT_READ)
                 return None
-            return _unusable(path, errors.first_line(err))
+            _unusable(path, errors.first_line(err))
+            return None
         if data is None:  # missing, or a folder, FIFO or device in its place: never waited on
             return None
         try:
@@ -137,16 +140,18 @@ class SpanCache:
                 and checksum == _entry_checksum(key, arrays)
             )
         except Exception as err:  # noqa: BLE001  (any unreadable entry is a miss)
-            return _unusable(path, f"{type(err).__name__}: {err}")
+            _unusable(path, f"{type(err).__name__}: {err}")
+            return None
         if not ok:
-            return _unusable(path, "its checksum or key does not match its content")
+            _unusable(path, "its checksum or key does not match its content")
+            return None
         extra = {k: arrays[k] for k in _OPTIONAL_ARRAYS if k in arrays}
         return EvaluatorJudgement([(int(a), int(b)) for a, b in spans], offsets, arrays["lsd"], **extra)
 
     def put(self, key: str, judgement: EvaluatorJudgement, settings: dict) -> None:
         if self.directory is None or errors.already((NOT_WRITTEN, self.directory)):
             return
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "spans": np.asarray(judgement.spans, dtype=np.int64).reshape(-1, 2),
             "offsets": np.asarray(judgement.offsets, dtype=np.int64).reshape(-1, 2),
             "lsd": np.asarray(judgement.lsd, dtype=np.float32),
@@ -157,7 +162,8 @@ class SpanCache:
         buf = io.BytesIO()
         np.savez(
             buf,
-            **arrays,
+            # cast: numpy's stub would also match the unpacked arrays against savez's allow_pickle: bool
+            **cast(dict[str, Any], arrays),
             key=np.array(key),
             settings=np.array(json.dumps(settings, sort_keys=True)),
             checksum=np.array(_entry_checksum(key, arrays)),

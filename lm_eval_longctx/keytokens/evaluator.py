@@ -245,6 +245,7 @@ def parse_max_memory(value) -> dict | None:
         k = str(key).strip().lower()
         if k.startswith("cuda:"):
             k = k[len("cuda:") :]
+        device: int | str
         if k.isdigit():
             device = int(k)
         elif k == "cpu":
@@ -285,7 +286,7 @@ def auto_device_budget(max_memory: dict | None) -> dict:
             )
         return max_memory
     available = get_max_memory()
-    gpus = {k: v for k, v in available.items() if isinstance(k, int)}
+    gpus: dict[int | str, int] = {k: v for k, v in available.items() if isinstance(k, int)}
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if local_world > 1:
@@ -325,7 +326,8 @@ def load_evaluator(
                 target, dtype=getattr(torch, dtype), device_map="auto", max_memory=budget, **kwargs
             )
         else:
-            model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype), **kwargs).to(device)
+            # the ignore: transformers' PreTrainedModel.to is a functools.wraps of nn.Module.to, which mypy cannot bind
+            model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype), **kwargs).to(device)  # type: ignore[arg-type]
     except (OSError, ValueError, ImportError) as err:
         raise _unavailable(identity["name"], errors.first_line(err), identity["name"] == DEFAULT_EVALUATOR) from None
     if budget is not None:

@@ -118,6 +118,7 @@ def score_tokens(
     short = None
     if request.truncated:
         windows = request.window_batch_size or batch_size
+        assert request.trunc_len is not None and request.stride is not None  # both or neither (__post_init__)
         short = scoring.score_truncated(model, [ids], request.trunc_len, request.stride, batch_size=windows)[0]
     return scoring.SequenceScores(np.asarray(ids, dtype=np.int64), offsets if request.offsets else None, long, short)
 

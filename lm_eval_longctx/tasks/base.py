@@ -102,7 +102,12 @@ def suite_task_names() -> tuple[str, ...]:
     """Every task of the suite by its suite name (the results' keys), in the report card's order (``REPORT.order``;
     a group's tasks in the order their module defines them)."""
     classes = suite_tasks()
-    return tuple(sorted(classes, key=lambda name: classes[name].REPORT.order if classes[name].REPORT else math.inf))
+
+    def order(name: str) -> float:
+        report = classes[name].REPORT
+        return report.order if report else math.inf
+
+    return tuple(sorted(classes, key=order))
 
 
 def suite_run_names() -> tuple[str, ...]:

@@ -156,7 +156,7 @@ def resolve_lengths(s: dict, model_max_length: int, model: evaluated_model.Evalu
             )
     table = model.position_table if model is not None else None
     past_table = [x for x in lengths if table is not None and sample_tokens(x) > table]
-    if past_table:
+    if past_table and table is not None:  # (past_table is empty without a table)
         raise ValueError(
             f"forgetting_curve: copy lengths {past_table} make samples of up to {sample_tokens(past_table[-1])} "
             f"tokens (2l + 3), beyond {position_table_words(table)}. The longest copy length that fits is "

@@ -41,6 +41,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from lm_eval.utils import simple_parse_args_string
@@ -193,6 +194,7 @@ def score_answer(model, tokenizer, text: str, spec: dict, max_length: int | None
         allow_beyond_max_length=bool(spec.get("allow_beyond_max_length", False)),
     )
     ids, offsets = text_scoring.tokenize(tokenizer, text, request)
+    assert offsets is not None  # the request asks for them
     start = int(spec["response_start"])
     try:
         first = text_scoring.first_token_after(offsets, start)
@@ -423,7 +425,7 @@ class _LinesTask(LongContextTask):
     SCORES_RAW_DOCUMENTS = False  # a prompt the model answers: --apply_chat_template, --system_instruction apply
     NO_SHOTS_BECAUSE = "the prompt is LongChat's, fixed by the LongEval paper; shots would change what is measured"
     # the two tasks are one section of the report card
-    REPORT_SECTION = {
+    REPORT_SECTION: dict[str, Any] = {
         "section": "longeval_lines",
         "title": "LongEval lines (longeval_lines_acc, longeval_lines_ppl)",
         "lead": "LongChat's line lookup: a prompt lists N lines and asks for the number in one of them; accuracy "
@@ -553,7 +555,7 @@ class _LinesTask(LongContextTask):
                     "testcases: LongChat's files hold their own sizes; num_lines picks the files"
                 )
             return
-        self._sizing_notes: list[str] = []
+        self._sizing_notes = []
         given = getattr(s, "sources", {}).get(sizing.LENGTHS_KEY) == GIVEN
         self._size(
             lambda lengths: self._num_lines_for(lengths, given),

@@ -25,7 +25,7 @@ from ..engine import scoring
 from ..harness import aggregations, request_type, run_state
 from ..keytokens import cache, evaluator, span_files, spans_to_tokens, text_scoring
 from ..metrics import per_token
-from ..settings import GIVEN, SettingsError
+from ..settings import GIVEN, Settings, SettingsError
 from . import declarations, preflight, sizing, token_export
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
@@ -83,7 +83,7 @@ def settings_for_lengths(lengths: list[int]) -> dict:
     }
 
 
-def resolve_settings(metadata: dict | None) -> dict:
+def resolve_settings(metadata: dict | None) -> Settings:
     s = SETTINGS.parse(metadata)
     resolve_embedded_corpus(SETTINGS.owner, s)
     longest = s["cut_tokens"] if "cut_tokens" in s.explicit else max(s["max_seq_lengths"] or [0]) or None
@@ -234,6 +234,7 @@ def longppl_arrays(
 class LongPPLTask(LongContextTask):
     SUITE_TASK_NAME = "longppl_govreport"
     resolve_settings = staticmethod(resolve_settings)
+    settings: Settings  # resolve_settings's (its explicit keys are read)
     TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS
     METRIC_DIRECTIONS = (
         ("longppl", False),
@@ -440,6 +441,7 @@ class LongPPLTask(LongContextTask):
             )
         elif s["key_source"] == "spans_dir":
             folder = self.span_folder
+            assert folder is not None  # download reads the folder with key_source spans_dir
             rec.update(
                 key_spans_dir=str(Path(s["key_spans_dir"]).resolve()),
                 key_spans_manifest=folder.manifest,
@@ -540,6 +542,7 @@ class LongPPLTask(LongContextTask):
 
     def _load_evaluator(self):
         if self._evaluator is None:
+            assert self.evaluator_identity is not None  # download sets it with key_source evaluator
             s = self.settings
             log.info("loading the key-token evaluator %s on %s", s["evaluator"], self._evaluator_device())
             self._evaluator = evaluator.load_evaluator(
@@ -569,6 +572,7 @@ class LongPPLTask(LongContextTask):
         return cache.SpanCache(cache.default_cache_dir() if d == "default" else d)
 
     def _judge_with_evaluator(self, text: str) -> evaluator.EvaluatorJudgement:
+        assert self.evaluator_identity is not None  # download sets it with key_source evaluator
         s = self.settings
         span_store = self._span_cache()
         settings = self._evaluator_settings()
@@ -587,6 +591,7 @@ class LongPPLTask(LongContextTask):
             judgement = evaluator.judge_from_scores(scores, s["alpha"], s["beta"])
             span_store.put(key, judgement, settings)
         else:  # the same check as on a miss: the evaluator judged this many tokens
+            assert judgement.offsets is not None  # a cache entry holds them
             text_scoring.check_length(
                 len(judgement.offsets), self._evaluator_length_limit(), False, evaluator=self.evaluator_identity["name"]
             )
@@ -617,6 +622,7 @@ class LongPPLTask(LongContextTask):
         if src == "self":  # the judging request is the last (the only one where both tokenizations agree)
             return evaluator.judge_from_scores(results[-1], self.settings["alpha"], self.settings["beta"])
         if src == "spans_dir":
+            assert self.span_folder is not None  # download reads the folder with key_source spans_dir
             return evaluator.EvaluatorJudgement(self.span_folder.spans[doc["doc_id"]])
         return self._judgements[doc["doc_id"]]
 

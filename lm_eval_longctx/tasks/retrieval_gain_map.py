@@ -240,9 +240,9 @@ def serve(ctx: request_type.ScoringContext, items: list) -> list[GainMapScores]:
     distinct: dict[tuple, int] = {}  # (sequence, scored tokens) -> index: one anchor at several lengths is read once
     for case in cases:
         for rung in case.without:
-            for w in rung:
-                distinct.setdefault((tuple(w), case.answer_tokens), len(distinct))
-    seqs = [list(w) for w, _ in distinct]
+            for seq in rung:
+                distinct.setdefault((tuple(seq), case.answer_tokens), len(distinct))
+    seqs = [list(seq) for seq, _ in distinct]
     counts = [r for _, r in distinct]
     scored = scoring.score_sequence_ends(ctx.model, seqs, counts, batch_size=batch) if seqs else []
 

@@ -93,7 +93,8 @@ class _EvalMode:
     """Put a module in eval mode and restore every submodule's own training flag afterwards."""
 
     def __init__(self, model: nn.Module, enabled: bool):
-        self.model, self.enabled, self.flags = model, enabled, None
+        self.model, self.enabled = model, enabled
+        self.flags: list[tuple[nn.Module, bool]] | None = None
 
     def __enter__(self):
         if self.enabled:
