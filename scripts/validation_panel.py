@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+# RULER's simplest needle task, shown alone beside the three tasks' mean
+SINGLE_NEEDLE = "niah_single_1"
 DEFAULT_PROFILES = (
     "smollm2-135m-instruct",
     "smollm2-135m-instruct-claims-32k",
@@ -89,6 +91,7 @@ def row(profile: str, record: dict) -> dict:
         "agree_ruler": (agreement.get("ruler") or {}).get("agree_on_claim"),
         "agree_nolima": (agreement.get("nolima") or {}).get("agree_on_claim"),
         "one_rung_ruler": (agreement.get("ruler") or {}).get("within_one_rung"),
+        "single_needle": (agreement.get("by_task") or {}).get(SINGLE_NEEDLE),
         "audit_tokens": sum(int(s.get("tokens_estimated", 0)) for s in stages),
         "audit_cpu_s": round(sum(float(s.get("cpu_seconds", 0.0)) for s in stages), 1),
         "audit_wall_s": round(sum(float(s.get("wall_seconds", 0.0)) for s in stages), 1),
@@ -118,18 +121,20 @@ def table(rows: list[dict]) -> str:
     lines = [
         "| checkpoint | claimed W | audit verdict | audit effective, relative rule [95% CI] | absolute rule | "
         "RULER score by length | RULER effective (> 85.6) | NoLiMa rule (>= 0.85 x shortest) | agree on the claim "
-        "(RULER / NoLiMa rule) | within one rung | audit: tokens, CPU s (stages reused) | RULER: tokens forwarded, "
-        "generated, wall s |",
-        "|---|---:|---|---|---|---|---:|---:|---|---|---|---|",
+        "(RULER / NoLiMa rule) | within one rung | niah_single_1 alone (> 85.6): effective, agrees | audit: tokens, "
+        "CPU s (stages reused) | RULER: tokens forwarded, generated, wall s |",
+        "|---|---:|---|---|---|---|---:|---:|---|---|---|---|---|",
     ]
     for r in rows:
         scores = ", ".join(f"{k:,}: {v:g}" for k, v in sorted(r["ruler_scores"].items())) or "not run"
+        alone = r.get("single_needle")
+        single = "n/a" if not alone else f"{_length(alone['effective_length'])}, {_yes(alone['agree_on_claim'])}"
         if r["ruler_left_out"]:
             scores += "; left out: " + ", ".join(f"{x:,}" for x in r["ruler_left_out"])
         lines.append(
             f"| {r['profile']} | {r['claimed']:,} | {r['verdict']} | {r['audit_relative']} | {r['audit_absolute']} | "
             f"{scores} | {_length(r['ruler_effective'])} | {_length(r['nolima_effective'])} | "
-            f"{_yes(r['agree_ruler'])} / {_yes(r['agree_nolima'])} | {_yes(r['one_rung_ruler'])} | "
+            f"{_yes(r['agree_ruler'])} / {_yes(r['agree_nolima'])} | {_yes(r['one_rung_ruler'])} | {single} | "
             f"{r['audit_tokens']:,}, {r['audit_cpu_s']:g} ({r['reused_stages']}) | "
             f"{r['ruler_tokens']:,}, {r['ruler_generated']:,}, {r['ruler_wall_s']:g} |"
         )

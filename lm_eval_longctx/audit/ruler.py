@@ -158,6 +158,16 @@ def agreement(window: int, audit_tested: list[int], audit_effective: int, record
             "agree_on_claim": claim == audit_claim,
             "within_one_rung": abs(rung(effective or 0) - rung(audit_effective or 0)) <= 1,
         }
+    # each task alone by RULER's rule: a task a model fails at every length says nothing of its reach
+    by_task: dict = {}
+    for row in record["lengths"]:
+        for task, found in (row.get("tasks") or {}).items():
+            by_task.setdefault(task, {})[row["length"]] = found["score"]
+    out["by_task"] = {}
+    for task, scores in sorted(by_task.items()):
+        effective = effective_lengths(scores)["ruler"]["length"]
+        claim = claim_answer(window, sorted(scores), effective)
+        out["by_task"][task] = {"effective_length": effective, "claim": claim, "agree_on_claim": claim == audit_claim}
     return out
 
 
@@ -170,6 +180,11 @@ def agreement_text(found: dict) -> str:
             f"RULER by {name}: effective {_length(r['effective_length'])}: claim {r['claim']}; "
             f"{'agrees' if r['agree_on_claim'] else 'DISAGREES'} with the audit on the claim, "
             f"{'within' if r['within_one_rung'] else 'more than'} one rung of its effective length"
+        )
+    for task, r in (found.get("by_task") or {}).items():
+        lines.append(
+            f"  {task} alone by RULER's rule: effective {_length(r['effective_length'])}: claim {r['claim']} "
+            f"({'agrees' if r['agree_on_claim'] else 'disagrees'})"
         )
     return "\n".join(lines)
 

@@ -191,6 +191,12 @@ def test_the_audit_and_ruler_agree_or_not_on_the_claim():
     assert found["ruler"]["effective_length"] == 2048 and found["ruler"]["claim"] == "refuted"
     assert not found["ruler"]["agree_on_claim"] and not found["ruler"]["within_one_rung"]
     assert "DISAGREES" in ruler.agreement_text(found)
+    # each task alone: a task failed at every length beside one that holds to W
+    by_task = {"lengths": [{"length": k, "score": 50.0, "tasks": {"single": {"score": 100.0}, "multi": {"score": 0.0}}}
+                           for k in ladder], "effective_length": ruler.effective_lengths({k: 50.0 for k in ladder})}  # fmt: skip
+    found = ruler.agreement(8192, ladder, 8192, by_task)
+    assert found["ruler"]["claim"] == "refuted" and found["by_task"]["single"]["claim"] == "used"
+    assert found["by_task"]["single"]["agree_on_claim"] and found["by_task"]["multi"]["effective_length"] is None
     # nothing at the shortest length on either side: both refute, same rung
     found = ruler.agreement(8192, ladder, 0, record({1024: 0.0, 2048: 0.0}))
     assert found["audit"]["claim"] == found["ruler"]["claim"] == found["nolima"]["claim"] == "refuted"
