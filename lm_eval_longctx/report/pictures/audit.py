@@ -36,8 +36,9 @@ def _ruler_panel(ax, cross_check: dict, window: int) -> None:
     rows = sorted(cross_check.get("lengths", []), key=lambda r: r["length"])
     x = [r["length"] for r in rows]
     score = [r["score"] for r in rows]
-    low = [r["score"] - r["low"] if r.get("low") is not None else 0.0 for r in rows]
-    high = [r["high"] - r["score"] if r.get("high") is not None else 0.0 for r in rows]
+    # an interval stored to fewer digits than its score can sit a rounding inside it: no negative bar
+    low = [max(0.0, r["score"] - r["low"]) if r.get("low") is not None else 0.0 for r in rows]
+    high = [max(0.0, r["high"] - r["score"]) if r.get("high") is not None else 0.0 for r in rows]
     ax.errorbar(x, score, yerr=[low, high], marker="o", capsize=4, color="#1f5fa8", label="RULER needle score, 95% CI")
     effective = (cross_check.get("effective_length") or {}).get("ruler") or {}
     threshold = effective.get("threshold", 85.6)
@@ -66,8 +67,8 @@ def audit_figure(judged: dict, title: str | None = None, cross_check: dict | Non
     rows = judged["per_length"]
     lengths = [r["length"] for r in rows]
     gains = [r["gain"] for r in rows]
-    below = [r["gain"] - r["gain_ci"][0] if r["gain_ci"][0] is not None else 0.0 for r in rows]
-    above = [r["gain_ci"][1] - r["gain"] if r["gain_ci"][1] is not None else 0.0 for r in rows]
+    below = [max(0.0, r["gain"] - r["gain_ci"][0]) if r["gain_ci"][0] is not None else 0.0 for r in rows]
+    above = [max(0.0, r["gain_ci"][1] - r["gain"]) if r["gain_ci"][1] is not None else 0.0 for r in rows]
     w = judged["window"]
     rules = judged["rules"]
     decided = judged["effective"][rules["decides"]]
