@@ -181,7 +181,18 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def plan_text(plan: planning.Plan, estimates: list[float], tokens: list[int], time_model, device: str) -> str:
+def plan_text(
+    plan: planning.Plan,
+    estimates: list[float],
+    tokens: list[int],
+    time_model: planning.TimeModel | None,
+    device: str,
+    reused: dict[int, Path] | None = None,
+) -> str:
+    """The plan as printed: a row per stage (``reused``: the stages, by index, an earlier audit's files serve, which
+    forward nothing and count in no total), the totals of the stages that will run, and where the estimates come
+    from (``time_model`` is None when no stage runs)."""
+    reused = reused or {}
     w = plan.window
     lines = [f"claimed window W = {w.tokens} tokens, from {w.source}"]
     lines += [f"  {name}: {value}" for name, value in w.fields.items() if name != w.source]
@@ -195,18 +206,27 @@ def plan_text(plan: planning.Plan, estimates: list[float], tokens: list[int], ti
     lines.append("|---:|---:|---:|---:|---:|---:|---:|")
     for i, (rung, n, s) in enumerate(zip(plan.rungs, tokens, estimates), start=1):
         beyond = " (beyond the model's max_length: allowed)" if rung.beyond_max_length else ""
+        cost = f"0 | reused from {reused[i - 1]}" if i - 1 in reused else f"{n:,} | {_duration(s)}"
         lines.append(
             f"| {i} | {rung.length}{beyond} | {rung.fraction:.3g} | {rung.context_length} | {rung.copy_length} | "
-            f"{n:,} | {_duration(s)} |"
+            f"{cost} |"
         )
-    lines.append(f"| all | | | | | {sum(tokens):,} | {_duration(sum(estimates))} |")
+    to_run = [i for i in range(len(plan.rungs)) if i not in reused]
+    lines.append(
+        f"| all | | | | | {sum(tokens[i] for i in to_run):,} | {_duration(sum(estimates[i] for i in to_run))} |"
+    )
     for x in plan.left_out:
         lines.append(f"left out: {x['length']}: {x['why']}")
-    probe = ", ".join(f"{n} tokens {s:.3g} s" for n, s in time_model.measured)
-    lines.append(
-        f"estimates from a probe of the engine's long pass on {device} ({probe}), t(n) = a n + b n^2; stages stop "
-        "early once the claim is refuted"
-    )
+    if reused:
+        lines.append(f"{len(reused)} of {len(plan.rungs)} stages reused (--reuse): the totals count the others")
+    if time_model is None:
+        lines.append("every stage is reused: nothing is forwarded, no probe was run")
+    else:
+        probe = ", ".join(f"{n} tokens {s:.3g} s" for n, s in time_model.measured)
+        lines.append(
+            f"estimates from a probe of the engine's long pass on {device} ({probe}), t(n) = a n + b n^2; stages "
+            "stop early once the claim is refuted"
+        )
     return "\n".join(lines)
 
 
@@ -338,18 +358,32 @@ def _run_audit(args, given: checking.AuditInputs, out_print, runner) -> dict:
         lead_tokens=len(lead_token_ids(tokenizer, "auto")),
     )
     plan.shares_prefix = scoring.shares_prefix_cache(loaded)
-    # the probe reads no position a learned table lacks: the lengths past it are left out of the plan
-    time_model = planning.probe(loaded, min(window.tokens, position_table or window.tokens))
-    del loaded
-    tokens = [planning.stage_tokens(r, plan) for r in plan.rungs]
-    # every stage is an lm_eval call that loads the model again
-    estimates = [planning.stage_seconds(r, plan, time_model) + load_seconds for r in plan.rungs]
-    out_print(plan_text(plan, estimates, tokens, time_model, device))
-    out_print(f"each stage also loads the model ({load_seconds:.1f} s here) and lm-eval's task index")
-    out = output_dirs.claim(given.out.resolve(), "the audit")
-    corpus = out / CORPUS_FILE
-    corpus_record = embedded_corpus.write_corpus(corpus, texts)
+    out_dir = given.out.resolve()
+    corpus = out_dir / CORPUS_FILE
+    texts_sha256 = embedded_corpus.provenance(texts)["texts_sha256"]
     fingerprint = stages.model_fingerprint(Path(model)) if Path(model).is_dir() else {"hub": model, **extra}
+    keys = [
+        stages.stage_key(fingerprint, stages.stage_metadata(r, plan, corpus, rules), texts_sha256, extra, device)
+        for r in plan.rungs
+    ]
+    reused = {i: earlier[k][0].parent for i, k in enumerate(keys) if k in earlier}
+    tokens = [planning.stage_tokens(r, plan) for r in plan.rungs]
+    time_model = None
+    estimates = [0.0] * len(plan.rungs)
+    if len(reused) < len(plan.rungs):
+        # the probe reads no position a learned table lacks: the lengths past it are left out of the plan
+        time_model = planning.probe(loaded, min(window.tokens, position_table or window.tokens))
+        # every stage is an lm_eval call that loads the model again
+        estimates = [
+            0.0 if i in reused else planning.stage_seconds(r, plan, time_model) + load_seconds
+            for i, r in enumerate(plan.rungs)
+        ]
+    del loaded
+    out_print(plan_text(plan, estimates, tokens, time_model, device, reused))
+    if time_model is not None:
+        out_print(f"each stage also loads the model ({load_seconds:.1f} s here) and lm-eval's task index")
+    out = output_dirs.claim(out_dir, "the audit")
+    corpus_record = embedded_corpus.write_corpus(corpus, texts)
     record: dict = {
         "kind": verdict.KIND,
         "model": model,
@@ -358,7 +392,7 @@ def _run_audit(args, given: checking.AuditInputs, out_print, runner) -> dict:
         "profile": profile.name if profile else None,
         "plan": plan.record(),
         "documents": {"file": CORPUS_FILE, **{k: v for k, v in corpus_record.items() if k != "path"}, **provenance},
-        "time_model": time_model.record(),
+        "time_model": time_model.record() if time_model else None,
         "rules": rules.record(),
         "stages": [],
     }
@@ -375,7 +409,7 @@ def _run_audit(args, given: checking.AuditInputs, out_print, runner) -> dict:
                 out_print(f"stopping before {rung.length}: {so_far['sentence']}")
                 break
         metadata = stages.stage_metadata(rung, plan, corpus, rules)
-        key = stages.stage_key(fingerprint, metadata, corpus_record["texts_sha256"], extra, device)
+        key = keys[i - 1]
         folder = out / stages.RUNS_FOLDER / rung.name
         argv = stages.harness_argv(Path(model), extra, metadata, folder, device, given.batch_size)
         command = stages.command_text(argv)

@@ -110,11 +110,33 @@ def test_a_twin_that_only_claims_more_reuses_the_stages_and_is_refuted(variants,
                    lines=lines)  # fmt: skip
     # ladder 256, 512, 1024, 2048: the first two come from the short variant's audit, with its numbers
     reused = [s["length"] for s in record["stages"] if s.get("reused_from")]
-    assert reused == [256, 512] and sum("reused from" in line for line in lines) == 2
+    assert reused == [256, 512] and sum(line.startswith("stage ") and "reused from" in line for line in lines) == 2
+    # the plan marks the two stages it copies and counts only the others
+    plan_lines = "\n".join(lines[: next(i for i, line in enumerate(lines) if line.startswith("stage 1/"))]).split("\n")
+    rows = [line for line in plan_lines if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rows) == 2 and all("| 0 | reused from" in row for row in rows)
+    n_stages = len(record["plan"]["lengths"])
+    assert f"2 of {n_stages} stages reused (--reuse): the totals count the others" in "\n".join(plan_lines)
     assert record["verdict"]["per_length"][:2] == first["verdict"]["per_length"]
     assert record["verdict"]["verdict"] == verdict.BELOW and 2048 not in record["verdict"]["tested_lengths"]
     named = record["plan"]["left_out"] + record["plan"]["not_run"]
     assert 2048 in [x["length"] for x in named]  # left out (short documents) or not run (refuted): said either way
+
+
+def test_an_audit_whose_every_stage_is_reused_runs_no_probe(variants, documents, tmp_path, monkeypatch):
+    audit(tmp_path / "first", str(variants / "none"), documents, "--window", str(W), "--all-lengths")
+
+    def no_probe(model, window):
+        raise AssertionError("the probe ran though every stage is reused")
+
+    monkeypatch.setattr(plan, "probe", no_probe)
+    lines: list[str] = []
+    record = audit(tmp_path / "again", str(variants / "none"), documents, "--window", str(W), "--all-lengths",
+                   "--reuse", str(tmp_path / "first"), lines=lines)  # fmt: skip
+    assert all(s.get("reused_from") for s in record["stages"]) and len(record["stages"]) == 3
+    text = "\n".join(lines)
+    assert "| all | | | | | 0 | 0 s |" in text and "every stage is reused: nothing is forwarded, no probe" in text
+    assert record["time_model"] is None and record["verdict"]["verdict"] == verdict.NONE
 
 
 def test_a_moved_audit_folder_is_judged_on_its_own_files(variants, documents, tmp_path):
