@@ -1,11 +1,12 @@
 """The suite as lm-eval loads it: the task classes the YAMLs name (``class: !function lm_eval_longctx.suite.X``),
 with the pictures the report layer draws beside a saved results file hooked in. The tasks know nothing of
-pictures; this module, above both, connects them. It names no task: a YAML's ``X`` is looked up among the classes
+pictures or bounds; this module, above both, connects them. It names no task: a YAML's ``X`` is looked up among the classes
 the task modules define (``tasks.base.suite_tasks``), and the drawers are registered under their own names."""
 
 from __future__ import annotations
 
 from .harness import saving
+from .report import bounds
 from .report.pictures import forgetting_curve_plot, gain_map_plot
 from .tasks import base
 
@@ -29,3 +30,5 @@ def __dir__() -> list[str]:
 # the report drawers that write a picture beside each saved results file, by drawer name
 saving.on_results_saved("forgetting_curve", forgetting_curve_plot.save_beside_results)
 saving.on_results_saved("gain_map", gain_map_plot.save_beside_results)
+# which length values are lower bounds, written into each results JSON beside them
+saving.before_results_saved("bounds", bounds.add_bounds)

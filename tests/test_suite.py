@@ -9,6 +9,7 @@ import yaml
 
 from lm_eval_longctx import suite
 from lm_eval_longctx.harness import saving
+from lm_eval_longctx.report import bounds
 from lm_eval_longctx.report.pictures import forgetting_curve_plot, gain_map_plot
 from lm_eval_longctx.tasks import base
 from tests.harness_utils import TASK_DIR
@@ -53,3 +54,7 @@ def test_the_task_classes_are_the_suites_by_their_python_names():
 def test_the_pictures_are_drawn_beside_each_saved_results_file():
     assert saving.RESULTS_SAVED_CALLBACKS["forgetting_curve"] is forgetting_curve_plot.save_beside_results
     assert saving.RESULTS_SAVED_CALLBACKS["gain_map"] is gain_map_plot.save_beside_results
+
+
+def test_each_saved_results_file_says_which_lengths_are_lower_bounds():
+    assert saving.RESULTS_ANNOTATORS["bounds"] is bounds.add_bounds

@@ -5,7 +5,9 @@ samples in ``save_results_samples``; both return nothing, offer no hook, and on 
 warning and go on (the run exits 0 with no file, or with the start of one). The replacements set by ``contacts.py``
 remove what a failed save wrote and raise ``ResultsNotSavedError``; after a results JSON is saved they call the
 drawers that write files beside it (the forgetting curve's PNG), registered by ``suite.py`` with
-``on_results_saved``. A failing drawer only logs a warning: the results are already saved.
+``on_results_saved``. A failing drawer only logs a warning: the results are already saved. Before lm-eval writes
+the results, the annotators registered with ``before_results_saved`` add their fields to them (which values are
+lower bounds).
 """
 
 from __future__ import annotations
@@ -30,6 +32,16 @@ def on_results_saved(name: str, callback) -> None:
     """Call ``callback(results: dict, results_file: pathlib.Path)`` after each results JSON is saved
     (registered under ``name``: re-registering replaces it)."""
     RESULTS_SAVED_CALLBACKS[name] = callback
+
+
+# annotator name -> callback(results), declared by suite.py: adds fields to the results before lm-eval writes them
+RESULTS_ANNOTATORS: dict[str, Callable] = {}
+
+
+def before_results_saved(name: str, callback) -> None:
+    """Call ``callback(results: dict)`` on each results dict just before lm-eval writes it; the callback adds its
+    fields in place (registered under ``name``: re-registering replaces it)."""
+    RESULTS_ANNOTATORS[name] = callback
 
 
 class ResultsNotSavedError(OSError):
@@ -115,6 +127,9 @@ def save_results_aggregated(original):
     @errors.one_line_under_lm_eval_cli()
     def save_results_aggregated(self, results, samples=None, *args, **kwargs):
         before = getattr(self, "date_id", None)
+        if self.output_path and isinstance(results, dict):
+            for callback in list(RESULTS_ANNOTATORS.values()):
+                callback(results)
         with _lm_eval_save_error() as caught:
             out = original(self, results, samples, *args, **kwargs)
         if not self.output_path:

@@ -2,6 +2,9 @@
 equals the longest length its run tested could be longer, since nothing longer was tried. The leaderboard, the
 report card and the gate show such a value as ``≥ 976``, and the gate compares it as a bound.
 
+Each results JSON a run saves holds the same reading under ``longctx_bounds`` (``bounds_record``), per task and
+length metric: the value, the longest length tested, and whether the value is only a lower bound.
+
 The lengths a run tested come from the results themselves: the per-length metrics of the same task name them
 (``gain@L00976`` for an effective length, ``copy_acc@00512`` for a memory length), those with a number only; a
 results file without them falls back on the lengths its ``longctx_settings`` record.
@@ -84,3 +87,48 @@ def metric_is_lower_bound(metric: str, value, entries: dict, settings: dict | No
 def bound_text(text: str, lower_bound: bool) -> str:
     """A shown value with its mark: ``≥ 976`` for a lower bound, the text itself otherwise."""
     return f"{LOWER_BOUND_MARK} {text}" if lower_bound else text
+
+
+BOUNDS_KEY = "longctx_bounds"
+
+
+def bounds_record(results: dict) -> dict:
+    """Per task and length metric of a results dict (lm-eval's aggregated results): the value, the longest length
+    the run tested, and whether the value is only a lower bound; tasks without a length metric are left out.
+
+    Example:
+        >>> results = {"results": {"retrieval_gain_map": {"alias": "retrieval_gain_map",
+        ...     "effective_length,none": 976.0, "gain@L00208,none": 2.8, "gain@L00976,none": 2.6}}}
+        >>> bounds_record(results)["retrieval_gain_map"]["effective_length"]
+        {'value': 976.0, 'longest_tested': 976, 'lower_bound': True}
+    """
+    out: dict = {}
+    found = results.get("configs")
+    configs: dict = found if isinstance(found, dict) else {}
+    for task, entries in (results.get("results") or {}).items():
+        if not isinstance(entries, dict):
+            continue
+        config = configs.get(task)
+        metadata = config.get("metadata") if isinstance(config, dict) else None
+        settings = metadata.get("longctx_settings") if isinstance(metadata, dict) else None
+        for key, value in entries.items():
+            metric, _, filt = key.partition(",")
+            if metric not in LENGTH_METRICS or not _finite(value):
+                continue
+            lengths = tested_lengths(metric, entries, settings, filt or "none")
+            if not lengths:
+                continue
+            out.setdefault(task, {})[metric] = {
+                "value": value,
+                "longest_tested": max(lengths),
+                "lower_bound": is_lower_bound(value, lengths),
+            }
+    return out
+
+
+def add_bounds(results: dict) -> None:
+    """Write ``bounds_record(results)`` into ``results`` under ``BOUNDS_KEY`` (nothing when no task has a length
+    metric): what a results JSON says of its bounds, beside the values."""
+    record = bounds_record(results)
+    if record:
+        results[BOUNDS_KEY] = record

@@ -38,3 +38,33 @@ def test_without_per_length_metrics_the_recorded_settings_say_what_was_tested():
 
 def test_a_bound_is_marked():
     assert bounds.bound_text("976", True) == "≥ 976" and bounds.bound_text("976", False) == "976"
+
+
+def test_the_results_record_names_each_length_metric_and_its_longest_length():
+    results = {
+        "results": {
+            "forgetting_curve": {
+                "fine_memory_length,none": 254.0,
+                "coarse_memory_length,none": 510.0,
+                "copy_acc@00126,none": 1.0,
+                "copy_acc@00254,none": 1.0,
+                "copy_acc@00510,none": 0.7,
+            },
+            "longppl_govreport": {"longppl,none": 3.2},
+            "retrieval_gain_map": {"effective_length,none": 976.0},
+        },  # fmt: skip
+        "configs": {"retrieval_gain_map": {"metadata": {"longctx_settings": {"lengths_used": [208, 464, 976]}}}},
+    }
+    record = bounds.bounds_record(results)
+    assert record == {
+        "forgetting_curve": {
+            "fine_memory_length": {"value": 254.0, "longest_tested": 510, "lower_bound": False},
+            "coarse_memory_length": {"value": 510.0, "longest_tested": 510, "lower_bound": True},
+        },
+        "retrieval_gain_map": {"effective_length": {"value": 976.0, "longest_tested": 976, "lower_bound": True}},
+    }
+    bounds.add_bounds(results)
+    assert results[bounds.BOUNDS_KEY] == record
+    empty = {"results": {"longppl_govreport": {"longppl,none": 3.2}}}
+    bounds.add_bounds(empty)
+    assert bounds.BOUNDS_KEY not in empty

@@ -307,6 +307,14 @@ def test_png_beside_saved_results_and_plot_script(model_dirs, docs, tmp_path):
 
     m = map_from_results(json.loads(saved.read_text()))
     assert m.lengths.tolist() == MD["context_lengths"] and m.depths.tolist() == MD["depths"]
+    # the results JSON says beside each effective length whether it only bounds the reach from below
+    written = json.loads(saved.read_text())["longctx_bounds"][TASK]
+    for metric in ("effective_length", "effective_length_abs"):
+        value = run["results"][TASK][f"{metric},none"]
+        assert written[metric] == {
+            "value": value, "longest_tested": max(MD["context_lengths"]),
+            "lower_bound": value >= max(MD["context_lengths"]),
+        }  # fmt: skip
     assert m.gain[1, 2] == pytest.approx(run["results"][TASK]["gain@L00120_d100,none"])
     assert m.fraction == 0.5 and m.threshold == 0.5
 
