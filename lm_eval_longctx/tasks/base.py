@@ -345,6 +345,7 @@ class LongContextTask(ConfigurableTask):
         if self.config.metadata is None:
             self.config.metadata = {}
         sizing.record(record, self.sized_by)
+        sizing.say_dropped(str(self.config.task or self.SUITE_TASK_NAME), self.sized_by)
         if token_export.enabled(self):  # a path only: the export changes no number
             record[export_files.SETTING] = self.settings[export_files.SETTING]
         # the evaluated model's tokenizer (when the task is built outside simple_evaluate: the one that served it,

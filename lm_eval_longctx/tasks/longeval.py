@@ -564,7 +564,8 @@ class _LinesTask(LongContextTask):
             ("num_lines",),
         )
         if self.sized_by is not None:
-            self.sized_by.notes.extend(self._sizing_notes)
+            for note in self._sizing_notes:  # each a size left out (num_lines_for_lengths)
+                self.sized_by.drop(note)
 
     def download(self, dataset_kwargs=None, **kwargs) -> None:
         s = self.settings

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .. import errors
 from ..engine.window import ClaimedWindow, claimed_window
 from ..harness import evaluated_model
 from ..settings import DEFAULT, GIVEN, preset_source
@@ -85,6 +86,8 @@ class Sizing:
     window: Window | None
     settings_from: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # the notes that say a length or size asked for is not run (said when the task is built: ``say_dropped``)
+    dropped: list[str] = field(default_factory=list)
 
     def record(self) -> dict:
         return {
@@ -94,7 +97,20 @@ class Sizing:
             "window": self.window.record() if self.window is not None else None,
             "settings_from": dict(self.settings_from),
             "notes": list(self.notes),
+            "dropped": list(self.dropped),
         }
+
+    def drop(self, note: str) -> None:
+        """Record that a length or size asked for is not run, and why."""
+        self.notes.append(note)
+        self.dropped.append(note)
+
+
+def say_dropped(task: str, sizing: Sizing | None) -> None:
+    """One warning line per length or size asked for that ``task`` does not run (its reason recorded as well)."""
+    for note in sizing.dropped if sizing is not None else ():
+        if errors.first_time(("sizing dropped", task, note)):
+            log.warning("%s runs fewer lengths than asked: %s", task, note)
 
 
 def size(
@@ -115,6 +131,7 @@ def size(
     lengths_given = sources.get(LENGTHS_KEY) == GIVEN
     notes: list[str] = []
     lengths: list[int] | None = None
+    cut = ""
     if knobs and all(sources.get(knob) == GIVEN for knob in knobs):
         if lengths_given:
             notes.append(f"{', '.join(knobs)} given: {'wins' if len(knobs) == 1 else 'win'} over {LENGTHS_KEY}")
@@ -128,7 +145,7 @@ def size(
         if not lengths_given and window is not None and max(lengths) > window.tokens:
             # a preset's lengths stop at the model's window (given lengths are the user's: beyond is their call)
             kept = [n for n in lengths if n <= window.tokens] or [window.tokens]
-            notes.append(f"{source}: lengths {lengths} cut to {kept}, within the model's window of {window.tokens}")
+            cut = f"{source}: lengths {lengths} cut to {kept}, within the model's window of {window.tokens}"
             lengths = kept
         derived = for_lengths(lengths)
     elif preset == "model" and window is not None:
@@ -138,6 +155,8 @@ def size(
         if preset == "model":
             notes.append("the model's window is not known here (no model, no readable config): the papers' sizes")
     out = Sizing(preset, lengths, source, window, notes=notes)
+    if cut:
+        out.drop(cut)
     # a preset's own values: recorded with where they came from, as the sized ones
     out.settings_from.update({name: src for name, src in sources.items() if src.startswith("preset ")})
     for knob, value in derived.items():

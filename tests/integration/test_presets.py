@@ -80,7 +80,7 @@ def long_docs(tmp_path_factory, corpus_texts):
 SMALL = {"evaluator": "self", "num_docs": 2, "samples_per_length": 1, "num_cases": 1}
 
 
-def test_the_default_sizes_every_task_from_the_models_window(model_dirs, long_docs):
+def test_the_default_sizes_every_task_from_the_models_window(model_dirs, long_docs, caplog):
     res = run_task(
         "longctx",
         model_dirs["a"],
@@ -107,6 +107,10 @@ def test_the_default_sizes_every_task_from_the_models_window(model_dirs, long_do
     lines = rec["longeval_lines_ppl"]["runtime"]["sizing"]
     assert rec["longeval_lines_ppl"]["num_lines"] == rec["longeval_lines_acc"]["num_lines"]
     assert len(rec["longeval_lines_ppl"]["num_lines"]) >= 1 and any("holds no line" in n for n in lines["notes"])
+    # each size left out is recorded as dropped and said in one line when the task is built
+    assert lines["dropped"] and all("holds no line" in n for n in lines["dropped"])
+    said = [r.getMessage() for r in caplog.records if "runs fewer lengths than asked" in r.getMessage()]
+    assert f"longeval_lines_ppl runs fewer lengths than asked: {lines['dropped'][0]}" in said
     for task in TASKS:
         assert set(res["results"][task]) > {"alias"}
 

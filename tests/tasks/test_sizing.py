@@ -3,6 +3,7 @@ preset or the evaluated model's window, and the record of where it came from."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -73,6 +74,7 @@ def test_a_presets_lengths_stop_at_the_window_given_lengths_do_not():
     s, out = sized({"preset": "ci"}, sizing.Window(512))
     assert out.lengths == [256] and s["doc_tokens"] == 206 and s["num_docs"] == 10
     assert out.settings_from["doc_tokens"] == "max_seq_lengths of preset ci" and "cut to [256]" in out.notes[0]
+    assert out.dropped == out.notes[:1] and out.record()["dropped"] == out.dropped
     s, out = sized({"preset": "ci"}, sizing.Window(100))
     assert out.lengths == [100]  # none fits: the window itself
     s, out = sized({"max_seq_lengths": [1024]}, sizing.Window(512))
@@ -111,3 +113,14 @@ def test_nothing_is_mapped_when_every_setting_it_would_size_is_given():
     out = sizing.size(s, sizing.Window(4096), refuses, refuses, PAPER, knobs=("doc_tokens",))
     assert s["doc_tokens"] == 300 and out.settings_from["doc_tokens"] == "given"
     assert out.notes == ["doc_tokens given: wins over max_seq_lengths"] and out.lengths_from == "max_seq_lengths"
+
+
+def test_a_length_asked_for_and_not_run_is_one_warning_line(caplog):
+    _, out = sized({"preset": "ci"}, sizing.Window(512))
+    with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
+        sizing.say_dropped("some_task", out)
+        sizing.say_dropped("some_task", out)  # said once per evaluation
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"some_task runs fewer lengths than asked: {out.dropped[0]}"] and "cut to [256]" in said[0]
+    _, kept = sized({"preset": "ci"}, sizing.Window(4096))
+    assert kept.dropped == []
