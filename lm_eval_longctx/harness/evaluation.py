@@ -45,7 +45,7 @@ READ_ARGUMENTS = (
 def evaluate(original, *args, **kwargs):
     """``lm_eval.simple_evaluate`` (``original``) with our tasks checked before the model loads, the call's
     ``Evaluation`` current while it runs, and the bootstrap stderrs added to its results."""
-    from . import aggregations, contacts
+    from . import aggregations, contacts, notices
 
     try:
         bound = inspect.signature(original).bind(*args, **kwargs)
@@ -61,6 +61,7 @@ def evaluate(original, *args, **kwargs):
         errors.new_evaluation(),
         errors.one_line_under_lm_eval_cli(),
         settings.model_args_given(run.model_args()),
+        notices.expected_notices(),
     ):
         check_before_model(run.arguments)
         results = original(*args, **kwargs)
