@@ -27,6 +27,7 @@ DEFAULT_PROFILES = (
     "smollm2-135m-instruct",
     "smollm2-135m-instruct-claims-32k",
     "smollm2-135m-instruct-sliding-512",
+    "smollm2-135m-instruct-linear-x4",
 )
 
 

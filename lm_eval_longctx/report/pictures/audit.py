@@ -32,6 +32,9 @@ def _legend_below(ax) -> None:
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
 
 
+TASK_STYLES = (("#6a9f3a", "^"), ("#b5651d", "s"), ("#8e44ad", "D"), ("#555555", "x"))
+
+
 def _ruler_panel(ax, cross_check: dict, window: int) -> None:
     rows = sorted(cross_check.get("lengths", []), key=lambda r: r["length"])
     x = [r["length"] for r in rows]
@@ -40,6 +43,12 @@ def _ruler_panel(ax, cross_check: dict, window: int) -> None:
     low = [max(0.0, r["score"] - r["low"]) if r.get("low") is not None else 0.0 for r in rows]
     high = [max(0.0, r["high"] - r["score"]) if r.get("high") is not None else 0.0 for r in rows]
     ax.errorbar(x, score, yerr=[low, high], marker="o", capsize=4, color="#1f5fa8", label="RULER needle score, 95% CI")
+    # each task alone: a task failed at every length (capability) reads apart from one that falls with length (reach)
+    tasks = sorted({t for r in rows for t in (r.get("tasks") or {})})
+    for task, (color, marker) in zip(tasks, TASK_STYLES, strict=False):
+        points = [(r["length"], r["tasks"][task]["score"]) for r in rows if task in (r.get("tasks") or {})]
+        ax.plot([p[0] for p in points], [p[1] for p in points], color=color, marker=marker, linestyle=":",
+                linewidth=1, markersize=5, label=f"{task} alone")  # fmt: skip
     effective = (cross_check.get("effective_length") or {}).get("ruler") or {}
     threshold = effective.get("threshold", 85.6)
     ax.axhline(threshold, color="#c77c00", linestyle=":", label=f"RULER's bar: {threshold:g}")

@@ -33,7 +33,8 @@ def judged() -> dict:
 def cross_check() -> dict:
     third = 100 / 3
     # the score rounded to 4 digits, its interval not: 33.3333 < 33.33333...
-    lengths = [{"length": n, "score": 33.3333, "low": third, "high": third} for n in (1024, 2048, 4096)]
+    tasks = {"niah_single_1": {"score": 100.0}, "niah_multikey_2": {"score": 0.0}, "niah_multikey_3": {"score": 0.0}}
+    lengths = [{"length": n, "score": 33.3333, "low": third, "high": third, "tasks": tasks} for n in (1024, 2048, 4096)]
     return {"lengths": lengths, "effective_length": {"ruler": {"length": None, "threshold": 85.6}}}
 
 
@@ -46,7 +47,9 @@ def test_the_audit_picture_has_a_panel_per_measurement_and_draws_rounded_interva
     assert all(ax.get_xlabel() and ax.get_ylabel() for ax in axes)
     labels = [t.get_text() for t in axes[0].get_legend().get_texts()]
     assert "claimed window W = 4096" in labels and "effective (relative rule) = 4096" in labels
-    assert "RULER's bar: 85.6" in [t.get_text() for t in axes[2].get_legend().get_texts()]
+    ruler_labels = [t.get_text() for t in axes[2].get_legend().get_texts()]
+    assert "RULER's bar: 85.6" in ruler_labels and "niah_single_1 alone" in ruler_labels
+    assert sum(label.endswith(" alone") for label in ruler_labels) == 3
     path = draw_audit(judged(), tmp_path / "audit.png", cross_check=cross_check())
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
