@@ -35,7 +35,8 @@ LOWER = {
     "tasks": {"engine", "metrics", "keytokens", "data", "harness", "training"},
     "profiles": set(),
     "demo": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training", "profiles"},
-    "audit": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training", "profiles", "demo"},
+    # the audit reads runs through report/ and runs lm_eval through harness/: nothing from the demo
+    "audit": {"engine", "metrics", "keytokens", "data", "harness", "report", "tasks", "training", "profiles"},
     "entry": {
         "engine",
         "metrics",

@@ -8,5 +8,6 @@ bootstrap intervals and the verdict; ``ruler.py`` runs RULER's needle tasks besi
 ``command.py`` is the command line. The profile files (a checkpoint's card, its GGUF source, what the audit must
 find) are read by ``lm_eval_longctx/profiles``.
 
-May import every layer below the command line (as ``demo/`` does), and ``demo/`` itself.
+May import every layer below the command line except ``demo/``: it reads runs through ``report/run_samples.py``
+and runs ``lm_eval`` through ``harness/evaluation.py``.
 """

@@ -324,9 +324,9 @@ def run_audit(args, out_print=say, runner=None) -> dict:
 
 def _run_audit(args, given: checking.AuditInputs, out_print, runner) -> dict:
     if runner is None:
-        from ..demo.run import run_harness
+        from ..harness.evaluation import run_cli
 
-        runner = run_harness
+        runner = run_cli
     extra, model, device = given.model_args, str(given.model), given.device
     profile = profiles.load(args.profile) if args.profile else None
     budget = planning.budget_named(given.budget)
@@ -633,8 +633,8 @@ def add_arguments(p) -> None:
 def run_from_args(args) -> int:
     """The command: exit 0 (judged), 1 (``--check`` and the claim not upheld), 2 (the audit cannot run: one line
     naming the flag, key or file), 130 (interrupted)."""
-    from ..demo.known_answer import ValidationError
-    from ..demo.run import DemoError
+    from ..harness.evaluation import LmEvalRunError
+    from ..report.run_samples import ValidationError
 
     try:
         record = rejudge(args) if args.from_run else run_audit(args)
@@ -647,7 +647,7 @@ def run_from_args(args) -> int:
         profiles.ProfileError,
         WindowError,
         ValidationError,
-        DemoError,
+        LmEvalRunError,
         output_dirs.ForeignFolderError,
         output_dirs.OutputBusyError,
     ) as err:

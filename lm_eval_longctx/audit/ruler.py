@@ -319,9 +319,9 @@ def cross_check(
     deciding each cost."""
     check_packages()
     if runner is None:
-        from ..demo.run import run_harness
+        from ..harness.evaluation import run_cli
 
-        runner = run_harness
+        runner = run_cli
     started = time.perf_counter()
     model_dir, out_folder = Path(model_dir), Path(out_folder)
     tokenizer = _tokenizer(model_dir, extra)

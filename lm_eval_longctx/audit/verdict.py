@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..demo import known_answer
 from ..metrics import bootstrap, gain_map, per_token
 from ..profiles import VERDICTS
+from ..report import run_samples
 from .plan import CURVE_TASK, MAP_TASK
 
 AUDIT_JSON = "audit.json"
@@ -62,8 +62,8 @@ def read_audit(path: Path) -> dict:
     return data
 
 
-def _spec(task: str, field: str, kind: str) -> known_answer.MetricSpec:
-    return known_answer.MetricSpec(field, field, task, field, kind, True, "not stated")
+def _spec(task: str, field: str, kind: str) -> run_samples.MetricSpec:
+    return run_samples.MetricSpec(field, field, task, field, kind, True, "not stated")
 
 
 @dataclass
@@ -82,13 +82,13 @@ class Measured:
     depths: list[int]
 
 
-def _stage_units(results_file: Path) -> tuple[known_answer.Units, known_answer.Units, dict]:
+def _stage_units(results_file: Path) -> tuple[run_samples.Units, run_samples.Units, dict]:
     """A stage's map units, forgetting-curve units and the curve's memory-length rules (fine and coarse)."""
-    run = known_answer.read_run(results_file)
-    fine = known_answer.unit_data(_spec(CURVE_TASK, "fine_memory_length", "fine"), run)
-    coarse = known_answer.unit_data(_spec(CURVE_TASK, "fine_memory_length", "coarse"), run)
+    run = run_samples.read_run(results_file)
+    fine = run_samples.unit_data(_spec(CURVE_TASK, "fine_memory_length", "fine"), run)
+    coarse = run_samples.unit_data(_spec(CURVE_TASK, "fine_memory_length", "coarse"), run)
     return (
-        known_answer.unit_data(_spec(MAP_TASK, "effective_length", "effective"), run),
+        run_samples.unit_data(_spec(MAP_TASK, "effective_length", "effective"), run),
         fine,
         {"fine": dict(fine.params), "coarse": dict(coarse.params)},
     )

@@ -35,7 +35,6 @@ import logging
 import math
 import os
 import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -202,23 +201,12 @@ def _offline_environment() -> None:
 def run_harness(argv: list[str]) -> Path:
     """Run lm-eval's CLI entry point in this process with ``argv`` (which names an ``--output_path`` folder); return
     the results JSON it saved there."""
-    from ..harness.evaluation import cli_evaluate
+    from ..harness.evaluation import LmEvalRunError, run_cli
 
-    folder = Path(argv[argv.index("--output_path") + 1])
-    before = set(folder.rglob("results_*.json")) if folder.is_dir() else set()
-    old_argv = sys.argv
-    sys.argv = ["lm_eval", *argv]
     try:
-        cli_evaluate()
-    except SystemExit as e:  # argparse errors exit; never let them end the caller's interpreter
-        if e.code not in (None, 0):
-            raise DemoError(f"lm_eval exited with status {e.code} (see the messages above)") from e
-    finally:
-        sys.argv = old_argv
-    saved = sorted(set(folder.rglob("results_*.json")) - before, key=lambda path: path.stat().st_mtime)
-    if not saved:
-        raise DemoError("lm_eval finished without saving a results JSON (see the messages above)")
-    return saved[-1]
+        return run_cli(argv)
+    except LmEvalRunError as e:
+        raise DemoError(str(e)) from e
 
 
 # --------------------------------------------------------------------------- reading the results

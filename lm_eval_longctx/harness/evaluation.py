@@ -233,6 +233,33 @@ def tokenizer_of(task_name: str) -> dict | None:
     return current().served_tokenizer.get(task_name)
 
 
+class LmEvalRunError(RuntimeError):
+    """lm-eval's command line, run in this process (``run_cli``), exited with an error or saved no results."""
+
+
+def run_cli(argv: list[str]):
+    """Run lm-eval's command line in this process with ``argv`` (which names an ``--output_path`` folder); return
+    the results JSON it saved there (a ``pathlib.Path``)."""
+    import sys
+    from pathlib import Path
+
+    folder = Path(argv[argv.index("--output_path") + 1])
+    before = set(folder.rglob("results_*.json")) if folder.is_dir() else set()
+    old_argv = sys.argv
+    sys.argv = ["lm_eval", *argv]
+    try:
+        cli_evaluate()
+    except SystemExit as e:  # argparse errors exit; never let them end the caller's interpreter
+        if e.code not in (None, 0):
+            raise LmEvalRunError(f"lm_eval exited with status {e.code} (see the messages above)") from e
+    finally:
+        sys.argv = old_argv
+    saved = sorted(set(folder.rglob("results_*.json")) - before, key=lambda path: path.stat().st_mtime)
+    if not saved:
+        raise LmEvalRunError("lm_eval finished without saving a results JSON (see the messages above)")
+    return saved[-1]
+
+
 def cli_evaluate():
     """lm-eval's command-line entry point, what the ``lm_eval`` console script calls (reads ``sys.argv``)."""
     import lm_eval.__main__

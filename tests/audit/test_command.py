@@ -240,7 +240,7 @@ def test_a_refusal_leaves_no_half_made_folder_and_ctrl_c_exits_130(random_model,
     def interrupted(argv):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("lm_eval_longctx.demo.run.run_harness", interrupted)
+    monkeypatch.setattr("lm_eval_longctx.harness.evaluation.run_cli", interrupted)
     code, err = exit_and_error(parse(str(out), "--model", random_model, "--documents", documents, "--window", str(W),
                                      "--device", "cpu"), capsys)  # fmt: skip
     assert code == command.INTERRUPTED_EXIT and err.startswith("interrupted (Ctrl-C)")
