@@ -104,10 +104,12 @@ def row(profile: str, record: dict) -> dict:
     }
 
 
-def rank_correlation(rows: list[dict]) -> float | None:
+def rank_correlation(rows: list[dict], rule: str = "ruler_effective") -> float | None:
+    """Spearman's rho of the audit's effective lengths and RULER's (by ``rule``: ``ruler_effective`` or
+    ``nolima_effective``) over the checkpoints RULER ran on; "none" counts as 0."""
     from scipy.stats import spearmanr
 
-    pairs = [(r["audit_effective"] or 0, r["ruler_effective"] or 0) for r in rows]
+    pairs = [(r["audit_effective"] or 0, r[rule] or 0) for r in rows if r["ruler_scores"]]
     if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
         return None
     value = float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
@@ -134,17 +136,21 @@ def table(rows: list[dict]) -> str:
             scores += "; left out: " + ", ".join(f"{x:,}" for x in r["ruler_left_out"])
         lines.append(
             f"| {r['profile']} | {r['claimed']:,} | {r['verdict']} | {r['audit_relative']} | {r['audit_absolute']} | "
-            f"{scores} | {_length(r['ruler_effective'])} | {_length(r['nolima_effective'])} | "
+            f"{scores} | {_length(r['ruler_effective']) if r['ruler_scores'] else 'n/a'} | "
+            f"{_length(r['nolima_effective']) if r['ruler_scores'] else 'n/a'} | "
             f"{_yes(r['agree_ruler'])} / {_yes(r['agree_nolima'])} | {_yes(r['one_rung_ruler'])} | {single} | "
             f"{r['audit_tokens']:,}, {r['audit_cpu_s']:g} ({r['reused_stages']}) | "
             f"{r['ruler_tokens']:,}, {r['ruler_generated']:,}, {r['ruler_wall_s']:g} |"
         )
-    rho = rank_correlation(rows)
     lines.append("")
-    lines.append(
-        "Rank correlation (Spearman) of the audit's and RULER's effective lengths across the panel: "
-        + ("not defined (fewer than three checkpoints, or one side constant)" if rho is None else f"{rho:.2f}")
-    )
+    ran = sum(bool(r["ruler_scores"]) for r in rows)
+    for rule, name in (("ruler_effective", "RULER's rule"), ("nolima_effective", "NoLiMa's rule")):
+        rho = rank_correlation(rows, rule)
+        lines.append(
+            f"Rank correlation (Spearman) of the audit's effective lengths and RULER's by {name}, over the {ran} "
+            "checkpoints RULER ran on: "
+            + ("not defined (fewer than three checkpoints, or one side constant)" if rho is None else f"{rho:.2f}")
+        )
     failed = [(r["profile"], e) for r in rows for e in r["expectations"] if not e["holds"]]
     lines.append(
         "Every profile's expectation holds."

@@ -26,7 +26,11 @@ def test_the_shipped_profiles_load_and_the_variants_name_their_base():
     assert claims.expect == {"verdict": "effective below the claim", "effective_length": 8192, "ruler": "refuted"}
     sliding = variants[f"{BASE}-sliding-512"]
     assert sliding.window == 8192 and sliding.expect == {"claim": "refuted", "ruler": "refuted"}
-    assert variants[f"{BASE}-linear-x4"].expect == {"verdict": "no effective context", "effective_length": 0}
+    assert variants[f"{BASE}-linear-x4"].expect == {
+        "verdict": "no effective context",
+        "effective_length": 0,
+        "ruler": "refuted",
+    }
 
 
 def base_profile(name: str = "base") -> dict:

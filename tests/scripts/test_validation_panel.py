@@ -65,10 +65,21 @@ def test_the_table_puts_both_answers_and_their_costs_side_by_side(panel):
     assert "| twin | 32,768 | effective below the claim | 8,192 [8192, 8192] |" in text
     assert "8,192: 88, 16,384: 0" in text
     assert "Rank correlation (Spearman)" in text and "Expectations that do not hold: none: the claim refuted" in text
+    # an audit judged without the cross-check: RULER's columns say it did not run, not "none"
+    unchecked = record(8192, "uses its claimed window", 8192, {4096: 90.0}, "used")
+    del unchecked["cross_check"], unchecked["agreement"]
+    line = next(x for x in panel.table([panel.row("unchecked", unchecked)]).splitlines() if x.startswith("| unchecked"))
+    assert "| not run | n/a | n/a | n/a / n/a |" in line
 
 
 def test_the_rank_correlation_needs_three_checkpoints_that_vary(panel):
-    same = {"audit_effective": 1024, "ruler_effective": 1024}
+    same = {"audit_effective": 1024, "ruler_effective": 1024, "ruler_scores": {1024: 90.0}}
     assert panel.rank_correlation([same, same]) is None
-    rows = [{"audit_effective": a, "ruler_effective": r} for a, r in ((0, 0), (1024, 2048), (8192, 8192))]
+    rows = [{"audit_effective": a, "ruler_effective": r, "nolima_effective": r, "ruler_scores": {1024: 90.0}}
+            for a, r in ((0, 0), (1024, 2048), (8192, 8192))]  # fmt: skip
     assert panel.rank_correlation(rows) == pytest.approx(1.0)
+    assert panel.rank_correlation(rows, "nolima_effective") == pytest.approx(1.0)
+    # a checkpoint RULER did not run on is left out, not read as "none"
+    not_run = {"audit_effective": 8192, "ruler_effective": None, "nolima_effective": None, "ruler_scores": {}}
+    assert panel.rank_correlation([*rows, not_run]) == pytest.approx(1.0)
+    assert panel.rank_correlation(rows[1:] + [not_run]) is None
