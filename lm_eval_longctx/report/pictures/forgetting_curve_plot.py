@@ -294,13 +294,13 @@ def forgetting_curve_figure(curves: list[ForgettingCurve], title: str | None = N
         if not t or t in marked:
             continue
         marked.add(t)
-        fill = (t - 3) / 2
+        fill = (t - 3) // 2  # the longest copy length whose sample fits T
         if left <= t <= right:
             ax.axvline(t, color="red", ls="--", lw=1.2, label=f"claimed length T = {t}")
         if left <= fill <= right:
-            ax.axvline(fill, color="darkred", ls=(0, (4, 2, 1, 2)), lw=1.0, label=f"2l + 3 = T (l = {fill:g})")
+            ax.axvline(fill, color="darkred", ls=(0, (4, 2, 1, 2)), lw=1.0, label=f"2l + 3 <= T (l = {fill})")
         if not left <= fill <= right:
-            off_axis.append(f"claimed length T = {t} (samples fill it at l = {fill:g}, off this axis)")
+            off_axis.append(f"claimed length T = {t} (samples fill it at l = {fill}, off this axis)")
     if off_axis:
         ax.text(
             0.99, 0.02, "\n".join(off_axis), transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="red"
@@ -318,7 +318,7 @@ def forgetting_curve_figure(curves: list[ForgettingCurve], title: str | None = N
     ax.set_xlabel("copy length l (tokens of S; a sample [BOS] S [BOS] S [EOS] has 2l + 3 tokens)")
     ax.set_ylabel("accuracy on the last ceil(l/2) tokens of S")
     ax.set_title(
-        title or (f"Forgetting curve: {curves[0].label}" if single else f"Forgetting curves of {len(curves)} models")
+        title or (f"Forgetting curve: {curves[0].label}" if single else f"Forgetting curves of {len(curves)} runs")
     )
     ax.grid(True, alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)

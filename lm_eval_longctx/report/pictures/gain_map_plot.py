@@ -168,7 +168,7 @@ def gain_map_figure(
         ax.set_xlabel("context length L (tokens of the document before Q A)")
         if n > 1 or title:  # else the figure's title names the one model
             ax.set_title(m.label, fontsize=10)
-    axes[0].set_ylabel("depth of the anchor (% of L - q - r)")
+    axes[0].set_ylabel("depth of the passage (% of the context before the query)")
     assert mesh is not None  # every panel draws one
     cbar = fig.colorbar(mesh, ax=list(axes), fraction=0.035 if n > 1 else 0.05, pad=0.02)
     cbar.set_label("retrieval gain (nats / answer token)\nblue: context helps, red: it hurts")
@@ -273,9 +273,9 @@ def _effective_length_marks(fig, ax, m: GainMap) -> list:
         )
         line.set_clip_on(False)  # never lost to the axes' edge
         ax.add_line(line)
-        handles.append(
-            Line2D([], [], color=colour, ls=dashes, lw=_MARK_WIDTH_PT, label=f"{name} {int(length)} ({rule})")
-        )
+        # at the longest length tested the model may hold more: a lower bound (report/bounds.py)
+        value = f"≥ {int(length)}" if length >= m.lengths[-1] else f"{int(length)}"
+        handles.append(Line2D([], [], color=colour, ls=dashes, lw=_MARK_WIDTH_PT, label=f"{name} {value} ({rule})"))
     return handles
 
 

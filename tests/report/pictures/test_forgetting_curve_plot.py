@@ -79,3 +79,18 @@ def test_picture_shows_the_first_and_last_points_and_their_bands_whole(log_x):
     assert low < (curve.lm_mean - curve.lm_std).min() and high > (curve.copy_mean + curve.copy_std).max()
     if log_x:  # the tested lengths as ticks, in plain numbers
         assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "64", "256", "1024"]
+
+
+def test_the_claimed_length_is_marked_at_a_whole_copy_length_and_curves_are_runs():
+    pytest.importorskip("matplotlib")
+    n = 4
+    lengths = np.array((16, 64, 256, 1024), dtype=np.int64)
+    copy, lm, std = np.linspace(1.0, 0.3, n), np.full(n, 0.03), np.full(n, 0.08)
+    curve = forgetting_curve_plot.ForgettingCurve(
+        "m", lengths, copy, std, lm, std, np.zeros(n, bool), 64, 256, 2048, "geometric"
+    )
+    ax = forgetting_curve_plot.forgetting_curve_figure([curve]).axes[0]
+    # 2 l + 3 <= 2048: the longest sample that fits copies 1022 tokens, not "1022.5"
+    assert "2l + 3 <= T (l = 1022)" in _legend(ax)
+    two = forgetting_curve_plot.forgetting_curve_figure([_curve_of(64, 256), _curve_of(64, 256)]).axes[0]
+    assert two.get_title() == "Forgetting curves of 2 runs"

@@ -66,8 +66,8 @@ def test_picture_marks_effective_lengths_inside_the_axes_and_names_them():
     assert len(xs) == 2 and box.x0 < xs[0] - half_width and xs[1] + half_width < box.x1 - 1  # inside, off the border
     assert xs[1] - xs[0] > 2 * half_width  # side by side, not on top of each other
     assert _legend(ax) == [
-        "effective length 4096 (gain > 0.5 × gain at 256)",
-        "absolute effective length 4096 (gain > 0.5)",
+        "effective length ≥ 4096 (gain > 0.5 × gain at 256)",
+        "absolute effective length ≥ 4096 (gain > 0.5)",
         "no value in the results",
     ]
     # inside the map: each line on the right edge of its length's cell (every cell left of it passes)
