@@ -123,22 +123,6 @@ def test_a_twin_that_only_claims_more_reuses_the_stages_and_is_refuted(variants,
     assert 2048 in [x["length"] for x in named]  # left out (short documents) or not run (refuted): said either way
 
 
-def test_an_audit_whose_every_stage_is_reused_runs_no_probe(variants, documents, tmp_path, monkeypatch):
-    audit(tmp_path / "first", str(variants / "none"), documents, "--window", str(W), "--all-lengths")
-
-    def no_probe(model, window):
-        raise AssertionError("the probe ran though every stage is reused")
-
-    monkeypatch.setattr(plan, "probe", no_probe)
-    lines: list[str] = []
-    record = audit(tmp_path / "again", str(variants / "none"), documents, "--window", str(W), "--all-lengths",
-                   "--reuse", str(tmp_path / "first"), lines=lines)  # fmt: skip
-    assert all(s.get("reused_from") for s in record["stages"]) and len(record["stages"]) == 3
-    text = "\n".join(lines)
-    assert "| all | | | | | 0 | 0 s |" in text and "every stage is reused: nothing is forwarded, no probe" in text
-    assert record["time_model"] is None and record["verdict"]["verdict"] == verdict.NONE
-
-
 def test_a_moved_audit_folder_is_judged_on_its_own_files(variants, documents, tmp_path):
     audit(tmp_path / "out", str(variants / "long"), documents, "--window", str(W))
     moved = tmp_path / "moved"
@@ -153,6 +137,23 @@ def none_audit(variants, documents, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("none") / "audit"
     audit(out, str(variants / "none"), documents, "--window", str(W))
     return out
+
+
+def test_an_audit_whose_every_stage_is_reused_runs_no_probe(variants, documents, tmp_path, monkeypatch):
+    short = ("--window", "512", "--all-lengths")  # a short ladder, every stage run
+    first = audit(tmp_path / "first", str(variants / "none"), documents, *short)
+
+    def no_probe(model, window):
+        raise AssertionError("the probe ran though every stage is reused")
+
+    monkeypatch.setattr(plan, "probe", no_probe)
+    lines: list[str] = []
+    record = audit(tmp_path / "again", str(variants / "none"), documents, *short, "--reuse", str(tmp_path / "first"),
+                   lines=lines)  # fmt: skip
+    assert all(s.get("reused_from") for s in record["stages"]) and len(record["stages"]) == len(first["stages"])
+    text = "\n".join(lines)
+    assert "| all | | | | | 0 | 0 s |" in text and "every stage is reused: nothing is forwarded, no probe" in text
+    assert record["time_model"] is None and record["verdict"] == first["verdict"]
 
 
 def test_leaderboard_and_report_card_show_claimed_and_effective(none_audit, tmp_path):
