@@ -281,8 +281,8 @@ def read_run(results_file: Path, length: int, tokenizer, answer_tokens: int = AN
     return {
         "length": length,
         "score": round(ci["value"], 4),
-        "low": round(ci["low"], 4),
-        "high": round(ci["high"], 4),
+        "low": None if ci["low"] is None else round(ci["low"], 4),
+        "high": None if ci["high"] is None else round(ci["high"], 4),
         "level": ci["level"],
         "samples": n,
         "tasks": per_task,

@@ -173,6 +173,7 @@ def test_cross_check_through_lm_evals_own_command_line(ruler_model, tmp_path):
                                answer_tokens=8)  # fmt: skip
     (row,) = record["lengths"]
     assert row["length"] == 512 and row["samples"] == 1 and row["score"] == 0.0
+    assert row["low"] is None and row["high"] is None  # one sample: no interval
     assert all(task["lm_eval_score"] == 0.0 for task in row["tasks"].values())
 
 
