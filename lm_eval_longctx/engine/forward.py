@@ -80,8 +80,12 @@ def non_finite_logits_error(model, where: str) -> NonFiniteLogitsError:
     return err
 
 
-# called with (model, token positions) after every forward of the decoder (recording.py counts them)
+# called with (model, token positions, part of them already ticked by layers) after every forward of the decoder
+# (recording.py counts them)
 _FORWARD_LISTENERS: list = []
+# called with (model, work) as each decoder layer ends inside a forward: a long forward's progress moves in steps of
+# one layer's share of its token positions, not only when it ends
+_LAYER_LISTENERS: list = []
 
 
 def on_forward(listener) -> None:
@@ -89,9 +93,62 @@ def on_forward(listener) -> None:
         _FORWARD_LISTENERS.append(listener)
 
 
-def forwarded(model, ids: torch.Tensor) -> None:
+def on_layer(listener) -> None:
+    if listener not in _LAYER_LISTENERS:
+        _LAYER_LISTENERS.append(listener)
+
+
+def forwarded(model, ids: torch.Tensor, ticked: float = 0.0) -> None:
     for listener in _FORWARD_LISTENERS:
-        listener(model, int(ids.numel()))
+        listener(model, int(ids.numel()), ticked)
+
+
+_DECODER_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The decoder's blocks: the module list of the config's number of hidden layers (``model.layers``,
+    ``transformer.h``, ``decoder.layers``), or [] when the model has none that size."""
+    if model not in _DECODER_LAYERS:
+        _DECODER_LAYERS[model] = _find_decoder_layers(model)
+    return _DECODER_LAYERS[model]
+
+
+def _find_decoder_layers(model) -> list[torch.nn.Module]:
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n_layers = getattr(text_config, "num_hidden_layers", None)
+    if not isinstance(n_layers, int) or n_layers < 1:
+        return []
+    for module in causal_lm(model).modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n_layers:
+            return list(module)
+    return []
+
+
+class LayerTicks:
+    """Inside ``with LayerTicks(model, ids) as ticks``, each decoder layer's end gives the layer listeners its share
+    of the forward's token positions; ``ticks.done`` is what they were given (never more than the forward's)."""
+
+    def __init__(self, model, ids: torch.Tensor):
+        self.model, self.n, self.done = model, float(ids.numel()), 0.0
+        self.layers = decoder_layers(model) if _LAYER_LISTENERS else []
+        self.handles: list = []
+
+    def _tick(self, *_args) -> None:
+        share = min(self.n / len(self.layers), self.n - self.done)
+        if share > 0:
+            self.done += share
+            for listener in _LAYER_LISTENERS:
+                listener(self.model, share)
+
+    def __enter__(self) -> LayerTicks:
+        self.handles = [layer.register_forward_hook(self._tick) for layer in self.layers]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 # ------------------------------------------------------------------ devices
@@ -299,15 +356,16 @@ class FullForward:
         n = ids.shape[1]
         if "logits_to_keep" not in forward_parameters(model):
             no_cache = {"use_cache": False} if "use_cache" in forward_parameters(self.decoder) else {}
-            self.output = self.decoder(input_ids=ids, **no_cache)
-            forwarded(model, ids)
+            with LayerTicks(model, ids) as ticks:
+                self.output = self.decoder(input_ids=ids, **no_cache)
+            forwarded(model, ids, ticks.done)
             head = model.get_output_embeddings()
             self.vocab = int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
             self.logits_device = (_module_device(head) if head is not None else None) or input_device(model)
             return
-        with _captured_output(self.decoder) as box:
+        with _captured_output(self.decoder) as box, LayerTicks(model, ids) as ticks:
             out = model(input_ids=ids, use_cache=False, logits_to_keep=CHECKED_ROWS)
-        forwarded(model, ids)
+        forwarded(model, ids, ticks.done)
         if "output" not in box:
             raise ScoringError(
                 f"{type(model).__name__} did not run its decoder module "
@@ -387,8 +445,9 @@ def own_logits(model, ids: torch.Tensor, keep: int, **kwargs):
     positions' logits where the forward cannot limit them: at most one chunk's)."""
     if "logits_to_keep" in forward_parameters(model):
         kwargs["logits_to_keep"] = keep
-    out = model(input_ids=ids, **kwargs)
-    forwarded(model, ids)
+    with LayerTicks(model, ids) as ticks:
+        out = model(input_ids=ids, **kwargs)
+    forwarded(model, ids, ticks.done)
     logits = out.logits
     if logits.shape[1] != keep:  # a model that accepts the argument but ignores it
         logits = logits[:, -keep:]

@@ -10,7 +10,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
-from .forward import capabilities, causal_lm, input_device, on_forward
+from .forward import capabilities, causal_lm, input_device, on_forward, on_layer
 
 # the recordings open in this context, innermost last
 _RECORDINGS: contextvars.ContextVar[tuple] = contextvars.ContextVar("lm_eval_longctx_recordings", default=())
@@ -76,13 +76,23 @@ def count(model, what: str, how: str, n: int = 1) -> None:
         record.counts[(what, how)] += n
 
 
-def count_tokens(model, n: int, work: float | None = None) -> None:
+def count_tokens(model, n: int, ticked: float = 0.0, work: float | None = None) -> None:
     """``n`` token positions run through the model's decoder (a forward of [batch, length] counts batch x length);
-    ``work``: what the forward counts for in progress (default ``n``)."""
+    ``work``: what the forward counts for in progress (default ``n``), of which ``ticked`` was already given to the
+    listeners layer by layer (``layer_done``)."""
+    rest = (float(n) if work is None else work) - ticked
     for record in _records_of(model):
         record.tokens_forwarded += int(n)
+        if rest > 0:
+            for listener in record.listeners:
+                listener(rest)
+
+
+def layer_done(model, work: float) -> None:
+    """A decoder layer ended inside a forward: its share of the forward's work goes to the progress listeners."""
+    for record in _records_of(model):
         for listener in record.listeners:
-            listener(float(n) if work is None else work)
+            listener(work)
 
 
 def revise_work(model, delta: float) -> None:
@@ -106,3 +116,4 @@ def note_retry(model, what: str, failed: dict, next_plan: dict, error: str) -> N
 
 
 on_forward(count_tokens)
+on_layer(layer_done)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 from .. import errors
 from ..data import documents
@@ -81,6 +82,35 @@ class TokenProgress:
         self.total = self.bar.total = max(self.n, 1)
         self.bar.refresh()
         self.bar.close()
+
+
+class RunProgress:
+    """The whole run's place, one line as each task starts: "task k of n", and the time the tasks left will take at
+    the rate of the tasks done (their work, in the bars' unit, per second)."""
+
+    def __init__(self, planned: list[int | None]):
+        self.planned = [max(1.0, float(p or 0)) for p in planned]
+        self.work = 0.0
+        self.start = time.perf_counter()
+
+    def done(self, work: float) -> None:
+        self.work += work
+
+    def line(self, k: int, task_name: str) -> str:
+        head = f"{REQUEST_TYPE}: task {k + 1} of {len(self.planned)} ({task_name})"
+        seconds = time.perf_counter() - self.start
+        if k == 0:
+            return head + ("; the time left is said from the second task on" if len(self.planned) > 1 else "")
+        if self.work <= 0 or seconds <= 0:
+            return head
+        left = sum(self.planned[k:]) / (self.work / seconds)
+        return f"{head}; {_minutes(left)} left for this and the {len(self.planned) - k - 1} after it"
+
+
+def _minutes(seconds: float) -> str:
+    if seconds < 60:
+        return "under a minute"
+    return f"about {round(seconds / 60)} min"
 
 
 def _spec_key(text: str, spec: dict, model_identity: dict) -> str:
@@ -213,11 +243,17 @@ def serve_longctx_scores(self, requests, disable_tqdm: bool = False):
     ):
         scoring.check_model(self.model, long_pass)
     ctx = ScoringContext(self.model, self.tokenizer, self.max_length, batch)
-    for (task_name, kind), idx in pending.items():
+    show = not disable_tqdm and self.rank == 0
+    groups = [
+        (task_name, kind, idx, planned_tokens(REQUEST_KINDS[kind], ctx, [requests[i].args for i in idx]))
+        for (task_name, kind), idx in pending.items()
+    ]
+    run_progress = RunProgress([planned for *_, planned in groups])
+    for k, (task_name, kind, idx, planned) in enumerate(groups):
         items = [requests[i].args for i in idx]
-        bar = TokenProgress(
-            task_name, planned_tokens(REQUEST_KINDS[kind], ctx, items), len(idx), not disable_tqdm and self.rank == 0
-        )
+        if show:
+            harness_log.info("%s", run_progress.line(k, task_name))
+        bar = TokenProgress(task_name, planned, len(idx), show)
         ctx.progress = bar.requests
         with scoring.recording(self.model) as record:
             record.listeners.append(bar.tokens)
@@ -228,6 +264,7 @@ def serve_longctx_scores(self, requests, disable_tqdm: bool = False):
                 raise task_error(task_name, err, python_api) from err
             finally:
                 bar.close()
+                run_progress.done(bar.n)
         run.note_scoring(task_name, {**record.summary(), "batch_size": batch_record})
         for i, res in zip(idx, results, strict=True):
             out[i] = res

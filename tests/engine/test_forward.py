@@ -4,10 +4,12 @@ is refused, and the cache goes under the name the forward takes."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from lm_eval_longctx.engine import forward, scoring
+from tests import families
 from tests.tiny import tiny_llama
 
 VOCAB = 97
@@ -112,3 +114,39 @@ def test_the_cache_goes_under_the_name_the_forward_takes_without_a_deprecation_w
         scoring.score_long(model, ids, chunk_size=16, long_pass="chunked")
         scoring.score_continuations(model, ids[:60], [ids[60:70], ids[70:80]], long_pass="chunked")
     assert not [str(w.message) for w in caught if "past_key_values" in str(w.message)]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "mamba", "falcon_alibi"])
+@pytest.mark.parametrize("long_pass", ["full", "chunked"])
+def test_progress_moves_layer_by_layer_inside_one_forward_and_adds_up(family, long_pass):
+    model = families.build(family)
+    seqs = [torch.randint(3, families.VOCAB, (200,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    if long_pass == "chunked" and not forward.capabilities(model).support.kv_cache_exact:
+        pytest.skip(f"{family}: no exact KV cache")
+    plain = scoring.score_long_batch(model, seqs, chunk_size=64, long_pass=long_pass)
+    ticks: list[float] = []
+    with scoring.recording(model) as record:
+        record.listeners.append(ticks.append)
+        got = scoring.score_long_batch(model, seqs, chunk_size=64, long_pass=long_pass)
+    n_layers = len(forward.decoder_layers(model))
+    assert n_layers == 2
+    # one forward of both sequences, or four chunks of 64 tokens: each ticks once per layer, its share
+    forwards, per_forward = (1, 400) if long_pass == "full" else (4, 128)
+    assert len(ticks) >= n_layers * forwards
+    assert max(ticks) <= per_forward / n_layers
+    assert sum(ticks) == pytest.approx(record.tokens_forwarded)
+    for a, b in zip(plain, got, strict=True):
+        assert np.array_equal(a.logprob, b.logprob, equal_nan=True) and np.array_equal(a.greedy, b.greedy)
+
+
+def test_a_model_without_a_layer_list_of_its_config_size_ticks_once_per_forward():
+    model = tiny_llama()
+    model.config.num_hidden_layers = 99  # no module list of that size: the forward counts at its end only
+    forward._DECODER_LAYERS.pop(model, None)
+    ticks: list[float] = []
+    with scoring.recording(model) as record:
+        record.listeners.append(ticks.append)
+        scoring.score_long_batch(model, [ids_for(100)], chunk_size=64, long_pass="full")
+    assert forward.decoder_layers(model) == []
+    # the probes' 8-token forwards, then the 100-token one, each whole (no layer's half)
+    assert ticks[-1] == 100 and set(ticks) == {8.0, 100.0} and sum(ticks) == record.tokens_forwarded

@@ -120,6 +120,49 @@ def test_a_tasks_progress_counts_tokens_against_its_plan_and_ends_at_what_ran():
     assert shown.bar.total == 20 and shown.bar.n == 20 and shown.bar.unit == "tok"
 
 
+def test_the_run_says_which_task_of_how_many_and_the_time_left_at_the_rate_so_far(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(serving.time, "perf_counter", lambda: clock[0])
+    run = serving.RunProgress([6000, 3000, None])
+    assert run.line(0, "a") == ("longctx_scores: task 1 of 3 (a); the time left is said from the second task on")
+    clock[0] += 60.0  # 6,000 tokens in a minute: the 3,001 left take half a minute
+    run.done(6000)
+    assert run.line(1, "b") == "longctx_scores: task 2 of 3 (b); under a minute left for this and the 1 after it"
+    clock[0] += 300.0  # 9,000 in 6 min: the last task's one token takes no time
+    run.done(3000)
+    assert run.line(2, "c").endswith("task 3 of 3 (c); under a minute left for this and the 0 after it")
+    slow = serving.RunProgress([100, 1000])
+    clock[0] += 120.0
+    slow.done(100)
+    assert slow.line(1, "b") == "longctx_scores: task 2 of 2 (b); about 20 min left for this and the 0 after it"
+    assert serving.RunProgress([5]).line(0, "only") == "longctx_scores: task 1 of 1 (only)"
+
+
+def test_each_task_of_a_run_is_announced_in_order(monkeypatch, caplog):
+    monkeypatch.setitem(
+        request_type.REQUEST_KINDS,
+        "echo",
+        request_type.RequestKind(lambda ctx, items: [Echo(t) for t, _ in items], Echo.from_state, uses_model=False),
+    )
+    from tests import tiny
+
+    lm = types.SimpleNamespace(
+        batch_size=1, max_batch_size=None, max_length=None, rank=0, model=tiny.tiny_llama(), tokenizer=None
+    )
+    requests = [types.SimpleNamespace(args=(f"text {k}", {"kind": "echo"}), task_name=t) for k, t in enumerate("aab")]
+    with caplog.at_level(logging.INFO, logger="lm_eval.lm_eval_longctx"):
+        serving.serve_longctx_scores(lm, requests)
+    lines = [r.getMessage() for r in caplog.records if "task " in r.getMessage()]
+    assert [line.split(";")[0] for line in lines] == [
+        "longctx_scores: task 1 of 2 (a)",
+        "longctx_scores: task 2 of 2 (b)",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lm_eval.lm_eval_longctx"):
+        serving.serve_longctx_scores(lm, requests, disable_tqdm=True)  # no bars (another rank, or asked): no lines
+    assert not [r for r in caplog.records if "task " in r.getMessage()]
+
+
 # ------------------------------------------------------------------ runs of longppl_govreport
 
 
