@@ -6,7 +6,7 @@ the task modules define (``tasks.base.suite_tasks``), and the drawers are regist
 from __future__ import annotations
 
 from .harness import saving
-from .report import bounds
+from .report import bounds, evidence
 from .report.pictures import forgetting_curve_plot, gain_map_plot
 from .tasks import base
 
@@ -32,3 +32,5 @@ saving.on_results_saved("forgetting_curve", forgetting_curve_plot.save_beside_re
 saving.on_results_saved("gain_map", gain_map_plot.save_beside_results)
 # which length values are lower bounds, written into each results JSON beside them
 saving.before_results_saved("bounds", bounds.add_bounds)
+# what each task's numbers rest on, and where that is thin
+saving.before_results_saved("evidence", evidence.add_evidence)

@@ -92,6 +92,16 @@ def bound_text(text: str, lower_bound: bool) -> str:
 BOUNDS_KEY = "longctx_bounds"
 
 
+def recorded_settings(data: dict, task: str) -> dict | None:
+    """The task's ``configs.<task>.metadata.longctx_settings`` when the results hold them as an object, else None
+    (a task of another suite; what the tools refuse when malformed is checked where they read it)."""
+    configs = data.get("configs")
+    cfg = configs.get(task) if isinstance(configs, dict) else None
+    metadata = cfg.get("metadata") if isinstance(cfg, dict) else None
+    settings = metadata.get("longctx_settings") if isinstance(metadata, dict) else None
+    return settings if isinstance(settings, dict) else None
+
+
 def bounds_record(results: dict) -> dict:
     """Per task and length metric of a results dict (lm-eval's aggregated results): the value, the longest length
     the run tested, and whether the value is only a lower bound; tasks without a length metric are left out.
@@ -103,14 +113,10 @@ def bounds_record(results: dict) -> dict:
         {'value': 976.0, 'longest_tested': 976, 'lower_bound': True}
     """
     out: dict = {}
-    found = results.get("configs")
-    configs: dict = found if isinstance(found, dict) else {}
     for task, entries in (results.get("results") or {}).items():
         if not isinstance(entries, dict):
             continue
-        config = configs.get(task)
-        metadata = config.get("metadata") if isinstance(config, dict) else None
-        settings = metadata.get("longctx_settings") if isinstance(metadata, dict) else None
+        settings = recorded_settings(results, task)
         for key, value in entries.items():
             metric, _, filt = key.partition(",")
             if metric not in LENGTH_METRICS or not _finite(value):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from .audits import AuditSummary, audits_by_model, read_audits, unmatched_text
 from .bounds import LENGTH_METRICS, LOWER_BOUND_LEGEND, bound_text
 from .comparability import differences, is_model_level, signature
+from .evidence import THIN_EVIDENCE, thin_notes
 from .gate import format_number
 from .results import Metric, UnusableInput, metrics_of, split_name
 from .runs import ResultsFile, date_text, distinct_labels, input_files, runs_in
@@ -99,9 +100,19 @@ class Leaderboard:
                 "claimed: the window the config claims; effective: the longest context length the model uses, with "
                 "its 95% bootstrap interval over documents (lm-eval-longctx audit, docs/audit.md)"
             )
-        for note in self.audit_notices:
+        for note in [*self.thin_evidence(), *self.audit_notices]:
             lines += ["", md_cell(note)]
         return "\n".join(lines) + "\n"
+
+    def thin_evidence(self) -> list[str]:
+        """One line per row and task shown whose numbers rest on thin evidence (:mod:`.evidence`)."""
+        lines = []
+        for row in self.rows:
+            shown = {m.partition("/")[0] for m in self.metrics if m in row.cells}
+            for task, file in row.files.items():
+                if task in shown and (reasons := thin_notes(file.data, task)):
+                    lines.append(f"{row.label}, {task}: {'; '.join(reasons)}")
+        return [f"{THIN_EVIDENCE}: {line}" for line in lines]
 
     def column(self, metric: str) -> dict[str, float]:
         return {r.label: r.cells[metric].value for r in self.rows if metric in r.cells}

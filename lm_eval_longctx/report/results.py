@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import output_dirs
-from .bounds import metric_is_lower_bound
+from .bounds import metric_is_lower_bound, recorded_settings
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 # metrics of the suite whose value is a text for the reader (which lengths were skipped, and why): not compared
@@ -212,7 +212,7 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
     for task, entries in data["results"].items():
         if not isinstance(entries, dict):
             raise UnusableInput(f"{source}: results.{task} is not an object")
-        settings = _recorded_settings(data, task)
+        settings = recorded_settings(data, task)
         hib = hib_all.get(task) or {}
         if not isinstance(hib, dict):
             raise UnusableInput(f"{source}: higher_is_better.{task} is not an object")
@@ -250,16 +250,6 @@ def metrics_of(data: dict, source: str = "") -> dict[str, Metric]:
             bound = metric_is_lower_bound(metric, value, entries, settings, filt)
             out[name] = Metric(float("nan") if value is None else value, se, direction, invalid, bound)
     return out
-
-
-def _recorded_settings(data: dict, task: str) -> dict | None:
-    """The task's ``longctx_settings`` when the results hold them as an object (what the tools refuse when malformed
-    is checked where they read it: :func:`longctx_settings`)."""
-    configs = data.get("configs")
-    cfg = configs.get(task) if isinstance(configs, dict) else None
-    metadata = cfg.get("metadata") if isinstance(cfg, dict) else None
-    settings = metadata.get("longctx_settings") if isinstance(metadata, dict) else None
-    return settings if isinstance(settings, dict) else None
 
 
 def _kind(value) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..audits import AuditSummary, audits_by_model, read_audits, unmatched_text
+from ..evidence import THIN_EVIDENCE, thin_notes
 from ..outputs import check_outputs
 from ..paired import level_for_z
 from ..results import DEFAULT_Z, UnusableInput
@@ -59,6 +60,8 @@ def task_section(runs: list[CardRun], section: Section, diffs: dict, z: float = 
         for t in tasks:
             if t in r.notes:
                 parts.append(f'<p class="box warn">{esc(r.label)}: skipped lengths: {esc(r.notes[t])}</p>')
+            if t in r.results and (reasons := thin_notes(r.results[t], t)):
+                parts.append(f'<p class="box warn">{esc(r.label)}: {THIN_EVIDENCE}: {esc("; ".join(reasons))}</p>')
     for name in section.pictures:
         parts.append(draw(name, runs, tasks, z))
     for t in tasks:

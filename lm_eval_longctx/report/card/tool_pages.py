@@ -109,7 +109,7 @@ def leaderboard_page(board: Leaderboard) -> str:
                 cells.append(f'<td class="num" {attrs}>{esc(cell_text(c))}</td>')
         rows.append(f"<tr><th>{esc(row.label)}</th>{''.join(cells)}</tr>")
     notes = [LOWER_BOUND_LEGEND] if any(c.lower_bound for r in board.rows for c in r.cells.values()) else []
-    notes += board.audit_notices
+    notes += [*board.thin_evidence(), *board.audit_notices]
     body = (
         '<section class="card"><p class="lead">One row per run (model and settings); value ± the harness\'s stderr. '
         "Rows of one model under other settings are labelled by what differs.</p>"
