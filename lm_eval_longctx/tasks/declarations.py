@@ -46,11 +46,11 @@ ALLOW_BEYOND_DOC = "score sequences longer than the model's maximum length inste
 # The presets (the `preset` setting): `model` (the default) sizes every task from the evaluated model's window,
 # `paper` gives the papers' sizes, `ci` small sizes on the embedded corpus, for a CPU and a 135M model in minutes.
 PRESETS = ("model", "ci", "paper")
-# ci: the lengths every task tests, and enough documents (cases, samples) for the gate's paired test over documents
-# (report/paired.py: 10 documents, 5 samples per copy length)
+# ci: the lengths every task tests, and enough documents, copy samples and LongEval cases per length for the gate's
+# paired test over documents (report/paired.py: 10)
 CI_LENGTHS = [256, 512, 1024]
 CI_DOCUMENTS = 10
-CI_SAMPLES_PER_LENGTH = 5
+CI_SAMPLES_PER_LENGTH = 10
 MAX_SEQ_LENGTHS_DOC = (
     "the lengths in tokens every task tests, lm-eval's own key (RULER, BABILong take it): each task maps it to its "
     "own settings (docs/running-on-your-model.md); a task's own setting given beside it wins. Default: sized from "
@@ -604,7 +604,7 @@ LONGEVAL_LINES = Declaration(
         _export_tokens("answer-token PPL only: "),
     ],
     presets={
-        "ci": {"max_seq_lengths": CI_LENGTHS, "num_cases": CI_DOCUMENTS // 2},
+        "ci": {"max_seq_lengths": CI_LENGTHS, "num_cases": CI_DOCUMENTS},
         "paper": {"num_lines": list(longeval_cases.DEFAULT_NUM_LINES), "num_cases": longeval_cases.DEFAULT_NUM_CASES},
     },
 )
