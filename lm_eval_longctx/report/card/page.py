@@ -131,3 +131,15 @@ def write_page(path, text: str) -> None:
         output_dirs.write_atomically(path, text)
     except OSError as e:
         raise UnusableInput(f"{path}: cannot write the HTML page: {e.strerror or e}") from e
+
+
+# a run label longer than this heads a column as "run k" (the Runs table names it; the full label shows on hover),
+# so that one long path does not wrap every header of the page
+LONG_LABEL = 24
+
+
+def label_heading(index: int, label: str) -> str:
+    """The column heading of the run at ``index`` (from 0): its label, or "run k" titled with the label when long."""
+    if len(label) <= LONG_LABEL:
+        return f"<th>{esc(label)}</th>"
+    return f'<th title="{esc(label)}">run {index + 1}</th>'

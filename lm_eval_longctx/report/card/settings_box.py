@@ -11,7 +11,7 @@ from ..gate import settings_differences
 from ..results import flatten
 from ..text import cut, esc
 from .card_runs import CardRun
-from .page import table
+from .page import label_heading, table
 
 SHOWN_CHARACTERS = 80  # a longer value is cut (with an ellipsis) and shown whole on hover
 
@@ -56,7 +56,7 @@ def _rows(rows: list[tuple[str, list[str], bool]], labels: list[str], css: str =
         )
         note = f'<p class="muted">The same in all {len(labels)} runs:</p>' if same else ""
         return f'{note}<dl class="{css}">{items}</dl>'
-    head = "<th>setting</th>" + "".join(f"<th>{esc(label)}</th>" for label in labels)
+    head = "<th>setting</th>" + "".join(label_heading(i, label) for i, label in enumerate(labels))
     body = "".join(
         f"<tr{' class=differ' if differ else ''}><th>{name}</th>" + "".join(f"<td>{v}</td>" for v in values) + "</tr>"
         for name, values, differ in rows

@@ -10,10 +10,15 @@ from ..paired import level_for_z
 from ..results import DEFAULT_Z, Metric, split_name
 from ..text import esc
 from .card_runs import CardRun
-from .page import fmt, marks, table
+from .page import fmt, label_heading, marks, table
 from .sections import Section, headline_names, metrics_of_task
 
 RUNS_AS_COLUMNS = 4  # more runs than this: tables get a row per run
+
+
+def run_heading(runs: list[CardRun], r: CardRun) -> str:
+    """A run's column heading (:func:`.page.label_heading`)."""
+    return label_heading(runs.index(r), r.label)
 
 
 def metric_cell(label: str, name: str, m: Metric | None, z: float = DEFAULT_Z, ci_column: bool = False) -> str:
@@ -72,7 +77,7 @@ def headline_table(
     if single:
         head = f"<th>metric</th><th>value</th><th>{esc(level)} CI (± {z:g}·stderr)</th>"
     else:
-        head = "<th>metric</th>" + "".join(f"<th>{esc(r.label)}</th>" for r in runs)
+        head = "<th>metric</th>" + "".join(run_heading(runs, r) for r in runs)
     head += '<th class="meaning">what it means</th>'
     rows = []
     for name, meaning in names:
@@ -108,7 +113,7 @@ def all_metrics_table(runs: list[CardRun], task: str, z: float = DEFAULT_Z) -> s
     names = metrics_of_task(runs, task)
     if not names:
         return ""
-    head = "<th>metric</th>" + "".join(f"<th>{esc(r.label)}</th>" for r in runs)
+    head = "<th>metric</th>" + "".join(run_heading(runs, r) for r in runs)
     rows = "".join(
         f"<tr><th><code>{esc(split_name(n)[1])}</code></th>"
         + "".join(metric_cell(r.label, n, r.run.metrics.get(n), z) for r in runs)

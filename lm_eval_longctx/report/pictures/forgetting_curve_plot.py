@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from ... import output_dirs
+from ..bounds import LOWER_BOUND_MARK
 from .beside_results import draw_beside_results
-from .names import model_label, plain_text
+from .names import model_label, plain_text, wrap_label
 
 _METRIC = re.compile(r"^(copy_acc|lm_acc)@(\d+),(.+)$")
 
@@ -210,10 +211,10 @@ def forgetting_curve_figure(curves: list[ForgettingCurve], title: str | None = N
     if not curves:
         raise ValueError("no curve to plot")
 
-    fig = Figure(figsize=(10, 5.5), dpi=120)
+    single = len(curves) == 1
+    fig = Figure(figsize=(10, 5.5) if single else (10, 6.0), dpi=120, layout=None if single else "constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    single = len(curves) == 1
     x_max = max(float(c.lengths.max()) for c in curves if len(c.lengths))
     x_min = min(float(c.lengths.min()) for c in curves if len(c.lengths))
     if log_x is None:
@@ -225,7 +226,8 @@ def forgetting_curve_figure(curves: list[ForgettingCurve], title: str | None = N
         ok = ~c.failed
         x = c.lengths[ok]
         copy_colour, lm_colour = (_COPY, _LM) if single else (palette[i % 10], palette[i % 10])
-        prefix = "" if single else f"{c.label}: "
+        # several runs: one colour a run (named once, under the plot), the line styles named once beside it
+        prefix = "" if single else "_"
         ax.plot(x, c.copy_mean[ok], color=copy_colour, lw=1.8, marker="o", ms=3, label=f"{prefix}copy accuracy")
         ax.fill_between(
             x, c.copy_mean[ok] - c.copy_std[ok], c.copy_mean[ok] + c.copy_std[ok], color=copy_colour, alpha=0.15, lw=0
@@ -256,9 +258,9 @@ def forgetting_curve_figure(curves: list[ForgettingCurve], title: str | None = N
             )
         if not single:
             if c.fine:
-                ax.axvline(c.fine, color=palette[i % 10], ls=":", lw=1.3, label=f"{c.label}: fine {c.fine:g}")
+                ax.axvline(c.fine, color=palette[i % 10], ls=":", lw=1.3)
             if c.coarse:
-                ax.axvline(c.coarse, color=palette[i % 10], ls="-.", lw=1.3, label=f"{c.label}: coarse {c.coarse:g}")
+                ax.axvline(c.coarse, color=palette[i % 10], ls="-.", lw=1.3)
 
     top = blended_transform_factory(ax.transData, ax.transAxes)
     if single:
@@ -321,9 +323,39 @@ def forgetting_curve_figure(curves: list[ForgettingCurve], title: str | None = N
         title or (f"Forgetting curve: {curves[0].label}" if single else f"Forgetting curves of {len(curves)} runs")
     )
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-    fig.tight_layout()
+    if single:
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+        fig.tight_layout()
+    else:
+        from matplotlib.lines import Line2D
+
+        styles = [
+            Line2D([], [], color="0.3", lw=1.8, marker="o", ms=3, label="copy accuracy"),
+            Line2D([], [], color="0.3", lw=1.8, ls="--", marker="s", ms=3, label="LM accuracy"),
+            Line2D([], [], color="0.3", lw=1.3, ls=":", label="fine memory length"),
+            Line2D([], [], color="0.3", lw=1.3, ls="-.", label="coarse memory length"),
+            *ax.get_legend_handles_labels()[0],  # the claimed length, its fill, failed lengths
+        ]
+        fig.legend(handles=styles, loc="outside right upper", fontsize=8, frameon=False)
+        runs = [
+            Line2D([], [], color=palette[i % 10], lw=3, label=wrap_label(f"{c.label}: {_memory_text(c)}", 60))
+            for i, c in enumerate(curves)
+        ]
+        fig.legend(handles=runs, loc="outside lower center", fontsize=8, ncols=1 if len(runs) > 3 else len(runs))
     return fig
+
+
+def _memory_text(c: ForgettingCurve) -> str:
+    """A run's memory lengths as its legend entry says them (``≥`` where a length is the longest tested)."""
+    tested = c.lengths[~c.failed]
+    longest = float(tested.max()) if len(tested) else 0.0
+
+    def shown(value) -> str:
+        if not value:
+            return "none"
+        return f"{LOWER_BOUND_MARK} {value:g}" if value >= longest else f"{value:g}"
+
+    return f"fine {shown(c.fine)}, coarse {shown(c.coarse)}"
 
 
 def _x_limits(x_min: float, x_max: float, log_x: bool) -> tuple[float, float]:

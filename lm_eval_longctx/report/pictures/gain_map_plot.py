@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import output_dirs
 from .beside_results import draw_beside_results
-from .names import plain_text
+from .names import plain_text, wrap_label
 
 _CELL = re.compile(r"^gain@L(\d+)_d(\d+),(.+)$")
 _LENGTH = re.compile(r"^gain@L(\d+),(.+)$")
@@ -167,8 +167,11 @@ def gain_map_figure(
         ax.set_ylim(ye[-1], ye[0])  # depth 0 (start of the context) at the top, as needle grids draw it
         ax.set_xlabel("context length L (tokens of the document before Q A)")
         if n > 1 or title:  # else the figure's title names the one model
-            ax.set_title(m.label, fontsize=10)
+            ax.set_title(wrap_label(m.label, 55), fontsize=10)
     axes[0].set_ylabel("depth of the passage (% of the context before the query)")
+    title_lines = max(ax.get_title().count("\n") + 1 for ax in axes)
+    if title_lines > 1:  # room under the figure's title for panel titles of several lines
+        fig.subplots_adjust(top=0.88 - 0.045 * (title_lines - 1))
     assert mesh is not None  # every panel draws one
     cbar = fig.colorbar(mesh, ax=list(axes), fraction=0.035 if n > 1 else 0.05, pad=0.02)
     cbar.set_label("retrieval gain (nats / answer token)\nblue: context helps, red: it hurts")
@@ -186,7 +189,7 @@ def gain_map_figure(
             handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8, frameon=False, handlelength=3
         )
     fig.suptitle(
-        title or (f"Retrieval-gain map: {maps[0].label}" if n == 1 else f"Retrieval-gain maps of {n} models"),
+        title or (f"Retrieval-gain map: {maps[0].label}" if n == 1 else f"Retrieval-gain maps of {n} runs"),
         fontsize=11,
     )
     return fig

@@ -5,8 +5,8 @@ Reads the per-configuration metrics of ``longeval_lines_ppl`` / ``longeval_lines
 stderrs) from a results JSON (what ``--output_path`` writes, or ``simple_evaluate``'s return value)
 and draws, against the prompt length in tokens:
 
-* (b) accuracy beside the perplexity of the answer tokens;
-* (c) accuracy beside the perplexity of the response's other tokens.
+* (a) accuracy beside the perplexity of the answer tokens (the paper's Figure 2 b);
+* (b) accuracy beside the perplexity of the response's other tokens (its Figure 2 c).
 
 The x value of a point is its configuration's mean prompt length measured by the same task
 (``prompt_tokens_N``); results without it are drawn against the number of lines.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import output_dirs
-from .names import model_label, plain_text
+from .names import model_label, plain_text, wrap_label
 
 CURVE_METRICS = ("acc", "answer_ppl", "non_answer_ppl")
 MAX_SIZE = 2**40  # lines in a prompt: beyond it, a malformed file
@@ -114,8 +114,8 @@ def plot_runs(
 
 @plain_text
 def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None, ppl_limits: dict | None = None):
-    """The figure (on an Agg canvas; no pyplot, so the caller's backend is never switched): (b) accuracy +
-    answer-token PPL and (c) accuracy + non-answer PPL for every run (label -> curves).
+    """The figure (on an Agg canvas; no pyplot, so the caller's backend is never switched): (a) accuracy +
+    answer-token PPL and (b) accuracy + non-answer PPL for every run (label -> curves).
 
     ``ppl_limits``: ``{"answer_ppl": (low, high), ...}``, the perplexity axes' ranges (default: each picture's own),
     so that pictures of other runs can share them."""
@@ -132,7 +132,7 @@ def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None,
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2)
     colors = rcParams["axes.prop_cycle"].by_key()["color"]
-    panels = (("answer_ppl", "(b) answer tokens"), ("non_answer_ppl", "(c) non-answer tokens"))
+    panels = (("answer_ppl", "(a) answer tokens"), ("non_answer_ppl", "(b) non-answer tokens"))
     x_tokens = all(c.x_is_tokens for curves in runs.values() for c in curves.values())
     handles: list = []
     for ax, (ppl_metric, panel_title) in zip(axes, panels):
@@ -148,7 +148,7 @@ def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None,
                     color=color,
                     marker="o",
                     capsize=2,
-                    label=f"{label}: accuracy",
+                    label=wrap_label(f"{label}: accuracy", 45),
                 )
             ppl = curves.get(ppl_metric)
             if ppl is not None:
@@ -160,7 +160,7 @@ def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None,
                     marker="s",
                     linestyle="--",
                     capsize=2,
-                    label=f"{label}: PPL",
+                    label=wrap_label(f"{label}: PPL", 45),
                 )
         ax.set_xlabel("prompt length (tokens)" if x_tokens else "number of lines")
         ax.set_ylabel("accuracy (solid)")
@@ -183,7 +183,7 @@ def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None,
             ncols=min(len(runs), 4),
         )
     fig.suptitle(
-        title or (f"LongEval lines: {next(iter(runs))}" if len(runs) == 1 else f"LongEval lines of {len(runs)} models")
+        title or (f"LongEval lines: {next(iter(runs))}" if len(runs) == 1 else f"LongEval lines of {len(runs)} runs")
     )
     return fig
 

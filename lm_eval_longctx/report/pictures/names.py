@@ -72,3 +72,33 @@ def plain_text(figure_function):
             return figure_function(*args, **kwargs)
 
     return with_plain_text
+
+
+def wrap_label(label: str, width: int) -> str:
+    """``label`` in lines of at most ``width`` characters where it can break (after a space or a "/"; a longer
+    piece is cut), so that a long run label stays inside its panel.
+
+    Example:
+        >>> print(wrap_label("models/SmolLM2-135M-Instruct [exp1/out]", 30))
+        models/SmolLM2-135M-Instruct
+        [exp1/out]
+        >>> wrap_label("short", 30)
+        'short'
+    """
+    pieces = [p for p in re.findall(r"[^/\s]*(?:/|\s+|$)", label) if p]
+    lines: list[str] = []
+    line = ""
+    for piece in pieces:
+        while len(piece) > width:  # a piece longer than a line: cut
+            if line:
+                lines.append(line.rstrip())
+                line = ""
+            lines.append(piece[:width])
+            piece = piece[width:]
+        if line and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return "\n".join(lines)

@@ -94,3 +94,31 @@ def test_the_claimed_length_is_marked_at_a_whole_copy_length_and_curves_are_runs
     assert "2l + 3 <= T (l = 1022)" in _legend(ax)
     two = forgetting_curve_plot.forgetting_curve_figure([_curve_of(64, 256), _curve_of(64, 256)]).axes[0]
     assert two.get_title() == "Forgetting curves of 2 runs"
+
+
+def test_runs_are_named_once_under_the_plot_and_everything_fits_the_figure():
+    pytest.importorskip("matplotlib")
+    long_label = "/work/experiments/SmolLM2-135M-Instruct-with-a-long-name [run-with-a-long-folder-name/out]"
+    a, b = _curve_of(64, 1024), _curve_of(64, 256)
+    a.label, b.label = long_label, "org/b"
+    fig = forgetting_curve_plot.forgetting_curve_figure([a, b])
+    fig.canvas.draw()
+    styles, runs = fig.legends
+    assert [t.get_text() for t in styles.get_texts()] == [
+        "copy accuracy",
+        "LM accuracy",
+        "fine memory length",
+        "coarse memory length",
+    ]
+    texts = [t.get_text() for t in runs.get_texts()]
+    # each run once, its memory lengths beside it (a bound marked), a long label wrapped
+    assert texts[1] == "org/b: fine 64, coarse 256" and texts[0].endswith("fine 64, coarse ≥ 1024")
+    assert "\n" in texts[0] and all(len(line) <= 60 for line in texts[0].splitlines())
+    assert fig.axes[0].get_legend() is None
+    box = fig.bbox
+    renderer = fig.canvas.get_renderer()
+    for artist in (styles, runs, fig.axes[0].xaxis.label, fig.axes[0].yaxis.label):
+        extent = artist.get_window_extent(renderer)
+        assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and box.y0 <= extent.y0 and extent.y1 <= box.y1
+    # the runs' legend is no wider than the figure, and does not cover the plot
+    assert runs.get_window_extent(renderer).y1 <= fig.axes[0].get_window_extent(renderer).y0

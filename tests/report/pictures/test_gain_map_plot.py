@@ -100,3 +100,22 @@ def test_picture_prints_cell_values_readably_or_not_at_all():
     ax = gain_map_plot.gain_map_figure([dense]).axes[0]
     assert not ax.texts and "cells too small to print their values" in _legend(ax)
     assert len(ax.get_yticks()) <= 21  # depth ticks thinned to what fits beside the rows
+
+
+def test_long_run_labels_wrap_inside_their_panels_under_the_title():
+    pytest.importorskip("matplotlib")
+    maps = [_map_of(LADDER, GRID, 1024, 1024), _map_of(LADDER, GRID, 512, 512)]
+    maps[0].label = "/work/experiments/SmolLM2-135M-Instruct-with-a-long-name [run-with-a-long-folder-name/out]"
+    maps[1].label = "/work/experiments/SmolLM2-135M-Instruct-with-a-long-name [run-with-another-folder-name/out]"
+    fig = gain_map_plot.gain_map_figure(maps)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert fig.get_suptitle() == "Retrieval-gain maps of 2 runs"
+    title = fig._suptitle.get_window_extent(renderer)
+    panels = [ax.title.get_window_extent(renderer) for ax in fig.axes[:2]]
+    for ax, extent in zip(fig.axes[:2], panels):
+        assert "\n" in ax.get_title()
+        assert extent.y1 <= title.y0  # under the figure's title
+        box = ax.get_window_extent(renderer)
+        assert box.x0 - 20 <= extent.x0 and extent.x1 <= box.x1 + 20  # about its panel's width
+    assert panels[0].x1 < panels[1].x0  # the two titles do not overprint

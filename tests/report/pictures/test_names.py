@@ -87,3 +87,12 @@ def test_a_picture_is_drawn_with_mathtext_off_and_the_setting_restored():
     assert figure("acc$^$") == ("acc$^$", False)
     assert matplotlib.rcParams["text.parse_math"] == before
     assert figure.__name__ == "figure" and figure.__doc__ == "Draws a figure."
+
+
+def test_a_long_label_wraps_where_it_can_break_and_keeps_every_character():
+    label = "/work/experiments/SmolLM2-135M-Instruct-with-a-very-long-name/checkpoint-1200 [exp1/out]"
+    wrapped = names.wrap_label(label, 30)
+    assert all(len(line) <= 30 for line in wrapped.splitlines())
+    assert wrapped.replace("\n", "") == label.replace(" [", "[")  # a break at a space drops that space only
+    assert names.wrap_label("short", 30) == "short"
+    assert names.wrap_label("x" * 70, 30).splitlines() == ["x" * 30, "x" * 30, "x" * 10]
