@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterator
 from .. import errors
 from .run_state import in_progress
 
-log = logging.getLogger("lm_eval_longctx")
-
 COUNTS_LOGGER = "lm_eval.evaluator_utils"
 COUNTS_MESSAGE = re.compile(r"^\[(?P<task>[^\]]+)\] Metrics were not scored on the same number of documents")
 COUNTS_NOTE = (
@@ -51,29 +49,24 @@ def _ours(task: str) -> bool:
     return run is not None and task in run.scoring
 
 
-def _say_once(key: str, note: str) -> None:
-    if errors.first_time(("notice", key)):
-        log.warning(note)
-
-
 def _counts(record: logging.LogRecord) -> bool:
     m = COUNTS_MESSAGE.match(record.getMessage())
     if m is None or not _ours(m["task"]):
         return True
-    _say_once(f"counts {m['task']}", COUNTS_NOTE.format(task=m["task"]))
+    errors.notice(COUNTS_NOTE.format(task=m["task"]))
     return False
 
 
 def _tokens(record: logging.LogRecord) -> bool:
     if TOKENS_MESSAGE not in record.getMessage():
         return True
-    _say_once("tokens", TOKENS_NOTE)
+    errors.notice(TOKENS_NOTE)
     return False
 
 
 def _chat(record: logging.LogRecord) -> bool:
     if CHAT_MESSAGE in " ".join(record.getMessage().split()):
-        _say_once("chat", CHAT_NOTE)
+        errors.notice(CHAT_NOTE)
     return True
 
 

@@ -109,8 +109,7 @@ class Sizing:
 def say_dropped(task: str, sizing: Sizing | None) -> None:
     """One warning line per length or size asked for that ``task`` does not run (its reason recorded as well)."""
     for note in sizing.dropped if sizing is not None else ():
-        if errors.first_time(("sizing dropped", task, note)):
-            log.warning("%s runs fewer lengths than asked: %s", task, note)
+        errors.notice(f"{task} runs fewer lengths than asked: {note}")
 
 
 def size(
