@@ -121,3 +121,25 @@ print(json.dumps([sorted(contacts.replaced_callables()), "lm_eval.models.hugging
     expected = {(c.owner, c.attribute) for c in contacts.CONTACTS if c.stage in ("import", "call")}
     assert {tuple(pair) for pair in found} == expected and len(expected) == 3
     assert backend_imported is False
+
+
+def test_the_only_private_lm_eval_names_read_are_those_the_architecture_page_lists():
+    import re
+
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"\| `(lm_eval\.[\w.]+)` \|", page))
+    private = re.compile(r"from (lm_eval(?:\.\w+)*\._\w+) import ([\w, ]+)|\b(\w+)\.(_load_full_config)\b")
+    found = set()
+    for path in sorted((ROOT / "lm_eval_longctx").rglob("*.py")):
+        for m in private.finditer(path.read_text(encoding="utf-8")):
+            if m.group(1):
+                found |= {f"{m.group(1)}.{name.strip()}" for name in m.group(2).split(",")}
+            else:
+                found.add("lm_eval.tasks._factory.TaskFactory._load_full_config")
+    assert found == {
+        "lm_eval.tasks._index.TaskIndex",
+        "lm_eval.tasks._index.Kind",
+        "lm_eval.tasks._factory.TaskFactory",
+        "lm_eval.tasks._factory.TaskFactory._load_full_config",
+    }
+    assert found - {"lm_eval.tasks._factory.TaskFactory"} <= listed
