@@ -34,3 +34,5 @@ saving.on_results_saved("gain_map", gain_map_plot.save_beside_results)
 saving.before_results_saved("bounds", bounds.add_bounds)
 # what each task's numbers rest on, and where that is thin
 saving.before_results_saved("evidence", evidence.add_evidence)
+# the release of this package that wrote them (pip show lm_eval_longctx; CHANGELOG.md)
+saving.before_results_saved("version", saving.add_package_version)

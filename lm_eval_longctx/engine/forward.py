@@ -116,7 +116,8 @@ def decoder_layers(model) -> list[torch.nn.Module]:
 
 def _find_decoder_layers(model) -> list[torch.nn.Module]:
     config = getattr(model, "config", None)
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    get_text_config = getattr(config, "get_text_config", None)
+    text_config = get_text_config() if callable(get_text_config) else config
     n_layers = getattr(text_config, "num_hidden_layers", None)
     if not isinstance(n_layers, int) or n_layers < 1:
         return []

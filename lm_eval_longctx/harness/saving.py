@@ -44,6 +44,19 @@ def before_results_saved(name: str, callback) -> None:
     RESULTS_ANNOTATORS[name] = callback
 
 
+VERSION_KEY = "longctx_version"
+
+
+def add_package_version(results: dict) -> None:
+    """Write the installed lm_eval_longctx's version (what ``pip show lm_eval_longctx`` says) into ``results``."""
+    from importlib import metadata
+
+    try:
+        results[VERSION_KEY] = metadata.version("lm_eval_longctx")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path that was never installed
+        results[VERSION_KEY] = "unknown"
+
+
 class ResultsNotSavedError(OSError):
     """``--output_path`` was given and the results JSON could not be written there."""
 

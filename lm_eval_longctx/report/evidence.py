@@ -68,7 +68,7 @@ def task_evidence(entries: dict, n_samples, settings) -> dict:
     elif documents is not None and documents < MIN_DOCUMENTS:
         thin.append(f"{documents} documents (the paired comparison of runs needs {MIN_DOCUMENTS})")
     per_document = entries.get("n_key_tokens,none")
-    if documents is not None and _count(per_document) is not None:
+    if documents is not None and isinstance(per_document, (int, float)) and _count(per_document) is not None:
         key_tokens = int(round(per_document * documents))
         out["key_tokens"] = key_tokens
         if key_tokens < MIN_KEY_TOKENS:

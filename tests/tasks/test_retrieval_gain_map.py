@@ -4,6 +4,7 @@ max_seq_lengths: one rung per length, the whole with-context sequence holding it
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import subprocess
@@ -317,6 +318,10 @@ def test_png_beside_saved_results_and_plot_script(model_dirs, docs, tmp_path):
         }  # fmt: skip
     assert m.gain[1, 2] == pytest.approx(run["results"][TASK]["gain@L00120_d100,none"])
     assert m.fraction == 0.5 and m.threshold == 0.5
+    # what the evidence rests on, and the release that wrote the file (pip show's version)
+    saved_data = json.loads(saved.read_text())
+    assert saved_data["longctx_evidence"][TASK]["documents"] == 2
+    assert saved_data["longctx_version"] == importlib.metadata.version("lm_eval_longctx") != "unknown"
 
     other = tmp_path / "other.json"
     synthetic = json.loads(saved.read_text())
