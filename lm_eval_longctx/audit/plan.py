@@ -112,13 +112,23 @@ def budget_named(name: str) -> Budget:
 
 
 def copy_length_for(length: int) -> int:
-    """The forgetting curve's copy length whose samples ([BOS] S [BOS] S [EOS], 2 l + 3 tokens) fill ``length``."""
+    """The forgetting curve's copy length whose samples ([BOS] S [BOS] S [EOS], 2 l + 3 tokens) fill ``length``.
+
+    Example:
+        >>> copy_length_for(8192)
+        4094
+    """
     return (int(length) - 3) // 2
 
 
 def ladder(window: int, budget: Budget, beyond: bool) -> list[tuple[int, float]]:
     """(length, fraction of W) for every rung: W times each fraction (rounded down), shortest first, without repeats
-    or rungs below ``MIN_RUNG``."""
+    or rungs below ``MIN_RUNG``.
+
+    Example:
+        >>> ladder(8192, budget_named("ci"), beyond=True)
+        [(1024, 0.125), (2048, 0.25), (4096, 0.5), (8192, 1), (16384, 2)]
+    """
     fractions = list(budget.fractions) + (list(budget.beyond) if beyond else [])
     out: dict[int, float] = {}
     for f in fractions:

@@ -112,6 +112,12 @@ def choose_anchors(
     ``endpoints``: evenly spaced with both ends of the interval included (2 anchors: 0.1U and 0.6U);
     ``centered``: the centres of n equal parts of the interval. The fractions are read as decimals
     (``Fraction(str(f))``), so 0.1 * 8140 is exactly 814, not 814.0000000000001 rounded up.
+
+    Example:
+        >>> choose_anchors(8192, 24, 24, 2)  # U = 8144: 0.1 U rounded up, 0.6 U rounded down
+        [815, 4886]
+        >>> choose_anchors(8192, 24, 24, 3, spacing="centered")
+        [1493, 2850, 4207]
     """
     U = n_doc_tokens - query_tokens - answer_tokens
     lo = math.ceil(Fraction(str(anchor_min)) * max(U, 0))

@@ -90,3 +90,9 @@ def test_a_model_that_cannot_share_the_prefix_pays_each_cell_as_a_whole_sequence
     p.shares_prefix = False
     cells = len(CI.depths) * CI.anchors_per_cell
     assert plan.stage_tokens(rung, p) - shared == 3 * cells * rung.context_length - 3 * rung.context_length
+
+
+def test_the_docstring_examples_run():
+    import doctest
+
+    assert doctest.testmod(plan).failed == 0

@@ -235,3 +235,9 @@ def test_longer_than_the_model_maximum_is_an_error(model_dirs, docs):
     spec = {**retrieval_gain.resolve_settings(MD), "allow_beyond_max_length": True}
     [scores] = retrieval_gain.serve(ctx, [(docs[0][0], spec)])
     assert scores.n_with_tokens == 416 and np.isfinite(scores.with_logprob).all()
+
+
+def test_the_docstring_examples_run():
+    import doctest
+
+    assert doctest.testmod(retrieval_gain).failed == 0
