@@ -83,7 +83,7 @@ def count_tokens(model, n: int, ticked: float = 0.0, work: float | None = None) 
     rest = (float(n) if work is None else work) - ticked
     for record in _records_of(model):
         record.tokens_forwarded += int(n)
-        if rest > 0:
+        if rest > 1e-6:  # not the float remainder of a forward whose layers gave it all
             for listener in record.listeners:
                 listener(rest)
 
