@@ -37,6 +37,7 @@ import numpy as np
 from ..metrics import bootstrap, gain_map, per_token
 from ..profiles import VERDICTS
 from ..report import run_samples
+from ..report.bounds import LOWER_BOUND_LEGEND, LOWER_BOUND_MARK, bound_text, is_lower_bound
 from .plan import CURVE_TASK, MAP_TASK
 
 AUDIT_JSON = "audit.json"
@@ -216,7 +217,8 @@ def decide(window: int, tested: list[int], interval: dict) -> tuple[str, str]:
             f"shortest length, {min(tested)} tokens, does not clear the rule"
         )
     if low >= window:
-        return USES, f"uses its claimed window: effective length {value} {span} of claimed {window}"
+        shown = bound_text(str(value), is_lower_bound(value, tested))
+        return USES, f"uses its claimed window: effective length {shown} {span} of claimed {window}"
     if refuting:
         return BELOW, (
             f"effective {value} of claimed {window}: the interval {span} ends below {min(refuting)}, a tested length "
@@ -356,20 +358,31 @@ def length_table(judged: dict) -> str:
 
 
 def summary_table(judged: dict) -> str:
+    """The audit's headline table; a length that reaches the longest length tested is shown as a bound (``≥``)."""
     r = judged["rules"]
     e = judged["effective"]
+    tested = judged.get("tested_lengths") or []
+    copy_lengths = [row["copy_length"] for row in judged.get("per_length", []) if row.get("copy_length")]
+
+    def shown(value, lengths) -> str:
+        return bound_text(_num(value), isinstance(value, (int, float)) and is_lower_bound(value, lengths))
+
     lines = [
         "| | value | 95% CI |",
         "|---|---:|---|",
         f"| claimed window W | {judged['window']} | |",
         f"| effective length, relative rule (mean gain > {r['fraction']:g} x the shortest length's; every depth's > "
-        f"{r['threshold']:g} nats; copy above LM accuracy) | {_num(e['relative']['value'])} | "
+        f"{r['threshold']:g} nats; copy above LM accuracy) | {shown(e['relative']['value'], tested)} | "
         f"{_ci([e['relative']['low'], e['relative']['high']])} |",
         f"| effective length, absolute rule (every depth's gain > {r['threshold']:g} nats; copy above LM accuracy) | "
-        f"{_num(e['absolute']['value'])} | {_ci([e['absolute']['low'], e['absolute']['high']])} |",
+        f"{shown(e['absolute']['value'], tested)} | {_ci([e['absolute']['low'], e['absolute']['high']])} |",
     ]
     for kind, label in (("fine", "fine memory length (copy acc > 0.99)"), ("coarse", "coarse memory length")):
         if kind in judged["memory"]:
             m = judged["memory"][kind]
-            lines.append(f"| forgetting curve: {label} | {_num(m['value'])} | {_ci([m['low'], m['high']])} |")
+            lines.append(
+                f"| forgetting curve: {label} | {shown(m['value'], copy_lengths)} | {_ci([m['low'], m['high']])} |"
+            )
+    if any(LOWER_BOUND_MARK in line for line in lines):
+        lines += ["", LOWER_BOUND_LEGEND]
     return "\n".join(lines)

@@ -23,9 +23,10 @@ def ci(value, low, high):
             [1024, 2048, 4096, 8192],
             ci(8192, 8192, 8192),
             verdict.USES,
-            "uses its claimed window: effective length 8192",
+            "uses its claimed window: effective length ≥ 8192",  # nothing longer tested: a lower bound
         ),
         ([1024, 2048, 4096, 8192, 16384], ci(16384, 8192, 16384), verdict.USES, "uses its claimed window"),
+        ([1024, 2048, 4096, 8192, 16384], ci(8192, 8192, 8192), verdict.USES, "effective length 8192 [8192"),
         ([4096, 8192, 16384], ci(8192, 8192, 8192), verdict.BELOW, "ends below 16384"),
         ([1024, 2048], ci(1024, 1024, 1024), verdict.BELOW, "effective 1024 of claimed 8192"),
         ([1024, 2048, 4096], ci(0, 0, 0), verdict.NONE, "no effective context at any tested length"),
@@ -141,3 +142,30 @@ def test_a_length_whose_copy_accuracy_is_at_the_lm_accuracy_does_not_count():
     alone = measured(gains, lengths, np.zeros((0, 0, 2)), DEPTHS)
     alone.sample_ids = []
     assert verdict.judge(alone, 8192, verdict.RuleSet())["verdict"] == verdict.USES
+
+
+def test_the_summary_marks_a_length_at_the_longest_tested_as_a_bound():
+    judged = {
+        "window": 8192,
+        "rules": {"fraction": 0.5, "threshold": 0.5},
+        "effective": {"relative": ci(8192, 8192, 8192), "absolute": ci(4096, 2048, 8192)},
+        "memory": {"fine": ci(0, 0, 0), "coarse": ci(4094, 4094, 4094)},
+        "tested_lengths": [1024, 2048, 4096, 8192],
+        "per_length": [{"copy_length": c} for c in (510, 1022, 2046, 4094)],
+    }
+    table = verdict.summary_table(judged)
+    rows = {line.split(" | ")[0]: line.split(" | ")[1] for line in table.splitlines() if line.startswith("| ")}
+    assert (
+        rows[
+            "| effective length, relative rule (mean gain > 0.5 x the shortest length's; every depth's > 0.5 nats; copy above LM accuracy)"
+        ]
+        == "≥ 8192"
+    )  # noqa: E501
+    assert [v for k, v in rows.items() if "absolute rule" in k] == ["4096"]
+    assert [v for k, v in rows.items() if "coarse" in k] == ["≥ 4094"] and [
+        v for k, v in rows.items() if "fine" in k
+    ] == ["0"]
+    assert table.endswith("(the model may hold more)")
+    judged["tested_lengths"] = [1024, 2048, 4096, 8192, 16384]
+    judged["memory"]["coarse"] = ci(2046, 2046, 2046)
+    assert "≥" not in verdict.summary_table(judged)
