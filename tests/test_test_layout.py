@@ -36,6 +36,7 @@ ALLOWED = {
     "test_layers.py": "checks every module of the package: its layers, imports and task names",
     "test_metrics_examples.py": "runs the docstring examples of every module of metrics/ (CONTRIBUTING.md names it)",
     "test_test_layout.py": "checks the layout of the tests themselves",
+    "test_release.py": "checks the release: pyproject's version, CHANGELOG.md's newest release, what pip installed",
 }
 # the community's aliases, which the package uses too: module -> its alias
 ALIASES = {"numpy": "np", "torch.nn.functional": "F"}
