@@ -1,5 +1,5 @@
-"""Harness task classes (thin ConfigurableTask subclasses, one module per task, ``base.py`` what they share) and
-their settings declarations (``declarations.py``). Building a task calls ``harness.contacts.install()``; importing a
+"""Harness task classes (ConfigurableTask subclasses, one module per task with its settings declaration,
+``SETTINGS``; ``base.py`` what they share; ``declarations.py`` the settings blocks several tasks take). Building a task calls ``harness.contacts.install()``; importing a
 module changes nothing in lm-eval.
 
 May import: lm-eval (the task API), the engine, metrics, keytokens, data, harness and training layers, the basics.

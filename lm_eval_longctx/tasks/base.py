@@ -22,7 +22,7 @@ from .. import errors
 from ..data import documents, embedded_corpus, export_files
 from ..engine import scoring
 from ..harness import aggregations, contacts, evaluated_model, evaluation, request_type
-from ..settings import BOOLEAN, GIVEN, SettingsError, add_external_keys, integer
+from ..settings import BOOLEAN, GIVEN, Declaration, SettingsError, add_external_keys, integer
 from . import preflight, run_options, sizing, token_export
 
 NOTHING_SCORED = "no request scored in this process (results from the --use_cache database, or none yet)"
@@ -131,6 +131,9 @@ class LongContextTask(ConfigurableTask):
     SUITE_TASK_NAME = ""
     # The lm-eval group that runs this task with others of the suite (LongEval's two tasks), or None.
     GROUP: str | None = None
+    # The task's settings: names, types, defaults, presets, meanings (its module's SETTINGS); the docs' tables and
+    # the check of a run's keys read them from here.
+    SETTINGS: Declaration | None = None
     # Every metric's direction, first match wins (fnmatch patterns for names built per length or configuration):
     # True higher is better, False lower, None informational (counts, diagnostics, notes; never gated). lm-eval
     # writes them into the results as higher_is_better, where the report tools read them.

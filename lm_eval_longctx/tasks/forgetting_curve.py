@@ -29,7 +29,18 @@ from ..engine import scoring
 from ..harness import evaluated_model, request_type
 from ..metrics import per_token
 from ..records import StateRecord
-from ..settings import SettingsError
+from ..settings import (
+    BOOLEAN,
+    LOCATION,
+    TEXT,
+    Declaration,
+    Setting,
+    SettingsError,
+    choice,
+    integer,
+    integer_list,
+    number,
+)
 from . import declarations, preflight
 from .base import (
     DOCUMENT_SOURCE_SETTINGS,
@@ -51,7 +62,127 @@ log = logging.getLogger("lm_eval_longctx")
 
 KIND = "forgetting_curve"
 
-SETTINGS = declarations.FORGETTING_CURVE
+SETTINGS = Declaration(
+    "forgetting_curve",
+    [
+        *declarations.sizing_settings(),
+        Setting(
+            "max_len",
+            integer(1, declarations.MAX_TOKENS),
+            None,
+            "largest copy length l; default: the largest whose sample fits the model's window W, (W - 3) // 2",
+            optional=True,
+        ),
+        Setting(
+            "min_len", integer(1, declarations.MAX_TOKENS), documents.FORGETTING_CURVE_MIN_LEN, "smallest copy length"
+        ),
+        Setting("num_lengths", integer(1, declarations.MAX_LIST_ENTRIES), 32, "number of copy lengths"),
+        Setting(
+            "spacing",
+            choice("linear", "geometric", aliases={"log": "geometric"}),
+            "linear",
+            "copy lengths `numpy.linspace(min_len, max_len, num_lengths, dtype=int)` or `numpy.geomspace(...)`, "
+            "duplicates dropped",
+        ),
+        Setting(
+            "lengths",
+            integer_list(1, declarations.MAX_TOKENS, declarations.MAX_LIST_ENTRIES),
+            None,
+            "explicit copy lengths; replace max_len, min_len, num_lengths and spacing. With max_seq_lengths: "
+            "(L - 3) // 2 for each length L (the sample's 2l + 3 tokens fit it), or max_len from the longest L when "
+            "min_len, num_lengths or spacing is given",
+            optional=True,
+        ),
+        Setting("samples_per_length", integer(1, declarations.MAX_SAMPLES), 10, "samples per copy length"),
+        Setting(
+            "seed",
+            integer(0, declarations.MAX_SEED),
+            0,
+            "seed of the sample starts (Python random, the reference's draw order)",
+        ),
+        Setting(
+            "fine_threshold", number(0.0, 1.0), per_token.FINE_THRESHOLD, "fine memory length: copy accuracy > this"
+        ),
+        Setting(
+            "coarse_margin",
+            number(0.0, 1.0),
+            per_token.COARSE_MARGIN,
+            "coarse memory length: copy accuracy > LM accuracy + this",
+        ),
+        Setting(
+            "fine_rule",
+            choice(*per_token.MEMORY_LENGTH_RULES),
+            "largest",
+            "how the fine memory length reads the "
+            "curve: the largest passing length, or the end of the first run of passing lengths",
+        ),
+        Setting("coarse_rule", choice(*per_token.MEMORY_LENGTH_RULES), "contiguous", "the same for the coarse length"),
+        declarations.allow_beyond_setting(),
+        *declarations.long_pass_settings(),
+        Setting(
+            "batch_size",
+            integer(1, declarations.MAX_BATCH_SIZE),
+            None,
+            "samples per forward (default: the harness --batch_size; auto: up to --max_batch_size, as memory allows)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        Setting(
+            "bos_token_id",
+            integer(0, declarations.MAX_TOKEN_ID),
+            None,
+            "BOS of the samples (default: the tokenizer's BOS, else its EOS)",
+            optional=True,
+        ),
+        Setting(
+            "eos_token_id",
+            integer(0, declarations.MAX_TOKEN_ID),
+            None,
+            "final EOS of the samples (default: the tokenizer's EOS, else BOS)",
+            optional=True,
+        ),
+        Setting(
+            "tokenizer",
+            LOCATION,
+            None,
+            "tokenizer that builds the samples (default: model_args `pretrained`)",
+            optional=True,
+        ),
+        Setting(
+            "claimed_length",
+            integer(1, declarations.MAX_TOKENS),
+            None,
+            "length marked on the plot (default: the model's maximum)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        Setting("dataset_path", LOCATION, documents.PG19_DATASET, "hub dataset of books (PG-19 test)"),
+        Setting("dataset_revision", TEXT, None, "dataset revision (default: its default branch)", optional=True),
+        Setting("dataset_split", TEXT, documents.PG19_SPLIT, "dataset split"),
+        Setting(
+            "data_files",
+            LOCATION,
+            None,
+            "local json/jsonl/parquet file with a `text` column instead of the hub dataset",
+            optional=True,
+        ),
+        Setting(
+            "corpus_add_special_tokens",
+            BOOLEAN,
+            True,
+            "tokenize each corpus piece with the tokenizer's special tokens (the reference does)",
+        ),
+        declarations.embedded_corpus_setting("every document, one after another, makes the token stream"),
+    ],
+    presets={
+        "ci": {
+            "max_seq_lengths": declarations.CI_LENGTHS,
+            "embedded_corpus": True,
+            "samples_per_length": declarations.CI_SAMPLES_PER_LENGTH,
+        },
+        "paper": {"num_lengths": 32, "samples_per_length": 10},
+    },
+)
 DEFAULTS = SETTINGS.defaults()
 
 # token streams by fingerprint, for the serve function (requests carry only the fingerprint and
@@ -294,6 +425,7 @@ request_type.register_request_kind(
 
 
 class ForgettingCurveTask(LongContextTask):
+    SETTINGS = SETTINGS
     SUITE_TASK_NAME = "forgetting_curve"
     HUB_ONLY_SETTINGS = (*HUB_ONLY_SETTINGS, "dataset_split")
     resolve_settings = staticmethod(resolve_settings)

@@ -52,7 +52,17 @@ from ..harness import evaluation, request_type
 from ..keytokens import text_scoring
 from ..metrics import per_token
 from ..records import StateRecord
-from ..settings import GIVEN, SettingsError
+from ..settings import (
+    BOOLEAN,
+    GIVEN,
+    LOCATION_OR_LIST,
+    Declaration,
+    Setting,
+    SettingsError,
+    choice,
+    integer,
+    integer_list,
+)
 from . import declarations, run_options, sizing, token_export
 from .base import (
     LazyDocuments,
@@ -83,7 +93,55 @@ def refuse_generation_keys(task_name: str, gen_kwargs: dict) -> None:
         )
 
 
-SETTINGS = declarations.LONGEVAL_LINES
+SETTINGS = Declaration(
+    "longeval_lines",
+    [
+        *declarations.sizing_settings(),
+        Setting(
+            "num_lines",
+            integer_list(1, declarations.MAX_NUM_LINES, declarations.MAX_LIST_ENTRIES),
+            None,
+            "numbers of lines (configurations); default: a prompt of about each length L (W/8, W/4, W/2 and W of "
+            "the model's window W, or each max_seq_lengths) with room for the answer (max_gen_toks), lines counted "
+            "in the evaluated model's tokens (LongChat's: 200 ... 1350)",
+            optional=True,
+        ),
+        Setting(
+            "num_cases",
+            integer(1, declarations.MAX_SAMPLES),
+            longeval_cases.DEFAULT_NUM_CASES,
+            "cases per configuration",
+        ),
+        Setting("seed", integer(0, 2**32 - 1), 0, "seed of the generated cases"),
+        Setting(
+            "trailing_space",
+            choice("reference", "true", "false", aliases={"1": "true", "yes": "true", "0": "false", "no": "false"}),
+            "reference",
+            "prompt ends with a space: as LongChat's files (200-680 lines), always, or never",
+        ),
+        Setting(
+            "testcases",
+            LOCATION_OR_LIST,
+            None,
+            "LongChat's files: a folder or URL prefix holding {N}_lines.jsonl, "
+            "a .jsonl, or a list of them (default: generate the cases)",
+            optional=True,
+        ),
+        Setting(
+            "over_length",
+            choice("error", "skip"),
+            "error",
+            "a prompt longer than the model allows: stop with an error, or record the case as skipped",
+        ),
+        Setting("allow_beyond_max_length", BOOLEAN, False, "answer-token PPL only: " + declarations.ALLOW_BEYOND_DOC),
+        *declarations.long_pass_settings(),
+        declarations.export_tokens_setting("answer-token PPL only: "),
+    ],
+    presets={
+        "ci": {"max_seq_lengths": declarations.CI_LENGTHS, "num_cases": declarations.CI_DOCUMENTS},
+        "paper": {"num_lines": list(longeval_cases.DEFAULT_NUM_LINES), "num_cases": longeval_cases.DEFAULT_NUM_CASES},
+    },
+)
 DEFAULTS = SETTINGS.defaults()
 # The room a sized prompt leaves for the answer: LongChat's 100 new tokens (the accuracy task's max_gen_toks), or
 # --gen_kwargs max_gen_toks when larger; the same for both tasks, so that they read the same cases
@@ -415,6 +473,8 @@ def longeval_arrays(doc: dict, scores: AnswerScores) -> dict:
 
 class _LinesTask(LongContextTask):
     """Shared: the cases as harness documents, per-configuration metric names, settings record."""
+
+    SETTINGS = SETTINGS
 
     resolve_settings = staticmethod(resolve_settings)
     GROUP = "longeval_lines"

@@ -25,7 +25,20 @@ from ..engine import scoring
 from ..harness import aggregations, request_type, run_state
 from ..keytokens import cache, evaluator, span_files, spans_to_tokens, text_scoring
 from ..metrics import per_token
-from ..settings import GIVEN, Settings, SettingsError
+from ..settings import (
+    BOOLEAN,
+    GIVEN,
+    LOCATION,
+    MAPPING,
+    TEXT,
+    Declaration,
+    Setting,
+    Settings,
+    SettingsError,
+    choice,
+    integer,
+    number,
+)
 from . import declarations, preflight, sizing, token_export
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
@@ -44,7 +57,128 @@ from .base import (
 
 log = logging.getLogger("lm_eval_longctx")
 
-SETTINGS = declarations.LONGPPL
+SETTINGS = Declaration(
+    "longppl_govreport",
+    [
+        *declarations.sizing_settings(),
+        Setting(
+            "trunc_len",
+            integer(1, declarations.MAX_TOKENS),
+            None,
+            "K: tokens of short context of the truncated windows; default: the paper's 4096, a quarter of the "
+            "documents' length L where L < 16384",
+            optional=True,
+        ),
+        Setting(
+            "sliding_window",
+            integer(1, declarations.MAX_TOKENS),
+            None,
+            "d: stride of the truncated windows; default: K / 4 (the paper's 1024 at K = 4096)",
+            optional=True,
+        ),
+        Setting(
+            "cut_tokens",
+            integer(1, declarations.MAX_TOKENS),
+            None,
+            "each document ends after its first cut_tokens tokens in the evaluated model's tokenizer (the longest "
+            "sequence the model reads for it), cut at a token boundary; default: L, the model's window or the "
+            "longest max_seq_lengths (the selection then holds documents of L/2 to L tokens: min_tokens, max_tokens)",
+            optional=True,
+        ),
+        Setting("alpha", number(), 2.0, "key token iff LSD > alpha (and LCL > beta)"),
+        Setting("beta", number(), -2.0, "key token iff LCL > beta (and LSD > alpha)"),
+        Setting(
+            "evaluator",
+            LOCATION,
+            evaluator.DEFAULT_EVALUATOR,
+            "key-token evaluator: HF model id, local folder, or `self` (the evaluated model judges itself)",
+        ),
+        Setting(
+            "evaluator_revision",
+            TEXT,
+            None,
+            "hub revision of the evaluator (resolved to a commit and recorded)",
+            optional=True,
+        ),
+        Setting(
+            "evaluator_device",
+            TEXT,
+            None,
+            "device of the evaluator: `cpu`, `cuda:N`, or `auto` (transformers "
+            "device_map, sharded over the visible GPUs); default: this rank's GPU, else the CPU",
+            optional=True,
+        ),
+        Setting(
+            "evaluator_max_memory",
+            MAPPING,
+            None,
+            "with evaluator_device auto: memory per device, e.g. "
+            '{"0": "70GiB", "cpu": "200GiB"} (a cpu entry allows CPU offload)',
+            optional=True,
+            affects_numbers=False,
+        ),
+        Setting(
+            "evaluator_dtype",
+            choice("float32", "bfloat16", "float16", "float64"),
+            None,
+            "dtype of the evaluator; default bfloat16 on CUDA, float32 on CPU",
+            optional=True,
+        ),
+        Setting("evaluator_trust_remote_code", BOOLEAN, False, "allow the evaluator's own code from the hub"),
+        Setting(
+            "key_spans_dir",
+            LOCATION,
+            None,
+            "folder of precomputed key spans (`slice_{i}.txt`); its manifest "
+            "supplies K, d, alpha, beta and the evaluator",
+            optional=True,
+        ),
+        Setting(
+            "span_cache_dir",
+            LOCATION,
+            "default",
+            "on-disk cache of evaluator key spans: `default` "
+            "(~/.cache/lm_eval_longctx/key_spans, or $LM_EVAL_LONGCTX_CACHE/key_spans), `off`, or a folder",
+            affects_numbers=False,
+        ),
+        Setting(
+            "soft_gamma",
+            number(0.0, lo_open=True),
+            None,
+            "adds longppl_soft with weights min(exp(LSD), gamma)",
+            optional=True,
+        ),
+        *declarations.long_pass_settings(),
+        Setting(
+            "short_batch_size",
+            integer(1, declarations.MAX_BATCH_SIZE),
+            None,
+            "truncated windows per forward (default: the harness --batch_size; auto: up to --max_batch_size, "
+            "as memory allows)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        declarations.allow_beyond_setting(),
+        declarations.export_tokens_setting(),
+        *declarations.govreport_settings(),
+    ],
+    presets={
+        "ci": {
+            "max_seq_lengths": declarations.CI_LENGTHS,
+            "embedded_corpus": True,
+            "evaluator": "self",
+            "num_docs": declarations.CI_DOCUMENTS,
+        },
+        "paper": {
+            "trunc_len": 4096,
+            "sliding_window": 1024,
+            "cut_tokens": None,
+            "min_tokens": documents.GOVREPORT_MIN_TOKENS,
+            "max_tokens": documents.GOVREPORT_MAX_TOKENS,
+            "num_docs": documents.GOVREPORT_NUM_DOCS,
+        },
+    },
+)
 DEFAULTS = SETTINGS.defaults()
 # With key_spans_dir these come from the span folder's manifest (what the spans were computed with).
 MANIFEST_KEYS = ("trunc_len", "sliding_window", "alpha", "beta", "evaluator")
@@ -232,6 +366,7 @@ def longppl_arrays(
 
 
 class LongPPLTask(LongContextTask):
+    SETTINGS = SETTINGS
     SUITE_TASK_NAME = "longppl_govreport"
     resolve_settings = staticmethod(resolve_settings)
     settings: Settings  # resolve_settings's (its explicit keys are read)

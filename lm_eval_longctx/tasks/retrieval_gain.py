@@ -28,11 +28,12 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..data import documents
 from ..engine import scoring
 from ..harness import request_type
 from ..metrics import per_token
 from ..records import StateRecord
-from ..settings import SettingsError
+from ..settings import TEXT, Declaration, Setting, SettingsError, choice, integer, number
 from . import declarations, preflight, token_export
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
@@ -56,7 +57,69 @@ KIND = "retrieval_gain"
 AGGREGATIONS = {"retrieval_gain": "mean", "nll_with": "mean", "nll_without": "mean"}
 ANCHOR_SPACINGS = ("endpoints", "centered")
 
-SETTINGS = declarations.RETRIEVAL_GAIN
+SETTINGS = Declaration(
+    "retrieval_gain",
+    [
+        *declarations.sizing_settings(),
+        Setting(
+            "doc_tokens",
+            integer(1, declarations.MAX_TOKENS),
+            None,
+            "document = its first doc_tokens tokens (evaluated tokenizer); default: what fills L, the model's window "
+            "or the longest max_seq_lengths, with BOS, separator, Q and A (the paper: 8192)",
+            optional=True,
+        ),
+        Setting("query_tokens", integer(1, declarations.MAX_TOKENS), 24, "q: query tokens Q = x[a : a+q]"),
+        Setting(
+            "answer_tokens",
+            integer(1, declarations.MAX_TOKENS),
+            24,
+            "r: answer tokens A = x[a+q : a+q+r], the scored ones",
+        ),
+        Setting("n_queries", integer(1, declarations.MAX_ANCHORS), 2, "anchors per document"),
+        Setting("anchor_min", number(0.0, 1.0), 0.1, "anchors lie in [anchor_min U, anchor_max U], U = T - q - r"),
+        Setting("anchor_max", number(0.0, 1.0), 0.6, "see anchor_min"),
+        Setting(
+            "anchor_spacing",
+            choice("endpoints", "centered"),
+            "endpoints",
+            "`endpoints`: both ends included; `centered`: centres of n equal parts",
+        ),
+        Setting(
+            "with_context",
+            choice("document", "before_anchor"),
+            "document",
+            "what precedes Q A in the with-document condition: the whole document, or x[0:a]",
+        ),
+        Setting("separator", TEXT, "", "text between the document and Q (tokenized without special tokens)"),
+        declarations.bos_setting(
+            "BOS at the start of both conditions: `auto` when the tokenizer itself adds one (Llama, Mistral; "
+            "not GPT-2, Qwen2); `always` (an error if it has none); `never`"
+        ),
+        *declarations.long_pass_settings(),
+        Setting(
+            "without_batch_size",
+            integer(1, declarations.MAX_BATCH_SIZE),
+            None,
+            "sequences per forward of the batched passes: the "
+            "without-document sequences, and the continuations read on one prefix (default: the harness "
+            "--batch_size; auto: up to --max_batch_size, as memory allows)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        declarations.allow_beyond_setting(),
+        declarations.export_tokens_setting(),
+        *declarations.govreport_settings(),
+    ],
+    presets={
+        "ci": {
+            "max_seq_lengths": declarations.CI_LENGTHS,
+            "embedded_corpus": True,
+            "num_docs": declarations.CI_DOCUMENTS,
+        },
+        "paper": {"doc_tokens": 8192, "num_docs": documents.GOVREPORT_NUM_DOCS},
+    },
+)
 DEFAULTS = SETTINGS.defaults()
 # settings that change the numbers: they travel in every request's spec (so the --use_cache key
 # holds them) and are recorded in the results
@@ -329,6 +392,7 @@ def retrieval_gain_arrays(doc: dict, scores: RetrievalScores) -> dict:
 
 
 class RetrievalGainTask(LongContextTask):
+    SETTINGS = SETTINGS
     SUITE_TASK_NAME = "retrieval_gain"
     resolve_settings = staticmethod(resolve_settings)
     TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS

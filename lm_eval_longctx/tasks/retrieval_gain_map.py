@@ -33,11 +33,12 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..data import documents
 from ..engine import scoring
 from ..harness import evaluated_model, request_type
-from ..metrics import gain_map
+from ..metrics import gain_map, per_token
 from ..records import StateRecord
-from ..settings import SettingsError
+from ..settings import LOCATION, TEXT, Declaration, Setting, SettingsError, choice, integer, integer_list, number
 from . import declarations, preflight, sizing
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
@@ -61,7 +62,109 @@ from .base import (
 log = logging.getLogger("lm_eval_longctx")
 
 KIND = "retrieval_gain_map"
-SETTINGS = declarations.RETRIEVAL_GAIN_MAP
+SETTINGS = Declaration(
+    "retrieval_gain_map",
+    [
+        *declarations.sizing_settings(),
+        Setting(
+            "context_lengths",
+            integer_list(1, declarations.MAX_TOKENS, declarations.MAX_LIST_ENTRIES),
+            None,
+            "context lengths L (document tokens x[0:L]) of the ladder; with max_seq_lengths: each length less BOS, "
+            "separator, Q and A (the whole sequence fills it); default: min_context doubled while the with-document "
+            "sequence fits the model's window and every document has L + q + r tokens",
+            optional=True,
+        ),
+        Setting("min_context", integer(1, declarations.MAX_TOKENS), 1024, "first rung of the default doubling ladder"),
+        Setting(
+            "max_context",
+            integer(1, declarations.MAX_TOKENS),
+            None,
+            "cap on L of the default ladder (default: the model's maximum length and the shortest document)",
+            optional=True,
+        ),
+        Setting(
+            "depths",
+            integer_list(0, 100),
+            list(range(0, 100, 10)),
+            "depths p in percent: the anchor of cell (L, p) is a = round(p/100 (L - q - r)), halves up",
+        ),
+        Setting("query_tokens", integer(1, declarations.MAX_TOKENS), 24, "q: query tokens Q = x[a : a+q]"),
+        Setting(
+            "answer_tokens",
+            integer(1, declarations.MAX_TOKENS),
+            24,
+            "r: answer tokens A = x[a+q : a+q+r], the scored ones",
+        ),
+        Setting(
+            "anchors_per_cell",
+            integer(1, declarations.MAX_ANCHORS),
+            1,
+            "anchors per cell: a, a + s, ..., a + (n-1) s with s = anchor_stride; the cell's gain is their mean",
+        ),
+        Setting(
+            "anchor_stride",
+            integer(1, declarations.MAX_TOKENS),
+            None,
+            "s: tokens between the anchors of a cell (default q + r: consecutive Q A spans)",
+            optional=True,
+        ),
+        Setting("separator", TEXT, "", "text between x[0:L] and Q (tokenized without special tokens)"),
+        declarations.bos_setting("BOS at the start of both conditions, as in retrieval_gain"),
+        Setting(
+            "effective_fraction",
+            number(0.0, 1.0),
+            0.5,
+            "relative effective length: the largest L up to which "
+            "the mean gain over depths stays above this fraction of its value at the shortest L and every depth's "
+            "gain above effective_threshold",
+        ),
+        Setting(
+            "effective_threshold",
+            number(0.0),
+            0.5,
+            "absolute effective length: the largest L up to which "
+            "every depth's gain (nats per answer token, mean over documents) stays above this",
+        ),
+        Setting(
+            "tokenizer",
+            LOCATION,
+            None,
+            "tokenizer that counts the documents' tokens for the default ladder "
+            "(default: model_args `pretrained`); the model's own tokenizer is checked again when scoring",
+            optional=True,
+            affects_numbers=False,
+        ),
+        Setting(
+            "effective_rule",
+            choice(*per_token.MEMORY_LENGTH_RULES),
+            "contiguous",
+            "`contiguous`: every shorter L passes too; `largest`: the largest passing L",
+        ),
+        *declarations.long_pass_settings(),
+        Setting(
+            "without_batch_size",
+            integer(1, declarations.MAX_BATCH_SIZE),
+            None,
+            "sequences per forward of the batched passes: the "
+            "without-document sequences, and the continuations read on one prefix (default: the harness "
+            "--batch_size; auto: up to --max_batch_size, as memory allows)",
+            optional=True,
+            affects_numbers=False,
+        ),
+        declarations.allow_beyond_setting(),
+        *declarations.govreport_settings(),
+    ],
+    presets={
+        "ci": {
+            "max_seq_lengths": declarations.CI_LENGTHS,
+            "embedded_corpus": True,
+            "num_docs": declarations.CI_DOCUMENTS,
+            "depths": [10, 50, 90],
+        },
+        "paper": {"num_docs": documents.GOVREPORT_NUM_DOCS, "depths": list(range(0, 100, 10))},
+    },
+)
 DEFAULTS = SETTINGS.defaults()
 # settings that change the numbers: in every request's spec (the --use_cache key) and in the results
 SCORING_KEYS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_stride", "separator", "bos")
@@ -329,6 +432,7 @@ def default_ladder(
 
 
 class RetrievalGainMapTask(LongContextTask):
+    SETTINGS = SETTINGS
     SUITE_TASK_NAME = "retrieval_gain_map"
     resolve_settings = staticmethod(resolve_settings)
     TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS

@@ -201,7 +201,7 @@ VALUES: dict[tuple[str, str], list] = {
 # What a setting's values act with, whichever value: the metadata they need beside them, the keys they cannot run with.
 CONDITIONS: dict[tuple[str, str], Condition] = {
     # the chunk size is read only by the chunked long pass
-    **{(task, "chunk_size"): Condition(needs={"long_pass": "chunked"}) for task in declarations.TASK_DECLARATIONS},
+    **{(task, "chunk_size"): Condition(needs={"long_pass": "chunked"}) for task in declarations.task_declarations()},
     # the cache holds the evaluator's spans: it is read only with an evaluator
     ("longppl_govreport", "span_cache_dir"): Condition(needs={"evaluator": EVALUATOR}),
     ("longppl_govreport", "evaluator_max_memory"): Condition(needs={"evaluator_device": "auto"}),
@@ -340,7 +340,7 @@ def rounds_of(trials: list[Trial]) -> list[list[Trial]]:
 def plan() -> tuple[dict[str, list[list[Trial]]], list[tuple[str, str]]]:
     """Per task, its rounds; and the declared settings with no value and no reason."""
     rounds, missing = {}, []
-    for owner, declaration in declarations.TASK_DECLARATIONS.items():
+    for owner, declaration in declarations.task_declarations().items():
         trials = []
         for setting in declaration.settings:
             if (owner, setting.name) in UNTESTABLE:
@@ -477,7 +477,7 @@ def finite_kinds(task_metrics: dict) -> set[str]:
 
 
 def test_every_declared_setting_is_run_or_has_a_reason():
-    declared = {(owner, s.name) for owner, d in declarations.TASK_DECLARATIONS.items() for s in d.settings}
+    declared = {(owner, s.name) for owner, d in declarations.task_declarations().items() for s in d.settings}
     assert not MISSING, f"settings with no derived value, no entry in VALUES and none in UNTESTABLE: {MISSING}"
     for table in (VALUES, CONDITIONS, UNTESTABLE, RECORDED_AS):
         assert set(table) <= declared, f"entries naming no declared setting: {sorted(set(table) - declared)}"
@@ -497,7 +497,7 @@ def test_round_of_settings_runs_and_is_recorded(owner, index, local_paths, model
     metadata = round_metadata(owner, trials, local_paths)
     reference = reference_kinds(owner)
     results = run(owner, metadata, model_dirs)
-    declaration = declarations.TASK_DECLARATIONS[owner]
+    declaration = declarations.task_declarations()[owner]
     said = f"{owner} with --metadata {json.dumps(metadata)}"
     for task in harness_tasks(owner):
         task_metrics = metrics(results, task)

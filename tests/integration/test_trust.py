@@ -27,7 +27,7 @@ from lm_eval_longctx.keytokens.evaluator import (
     judge_from_scores,
 )
 from lm_eval_longctx.settings import SettingsError
-from lm_eval_longctx.tasks import declarations
+from lm_eval_longctx.tasks import declarations, forgetting_curve, longeval, longppl, retrieval_gain
 from tests import tiny
 from tests.harness_utils import run_task, write_docs
 
@@ -62,9 +62,9 @@ def no_evaluator(monkeypatch):
 def test_unknown_key_names_it_and_suggests_the_closest():
     contacts.install()
     with pytest.raises(SettingsError, match=r"unknown setting 'trunc_lenn'.*Did you mean 'trunc_len'\?"):
-        declarations.LONGPPL.parse({"trunc_lenn": 64})
+        longppl.SETTINGS.parse({"trunc_lenn": 64})
     with pytest.raises(SettingsError, match="unknown setting 'smaples_per_length'.*samples_per_length"):
-        declarations.FORGETTING_CURVE.parse({"smaples_per_length": 3})
+        forgetting_curve.SETTINGS.parse({"smaples_per_length": 3})
 
 
 def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
@@ -78,14 +78,14 @@ def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
         "trust_remote_code": False,
         "parallelize": True,
     }
-    assert declarations.LONGPPL.parse(md)["alpha"] == 2.0
+    assert longppl.SETTINGS.parse(md)["alpha"] == 2.0
     # a setting of another task of the suite (one --metadata reaches every task of a run)
-    assert declarations.LONGPPL.parse({"lengths": [8, 16]})["alpha"] == 2.0
+    assert longppl.SETTINGS.parse({"lengths": [8, 16]})["alpha"] == 2.0
     # a key for another suite's task is left to it (a log line), or named in other_tasks_keys (no line)
-    assert declarations.LONGPPL.parse({"num_samples": 5})["alpha"] == 2.0
-    declarations.LONGPPL.parse({"num_samples": 5, "other_tasks_keys": ["num_samples"]})
+    assert longppl.SETTINGS.parse({"num_samples": 5})["alpha"] == 2.0
+    longppl.SETTINGS.parse({"num_samples": 5, "other_tasks_keys": ["num_samples"]})
     # lm-eval's own length key (RULER, BABILong) is every task's
-    assert declarations.LONGPPL.parse({"max_seq_lengths": [4096]})["max_seq_lengths"] == [4096]
+    assert longppl.SETTINGS.parse({"max_seq_lengths": [4096]})["max_seq_lengths"] == [4096]
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ def test_keys_lm_eval_puts_into_the_metadata_are_allowed():
 def test_a_misspelling_of_our_key_is_refused_naming_the_key_meant(typo, meant):
     contacts.install()
     with pytest.raises(SettingsError, match=rf"unknown setting '{typo}'.*Did you mean '{meant}'\?.*other_tasks_keys"):
-        declarations.LONGPPL.parse({typo: 1})
+        longppl.SETTINGS.parse({typo: 1})
 
 
 # keys of other suites' tasks (RULER, lm-eval's own YAMLs): none is close to one of ours
@@ -130,47 +130,47 @@ def test_keys_of_other_suites_are_left_to_their_tasks_with_one_line(caplog, monk
     monkeypatch.setattr(errors, "_SAID", contextvars.ContextVar("said", default=None))  # nothing said yet
     md = {k: 1 for k in OTHER_SUITES_KEYS} | {"tokenizer": "x", "pretrained": "y"}
     with caplog.at_level("WARNING", logger="lm_eval_longctx"):
-        declarations.LONGPPL.parse(md)
-        declarations.FORGETTING_CURVE.parse(md)  # a second task of the run: no second line
+        longppl.SETTINGS.parse(md)
+        forgetting_curve.SETTINGS.parse(md)  # a second task of the run: no second line
     lines = [r.getMessage() for r in caplog.records if "left to the other tasks" in r.getMessage()]
     assert len(lines) == 1 and all(k in lines[0] for k in OTHER_SUITES_KEYS)
     assert "tokenizer" not in lines[0] and "pretrained" not in lines[0]
 
 
 BAD_VALUES = [
-    (declarations.LONGPPL, "num_docs", -1),
-    (declarations.LONGPPL, "num_docs", 0),
-    (declarations.LONGPPL, "num_docs", 2.5),
-    (declarations.LONGPPL, "num_docs", True),
-    (declarations.LONGPPL, "num_docs", "ten"),
-    (declarations.LONGPPL, "max_tokens", -1),
-    (declarations.LONGPPL, "soft_gamma", 0),
-    (declarations.LONGPPL, "soft_gamma", -5),
-    (declarations.LONGPPL, "soft_gamma", "nan"),
-    (declarations.LONGPPL, "soft_gamma", float("nan")),
-    (declarations.LONGPPL, "alpha", float("inf")),
-    (declarations.LONGPPL, "beta", "-inf"),
-    (declarations.LONGPPL, "trunc_len", "4k"),
-    (declarations.LONGPPL, "chunk_size", 0),
-    (declarations.LONGPPL, "evaluator_dtype", "fp8"),
-    (declarations.LONGPPL, "allow_beyond_max_length", "ture"),
-    (declarations.LONGPPL, "evaluator_max_memory", "70GiB"),
-    (declarations.FORGETTING_CURVE, "fine_threshold", float("nan")),
-    (declarations.FORGETTING_CURVE, "fine_threshold", 1.5),
-    (declarations.FORGETTING_CURVE, "coarse_margin", "inf"),
-    (declarations.FORGETTING_CURVE, "lengths", [8, 0]),
-    (declarations.FORGETTING_CURVE, "lengths", "8,x"),
-    (declarations.FORGETTING_CURVE, "samples_per_length", 0),
-    (declarations.FORGETTING_CURVE, "spacing", "cubic"),
-    (declarations.FORGETTING_CURVE, "bos_token_id", -1),
-    (declarations.FORGETTING_CURVE, "seed", -3),
-    (declarations.RETRIEVAL_GAIN, "anchor_min", 1.5),
-    (declarations.RETRIEVAL_GAIN, "bos", "maybe"),
-    (declarations.RETRIEVAL_GAIN, "n_queries", 0),
-    (declarations.RETRIEVAL_GAIN, "separator", 3),
-    (declarations.LONGEVAL_LINES, "num_lines", [0, 200]),
-    (declarations.LONGEVAL_LINES, "over_length", "ignore"),
-    (declarations.LONGEVAL_LINES, "num_cases", 1e9 + 0.5),
+    (longppl.SETTINGS, "num_docs", -1),
+    (longppl.SETTINGS, "num_docs", 0),
+    (longppl.SETTINGS, "num_docs", 2.5),
+    (longppl.SETTINGS, "num_docs", True),
+    (longppl.SETTINGS, "num_docs", "ten"),
+    (longppl.SETTINGS, "max_tokens", -1),
+    (longppl.SETTINGS, "soft_gamma", 0),
+    (longppl.SETTINGS, "soft_gamma", -5),
+    (longppl.SETTINGS, "soft_gamma", "nan"),
+    (longppl.SETTINGS, "soft_gamma", float("nan")),
+    (longppl.SETTINGS, "alpha", float("inf")),
+    (longppl.SETTINGS, "beta", "-inf"),
+    (longppl.SETTINGS, "trunc_len", "4k"),
+    (longppl.SETTINGS, "chunk_size", 0),
+    (longppl.SETTINGS, "evaluator_dtype", "fp8"),
+    (longppl.SETTINGS, "allow_beyond_max_length", "ture"),
+    (longppl.SETTINGS, "evaluator_max_memory", "70GiB"),
+    (forgetting_curve.SETTINGS, "fine_threshold", float("nan")),
+    (forgetting_curve.SETTINGS, "fine_threshold", 1.5),
+    (forgetting_curve.SETTINGS, "coarse_margin", "inf"),
+    (forgetting_curve.SETTINGS, "lengths", [8, 0]),
+    (forgetting_curve.SETTINGS, "lengths", "8,x"),
+    (forgetting_curve.SETTINGS, "samples_per_length", 0),
+    (forgetting_curve.SETTINGS, "spacing", "cubic"),
+    (forgetting_curve.SETTINGS, "bos_token_id", -1),
+    (forgetting_curve.SETTINGS, "seed", -3),
+    (retrieval_gain.SETTINGS, "anchor_min", 1.5),
+    (retrieval_gain.SETTINGS, "bos", "maybe"),
+    (retrieval_gain.SETTINGS, "n_queries", 0),
+    (retrieval_gain.SETTINGS, "separator", 3),
+    (longeval.SETTINGS, "num_lines", [0, 200]),
+    (longeval.SETTINGS, "over_length", "ignore"),
+    (longeval.SETTINGS, "num_cases", 1e9 + 0.5),
 ]
 
 
@@ -184,7 +184,7 @@ def test_wrong_type_or_range_is_an_error_naming_key_value_and_what_is_allowed(de
 
 LOCATION_KEYS = [
     (declaration, key)
-    for declaration in declarations.TASK_DECLARATIONS.values()
+    for declaration in declarations.task_declarations().values()
     for key in (
         "dataset_path",
         "decode_tokenizer",
@@ -218,13 +218,13 @@ def test_a_path_too_long_for_the_file_system_is_an_error_naming_the_key(declarat
 
 
 def test_values_given_as_strings_or_whole_floats_mean_the_same():
-    s = declarations.LONGPPL.parse(
+    s = longppl.SETTINGS.parse(
         {"num_docs": "3", "trunc_len": 64.0, "allow_beyond_max_length": "true", "soft_gamma": "5"}
     )
     assert (s["num_docs"], s["trunc_len"], s["allow_beyond_max_length"], s["soft_gamma"]) == (3, 64, True, 5.0)
     assert s.explicit == {"num_docs", "trunc_len", "allow_beyond_max_length", "soft_gamma"}
-    assert declarations.FORGETTING_CURVE.parse({"spacing": "log", "lengths": "64,8,8"})["lengths"] == [8, 64]
-    assert declarations.RETRIEVAL_GAIN.parse({"bos": False})["bos"] == "never"
+    assert forgetting_curve.SETTINGS.parse({"spacing": "log", "lengths": "64,8,8"})["lengths"] == [8, 64]
+    assert retrieval_gain.SETTINGS.parse({"bos": False})["bos"] == "never"
 
 
 @pytest.mark.integration

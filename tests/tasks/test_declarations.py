@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from lm_eval_longctx.settings import SettingsError
-from lm_eval_longctx.tasks import declarations
+from lm_eval_longctx.tasks import declarations, forgetting_curve, longeval, longppl
 
 WHOLE_NUMBER_SETTINGS = [
     (declaration, setting)
-    for declaration in declarations.TASK_DECLARATIONS.values()
+    for declaration in declarations.task_declarations().values()
     for setting in declaration.settings
     if setting.kind.describe.startswith(("whole number", "list of"))
 ]
@@ -51,10 +51,10 @@ def test_an_absurd_value_is_refused_when_parsed_and_the_defaults_are_far_below_t
 def test_the_bounds_fit_the_papers_runs():
     """LongChat's 1,350 lines and 50 cases, the forgetting curve's 32 lengths, GovReport's 973 test documents, a
     10M-token context: all within the bounds, with room."""
-    assert declarations.LONGEVAL_LINES.parse({"num_lines": [200, 1350, 100_000], "num_cases": 5_000})
-    curve = declarations.FORGETTING_CURVE.parse({"num_lengths": 1000, "max_len": 5_000_000, "samples_per_length": 1000})
+    assert longeval.SETTINGS.parse({"num_lines": [200, 1350, 100_000], "num_cases": 5_000})
+    curve = forgetting_curve.SETTINGS.parse({"num_lengths": 1000, "max_len": 5_000_000, "samples_per_length": 1000})
     assert curve["max_len"] == 5_000_000
-    assert declarations.LONGPPL.parse({"num_docs": 973, "trunc_len": 10_000_000})["num_docs"] == 973
+    assert longppl.SETTINGS.parse({"num_docs": 973, "trunc_len": 10_000_000})["num_docs"] == 973
 
 
 def test_a_setting_that_would_act_on_nothing_is_refused(tmp_path):

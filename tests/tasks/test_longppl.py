@@ -12,6 +12,7 @@ import warnings
 import pytest
 
 from lm_eval_longctx.keytokens import span_files
+from lm_eval_longctx.tasks import longppl
 from tests.brute_force import brute_force_doc
 from tests.harness_utils import TASK_DIR, json_numbers, refuse_model_loading, run_task, save_like_lm_eval, write_docs
 from tests.tiny import load
@@ -47,10 +48,9 @@ def test_a_cache_that_cannot_be_used_costs_one_warning_not_the_run(
 
 
 def test_lengths_map_to_documents_of_half_to_whole_and_k_a_quarter():
-    from lm_eval_longctx.tasks import declarations, longppl
 
     # L = 32768 is the paper's selection, K and d, with the documents cut at L tokens of the evaluated model
-    paper = declarations.LONGPPL.presets["paper"]
+    paper = longppl.SETTINGS.presets["paper"]
     assert longppl.settings_for_lengths([4096, 32768]) == {
         "cut_tokens": 32768,
         **{k: paper[k] for k in ("min_tokens", "max_tokens", "trunc_len", "sliding_window")},
@@ -69,7 +69,6 @@ def test_lengths_map_to_documents_of_half_to_whole_and_k_a_quarter():
 
 def test_a_k_not_below_the_documents_length_is_refused_when_parsed():
     from lm_eval_longctx.settings import SettingsError
-    from lm_eval_longctx.tasks import longppl
 
     with pytest.raises(SettingsError, match="trunc_len = 4096 is not below the documents' length 2048"):
         longppl.resolve_settings({"max_seq_lengths": [1024, 2048], "trunc_len": 4096})
@@ -80,7 +79,6 @@ def test_a_k_not_below_the_documents_length_is_refused_when_parsed():
 
 def test_the_ci_preset_judges_itself_on_the_embedded_corpus_unless_told_otherwise(tmp_path):
     from lm_eval_longctx.settings import SettingsError
-    from lm_eval_longctx.tasks import longppl
 
     s = longppl.resolve_settings({"preset": "ci"})
     assert s["key_source"] == "self" and s["embedded_corpus"] and s["num_docs"] == 10
