@@ -3,8 +3,9 @@
 One request type serves every task; ``spec["kind"]`` says what to compute. A kind is a pair of plain functions (no
 lm-eval inside): ``serve(ctx, [(text, spec), ...]) -> [result, ...]`` gets all uncached requests of that kind at once
 (so it can batch across them), and ``from_state(dict) -> result`` rebuilds a cached result; results have
-``to_state() -> dict`` (plain arrays and numbers: what the harness cache stores). Kinds are declared by the task
-modules when they are imported (``register_request_kind``), as lm-eval's registries declare metrics.
+``to_state() -> dict`` (plain arrays and numbers: what the harness cache stores). A task class declares the kind
+its requests name (its ``REQUEST_KIND``), registered here when the class is defined, as lm-eval's registries declare
+metrics; ``register_request_kind`` adds one by hand (the plain ``sequence`` kind below).
 
 Requests carry ``args = (text, spec)``: ``text`` is a str (the harness hashes ``args[0]`` for ``--log_samples``) and
 ``spec`` is a small JSON-able dict, so cache keys are stable.
@@ -43,7 +44,7 @@ class RequestKind:
     from_state: Callable[[dict], object]
     # tokens the model read for a result (None: nothing to check), so the length check holds on
     # --use_cache hits too
-    n_tokens: Callable[[object], int | None] = lambda result: None
+    n_tokens: Callable[[Any], int | None] = lambda result: None
     # whether serving runs the model (False: the tokenizer only, e.g. counting a prompt's tokens)
     uses_model: bool = True
     # about the token positions serving these requests will run through the model: the progress bar's total (None:

@@ -412,20 +412,21 @@ def serve(ctx: request_type.ScoringContext, items: list) -> list:
     return out
 
 
-request_type.register_request_kind(
-    KIND,
-    serve,
-    CurveSampleScore.from_state,
-    n_tokens=lambda r: sample_tokens(r.length),
-    planned_tokens=lambda ctx, items: sum(sample_tokens(int(spec["length"])) for _, spec in items),
-)
-
-
 # ---------------------------------------------------------------- the task
 
 
 class ForgettingCurveTask(LongContextTask):
     SETTINGS = SETTINGS
+    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
+    REQUEST_KIND = (
+        KIND,
+        request_type.RequestKind(
+            serve,
+            CurveSampleScore.from_state,
+            n_tokens=lambda r: sample_tokens(r.length),
+            planned_tokens=lambda ctx, items: sum(sample_tokens(int(spec["length"])) for _, spec in items),
+        ),
+    )
     SUITE_TASK_NAME = "forgetting_curve"
     HUB_ONLY_SETTINGS = (*HUB_ONLY_SETTINGS, "dataset_split")
     resolve_settings = staticmethod(resolve_settings)

@@ -324,15 +324,6 @@ def _text_tokens(tokenizer, text: str) -> int:
     )
 
 
-request_type.register_request_kind(
-    ANSWER_KIND,
-    serve_answers,
-    AnswerScores.from_state,
-    n_tokens=lambda r: None if r.skipped else r.n_tokens,
-    planned_tokens=lambda ctx, items: sum(_text_tokens(ctx.tokenizer, text) for text, _ in items),
-)
-
-
 @dataclass(repr=False)
 class GeneratedAnswer(StateRecord):
     """What the model generated after one prompt (decoded, cut at the first stop string), or a skipped case."""
@@ -416,18 +407,6 @@ def serve_generations(ctx: request_type.ScoringContext, items: list) -> list[Gen
             out[i] = GeneratedAnswer(lengths[i].n_tokens, lengths[i].limit, text, int(len(tokens)))
             ctx.progress(1)
     return [o for o in out if o is not None]
-
-
-request_type.register_request_kind(
-    GENERATION_KIND,
-    serve_generations,
-    GeneratedAnswer.from_state,
-    n_tokens=lambda r: None if r.skipped else r.prompt_tokens,
-    # each prompt, then its steps, as the engine plans them before any ran (it revises the plan as they run)
-    planned_tokens=lambda ctx, items: sum(
-        generation.planned_work(_text_tokens(ctx.tokenizer, text), int(spec["max_gen_toks"])) for text, spec in items
-    ),
-)
 
 
 # ------------------------------------------------------------------ the per-token export (answer-token PPL)
@@ -697,6 +676,16 @@ class _LinesTask(LongContextTask):
 
 
 class LongEvalLinesPPLTask(_LinesTask):
+    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
+    REQUEST_KIND = (
+        ANSWER_KIND,
+        request_type.RequestKind(
+            serve_answers,
+            AnswerScores.from_state,
+            n_tokens=lambda r: None if r.skipped else r.n_tokens,
+            planned_tokens=lambda ctx, items: sum(_text_tokens(ctx.tokenizer, text) for text, _ in items),
+        ),
+    )
     SUITE_TASK_NAME = "longeval_lines_ppl"
     PER_CONFIG = {
         "answer_ppl": "token_weighted_perplexity",
@@ -786,6 +775,20 @@ class LongEvalLinesPPLTask(_LinesTask):
 
 
 class LongEvalLinesAccTask(_LinesTask):
+    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
+    REQUEST_KIND = (
+        GENERATION_KIND,
+        request_type.RequestKind(
+            serve_generations,
+            GeneratedAnswer.from_state,
+            n_tokens=lambda r: None if r.skipped else r.prompt_tokens,
+            # each prompt, then its steps, as the engine plans them before any ran (it revises the plan as they run)
+            planned_tokens=lambda ctx, items: sum(
+                generation.planned_work(_text_tokens(ctx.tokenizer, text), int(spec["max_gen_toks"]))
+                for text, spec in items
+            ),
+        ),
+    )
     SUITE_TASK_NAME = "longeval_lines_acc"
     PER_CONFIG = {"acc": "mean", "prompt_tokens": "mean"}
     POOLED = ("acc",)

@@ -352,11 +352,6 @@ def tokens_to_forward(ctx: request_type.ScoringContext, items: list) -> int:
     return total
 
 
-request_type.register_request_kind(
-    KIND, serve, RetrievalScores.from_state, n_tokens=lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
-)
-
-
 # ------------------------------------------------------------------ the task
 
 
@@ -393,6 +388,16 @@ def retrieval_gain_arrays(doc: dict, scores: RetrievalScores) -> dict:
 
 class RetrievalGainTask(LongContextTask):
     SETTINGS = SETTINGS
+    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
+    REQUEST_KIND = (
+        KIND,
+        request_type.RequestKind(
+            serve,
+            RetrievalScores.from_state,
+            n_tokens=lambda r: r.n_with_tokens,
+            planned_tokens=tokens_to_forward,
+        ),
+    )
     SUITE_TASK_NAME = "retrieval_gain"
     resolve_settings = staticmethod(resolve_settings)
     TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS

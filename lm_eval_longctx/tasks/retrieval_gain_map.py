@@ -396,11 +396,6 @@ def tokens_to_forward(ctx: request_type.ScoringContext, items: list) -> int:
     return total
 
 
-request_type.register_request_kind(
-    KIND, serve, GainMapScores.from_state, n_tokens=lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
-)
-
-
 # ------------------------------------------------------------------ the task
 
 
@@ -433,6 +428,16 @@ def default_ladder(
 
 class RetrievalGainMapTask(LongContextTask):
     SETTINGS = SETTINGS
+    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
+    REQUEST_KIND = (
+        KIND,
+        request_type.RequestKind(
+            serve,
+            GainMapScores.from_state,
+            n_tokens=lambda r: r.n_with_tokens,
+            planned_tokens=tokens_to_forward,
+        ),
+    )
     SUITE_TASK_NAME = "retrieval_gain_map"
     resolve_settings = staticmethod(resolve_settings)
     TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS
