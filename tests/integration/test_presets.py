@@ -50,7 +50,8 @@ def test_the_ci_preset_and_the_chat_template_run_every_task_in_one_command(demo_
         assert rec[task]["data"]["source"] == embedded_corpus.SOURCE and rec[task]["data"]["n_docs"] == 10
         assert res["n-samples"][task]["effective"] == 10
     assert rec["forgetting_curve"]["data"]["source"] == embedded_corpus.SOURCE
-    assert rec["forgetting_curve"]["lengths"] == [126, 254, 510] and rec["forgetting_curve"]["samples_per_length"] == 5
+    assert rec["forgetting_curve"]["lengths"] == [126, 254, 510] and rec["forgetting_curve"]["samples_per_length"] == 10
+    assert rec["longeval_lines_acc"]["num_cases"] == rec["longeval_lines_ppl"]["num_cases"] == 10
     # LongPPL: the model judges itself, from the preset, and both are recorded; documents cut at 1024 tokens
     longppl = rec["longppl_govreport"]
     assert longppl["evaluator"] == "self" and longppl["key_source"] == "self" and longppl["cut_tokens"] == 1024
