@@ -71,6 +71,35 @@ def long_pass_settings() -> list[Setting]:
     ]
 
 
+def query_answer_settings() -> list[Setting]:
+    """The query and answer spans read after the context (retrieval gain and its map)."""
+    return [
+        Setting("query_tokens", integer(1, MAX_TOKENS), 24, "q: query tokens Q = x[a : a+q]"),
+        Setting("answer_tokens", integer(1, MAX_TOKENS), 24, "r: answer tokens A = x[a+q : a+q+r], the scored ones"),
+    ]
+
+
+def batch_size_setting(name: str, per_forward: str) -> Setting:
+    """A task's own batch size (``per_forward``: what one forward holds); the harness's --batch_size by default."""
+    return Setting(
+        name,
+        integer(1, MAX_BATCH_SIZE),
+        None,
+        f"{per_forward} (default: the harness --batch_size; auto: up to --max_batch_size, as memory allows)",
+        optional=True,
+        affects_numbers=False,
+    )
+
+
+def without_batch_size_setting() -> Setting:
+    """The batch size of retrieval gain's batched passes (the map's too)."""
+    return batch_size_setting(
+        "without_batch_size",
+        "sequences per forward of the batched passes: the without-document sequences, and the continuations read "
+        "on one prefix",
+    )
+
+
 def allow_beyond_setting() -> Setting:
     return Setting("allow_beyond_max_length", BOOLEAN, False, ALLOW_BEYOND_DOC)
 

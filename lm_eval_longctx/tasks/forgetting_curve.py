@@ -119,14 +119,7 @@ SETTINGS = Declaration(
         Setting("coarse_rule", choice(*per_token.MEMORY_LENGTH_RULES), "contiguous", "the same for the coarse length"),
         declarations.allow_beyond_setting(),
         *declarations.long_pass_settings(),
-        Setting(
-            "batch_size",
-            integer(1, declarations.MAX_BATCH_SIZE),
-            None,
-            "samples per forward (default: the harness --batch_size; auto: up to --max_batch_size, as memory allows)",
-            optional=True,
-            affects_numbers=False,
-        ),
+        declarations.batch_size_setting("batch_size", "samples per forward"),
         Setting(
             "bos_token_id",
             integer(0, declarations.MAX_TOKEN_ID),

@@ -149,15 +149,7 @@ SETTINGS = Declaration(
             optional=True,
         ),
         *declarations.long_pass_settings(),
-        Setting(
-            "short_batch_size",
-            integer(1, declarations.MAX_BATCH_SIZE),
-            None,
-            "truncated windows per forward (default: the harness --batch_size; auto: up to --max_batch_size, "
-            "as memory allows)",
-            optional=True,
-            affects_numbers=False,
-        ),
+        declarations.batch_size_setting("short_batch_size", "truncated windows per forward"),
         declarations.allow_beyond_setting(),
         declarations.export_tokens_setting(),
         *declarations.govreport_settings(),

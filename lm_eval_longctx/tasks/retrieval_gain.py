@@ -69,13 +69,7 @@ SETTINGS = Declaration(
             "or the longest max_seq_lengths, with BOS, separator, Q and A (the paper: 8192)",
             optional=True,
         ),
-        Setting("query_tokens", integer(1, declarations.MAX_TOKENS), 24, "q: query tokens Q = x[a : a+q]"),
-        Setting(
-            "answer_tokens",
-            integer(1, declarations.MAX_TOKENS),
-            24,
-            "r: answer tokens A = x[a+q : a+q+r], the scored ones",
-        ),
+        *declarations.query_answer_settings(),
         Setting("n_queries", integer(1, declarations.MAX_ANCHORS), 2, "anchors per document"),
         Setting("anchor_min", number(0.0, 1.0), 0.1, "anchors lie in [anchor_min U, anchor_max U], U = T - q - r"),
         Setting("anchor_max", number(0.0, 1.0), 0.6, "see anchor_min"),
@@ -97,16 +91,7 @@ SETTINGS = Declaration(
             "not GPT-2, Qwen2); `always` (an error if it has none); `never`"
         ),
         *declarations.long_pass_settings(),
-        Setting(
-            "without_batch_size",
-            integer(1, declarations.MAX_BATCH_SIZE),
-            None,
-            "sequences per forward of the batched passes: the "
-            "without-document sequences, and the continuations read on one prefix (default: the harness "
-            "--batch_size; auto: up to --max_batch_size, as memory allows)",
-            optional=True,
-            affects_numbers=False,
-        ),
+        declarations.without_batch_size_setting(),
         declarations.allow_beyond_setting(),
         declarations.export_tokens_setting(),
         *declarations.govreport_settings(),

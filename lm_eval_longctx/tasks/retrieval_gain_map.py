@@ -89,13 +89,7 @@ SETTINGS = Declaration(
             list(range(0, 100, 10)),
             "depths p in percent: the anchor of cell (L, p) is a = round(p/100 (L - q - r)), halves up",
         ),
-        Setting("query_tokens", integer(1, declarations.MAX_TOKENS), 24, "q: query tokens Q = x[a : a+q]"),
-        Setting(
-            "answer_tokens",
-            integer(1, declarations.MAX_TOKENS),
-            24,
-            "r: answer tokens A = x[a+q : a+q+r], the scored ones",
-        ),
+        *declarations.query_answer_settings(),
         Setting(
             "anchors_per_cell",
             integer(1, declarations.MAX_ANCHORS),
@@ -142,16 +136,7 @@ SETTINGS = Declaration(
             "`contiguous`: every shorter L passes too; `largest`: the largest passing L",
         ),
         *declarations.long_pass_settings(),
-        Setting(
-            "without_batch_size",
-            integer(1, declarations.MAX_BATCH_SIZE),
-            None,
-            "sequences per forward of the batched passes: the "
-            "without-document sequences, and the continuations read on one prefix (default: the harness "
-            "--batch_size; auto: up to --max_batch_size, as memory allows)",
-            optional=True,
-            affects_numbers=False,
-        ),
+        declarations.without_batch_size_setting(),
         declarations.allow_beyond_setting(),
         *declarations.govreport_settings(),
     ],
