@@ -77,17 +77,21 @@ def task_evidence(entries: dict, n_samples, settings) -> dict:
     return out
 
 
+def evidence_of(results: dict, task: str) -> dict | None:
+    """``task_evidence`` of one task of a results dict (lm-eval's aggregated results); None for a task without
+    metrics or of another suite (no ``longctx_settings``)."""
+    entries = (results.get("results") or {}).get(task)
+    settings = recorded_settings(results, task)
+    if not isinstance(entries, dict) or settings is None:
+        return None
+    n_samples = results.get("n-samples")
+    return task_evidence(entries, n_samples.get(task) if isinstance(n_samples, dict) else None, settings)
+
+
 def evidence_record(results: dict) -> dict:
     """``task_evidence`` of every task of a results dict (lm-eval's aggregated results) that has a record."""
-    n_samples = results.get("n-samples")
-    n_samples = n_samples if isinstance(n_samples, dict) else {}
-    out: dict = {}
-    for task, entries in (results.get("results") or {}).items():
-        settings = recorded_settings(results, task)
-        if not isinstance(entries, dict) or settings is None:
-            continue  # not a task of this suite
-        out[task] = task_evidence(entries, n_samples.get(task), settings)
-    return out
+    found = {task: evidence_of(results, task) for task in results.get("results") or {}}
+    return {task: record for task, record in found.items() if record is not None}
 
 
 def add_evidence(results: dict) -> None:
@@ -101,4 +105,4 @@ def add_evidence(results: dict) -> None:
 def thin_notes(results: dict, task: str) -> list[str]:
     """The reasons a task's numbers in a results dict rest on thin evidence (read again from its numbers, so results
     saved before ``longctx_evidence`` existed are read alike)."""
-    return evidence_record(results).get(task, {}).get("thin", [])
+    return (evidence_of(results, task) or {}).get("thin", [])

@@ -16,11 +16,6 @@ from .sections import Section, headline_names, metrics_of_task
 RUNS_AS_COLUMNS = 4  # more runs than this: tables get a row per run
 
 
-def run_heading(runs: list[CardRun], r: CardRun) -> str:
-    """A run's column heading (:func:`.page.label_heading`)."""
-    return label_heading(runs.index(r), r.label)
-
-
 def metric_cell(label: str, name: str, m: Metric | None, z: float = DEFAULT_Z, ci_column: bool = False) -> str:
     """A metric's value (± z·stderr, or its CI in a column of its own), marked with the run, metric and value; a
     lower bound (a length that reaches the longest length tested) as ``≥ 976``."""
@@ -77,7 +72,7 @@ def headline_table(
     if single:
         head = f"<th>metric</th><th>value</th><th>{esc(level)} CI (± {z:g}·stderr)</th>"
     else:
-        head = "<th>metric</th>" + "".join(run_heading(runs, r) for r in runs)
+        head = "<th>metric</th>" + "".join(label_heading(i, r.label) for i, r in enumerate(runs))
     head += '<th class="meaning">what it means</th>'
     rows = []
     for name, meaning in names:
@@ -113,7 +108,7 @@ def all_metrics_table(runs: list[CardRun], task: str, z: float = DEFAULT_Z) -> s
     names = metrics_of_task(runs, task)
     if not names:
         return ""
-    head = "<th>metric</th>" + "".join(run_heading(runs, r) for r in runs)
+    head = "<th>metric</th>" + "".join(label_heading(i, r.label) for i, r in enumerate(runs))
     rows = "".join(
         f"<tr><th><code>{esc(split_name(n)[1])}</code></th>"
         + "".join(metric_cell(r.label, n, r.run.metrics.get(n), z) for r in runs)
