@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ... import output_dirs
-from ..bounds import LOWER_BOUND_MARK
+from ..bounds import bound_text, is_lower_bound
 from .beside_results import draw_beside_results
 from .names import model_label, plain_text, wrap_label
 
@@ -347,13 +347,10 @@ def forgetting_curve_figure(curves: list[ForgettingCurve], title: str | None = N
 
 def _memory_text(c: ForgettingCurve) -> str:
     """A run's memory lengths as its legend entry says them (``≥`` where a length is the longest tested)."""
-    tested = c.lengths[~c.failed]
-    longest = float(tested.max()) if len(tested) else 0.0
+    tested = c.lengths[~c.failed].tolist()
 
     def shown(value) -> str:
-        if not value:
-            return "none"
-        return f"{LOWER_BOUND_MARK} {value:g}" if value >= longest else f"{value:g}"
+        return bound_text(f"{value:g}", is_lower_bound(value, tested)) if value else "none"
 
     return f"fine {shown(c.fine)}, coarse {shown(c.coarse)}"
 
