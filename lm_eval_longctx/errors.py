@@ -14,6 +14,11 @@ class ResourceUnavailableError(RuntimeError):
     """A dataset, tokenizer or model that cannot be fetched or read (offline, gated, missing, malformed)."""
 
 
+class ScoringError(ValueError):
+    """A sequence or model the engine cannot score exactly (``engine.scoring.ScoringError``), or a sequence a task
+    cannot build from a document."""
+
+
 def first_line(err: BaseException) -> str:
     """``Type: first line of the message``: the cause in one line, not a 30-line traceback."""
     text = str(err).strip().splitlines()

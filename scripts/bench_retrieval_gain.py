@@ -66,6 +66,7 @@ if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing the
 
 import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
 
+from lm_eval_longctx.data import retrieval_cases  # noqa: E402
 from lm_eval_longctx.demo import offline  # noqa: E402
 from lm_eval_longctx.harness import request_type
 from lm_eval_longctx.tasks import retrieval_gain  # noqa: E402
@@ -99,7 +100,7 @@ def stock_requests(lm, texts, spec):
     """Token-level loglikelihood requests ((context, continuation) strings are only labels here)."""
     reqs = []
     for text in texts:
-        case = retrieval_gain.case_for_text(lm.tokenizer, text, spec)
+        case = retrieval_cases.retrieval_case_for_text(lm.tokenizer, text, spec)
         [(prefix, _)] = case.groups
         for cont, without in zip(case.continuations, case.without):
             q, a = cont[: -case.answer_tokens], cont[-case.answer_tokens :]

@@ -111,6 +111,7 @@ def without_pass(lm, cases, batch):
 
 def run_path(name, lm, texts, spec, args, stock_reqs):
     """Per-cell answer NLLs (with, without) of every document: arrays [docs, lengths, depths]."""
+    from lm_eval_longctx.data import retrieval_cases
     from lm_eval_longctx.engine import scoring as engine
     from lm_eval_longctx.harness import request_type
     from lm_eval_longctx.tasks import retrieval_gain_map as rgm
@@ -127,7 +128,7 @@ def run_path(name, lm, texts, spec, args, stock_reqs):
         ll = np.array([r[0] for r in lm._loglikelihood_tokens(stock_reqs, disable_tqdm=True)], dtype=np.float64)
         nll = (-ll / spec["answer_tokens"]).reshape(*shape, 2)
         return nll[..., 0], nll[..., 1]
-    cases = [rgm.case_for_text(lm.tokenizer, t, spec, spec["lengths"]) for t in texts]
+    cases = [retrieval_cases.map_case_for_text(lm.tokenizer, t, spec, spec["lengths"]) for t in texts]
     wo = np.stack(without_pass(lm, cases, args.batch_size))
     w = np.zeros(shape)
     for d, c in enumerate(cases):
@@ -152,11 +153,11 @@ def run_path(name, lm, texts, spec, args, stock_reqs):
 
 
 def stock_requests(lm, texts, spec):
-    from lm_eval_longctx.tasks import retrieval_gain_map as rgm
+    from lm_eval_longctx.data import retrieval_cases
 
     reqs = []
     for t in texts:
-        c = rgm.case_for_text(lm.tokenizer, t, spec, spec["lengths"])
+        c = retrieval_cases.map_case_for_text(lm.tokenizer, t, spec, spec["lengths"])
         r = c.answer_tokens
         for i, L in enumerate(c.lengths):
             for cont, without in zip(c.continuations[i], c.without[i]):

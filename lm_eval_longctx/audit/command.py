@@ -343,8 +343,8 @@ def _run_audit(args, given: checking.AuditInputs, out_print, runner) -> dict:
     t0 = time.perf_counter()
     loaded = load_model(model, extra, device)
     load_seconds = time.perf_counter() - t0
+    from ..data.retrieval_cases import lead_token_ids
     from ..engine import scoring
-    from ..tasks.base import lead_token_ids
 
     position_table = scoring.learned_position_table(loaded)
     plan = planning.plan_audit(

@@ -6,7 +6,9 @@ import hashlib
 import json
 import logging
 import numbers
+import operator
 import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -507,3 +509,30 @@ def cut_to_tokens(tokenizer, text: str, n_tokens: int, add_special_tokens: bool 
     raise ValueError(
         f"a text cannot be cut to {n_tokens} tokens of the tokenizer {getattr(tokenizer, 'name_or_path', '')}"
     )
+
+
+class LazyDocuments(Sequence):
+    """A task's documents, each built when it is read: ``--limit k`` builds the first k (a ``datasets.Dataset``
+    holds every one, built when the task is built). lm-eval reads a split's ``len``, items, iteration and the keys of
+    ``features`` (the column names)."""
+
+    def __init__(self, n_docs: int, build: Callable[[int], dict], columns: Sequence[str]):
+        self._n_docs = int(n_docs)
+        self._build = build
+        self.features = dict.fromkeys(columns)
+
+    def __len__(self) -> int:
+        return self._n_docs
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._build(i) for i in range(*index.indices(self._n_docs))]
+        i = operator.index(index)
+        if i < 0:
+            i += self._n_docs
+        if not 0 <= i < self._n_docs:
+            raise IndexError(f"document {index} of {self._n_docs}")
+        return self._build(i)
+
+    def __iter__(self) -> Iterator[dict]:
+        return (self._build(i) for i in range(self._n_docs))

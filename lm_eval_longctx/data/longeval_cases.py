@@ -22,17 +22,20 @@ the reference files by default (``N <= 680``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .. import errors, output_dirs
+from ..settings import SettingsError
 from . import documents, longeval_words
 
 log = logging.getLogger("lm_eval_longctx")
@@ -434,3 +437,66 @@ def to_doc(case: TestCase, doc_id: int) -> dict:
     d = asdict(case)
     d.update(doc_id=doc_id, response=response, answer_start=start, answer_end=end)
     return d
+
+
+# ------------------------------------------------------------------ the cases of a run, and their sizes
+
+# Two sizes whose prompts fit a line's tokens (prompt tokens = a + b N)
+FIT_NUM_LINES = (16, 64)
+
+
+def num_lines_for_lengths(
+    lengths: list[int], prompt_tokens: Callable[[int], int], room: int, drop_short: bool = False
+) -> tuple[list[int], list[str]]:
+    """The number of lines N whose prompt is about each length L with ``room`` tokens left for the answer: prompt
+    tokens grow as a + b N (``prompt_tokens(N)``: the most tokens of a prompt of N lines, measured at two sizes), N =
+    floor((L - room - a) / b), lowered while ``prompt_tokens(N)`` is over L - room. A length with no room for a line
+    is an error, or (``drop_short``: lengths not given by the user) left out with a note."""
+    lo, hi = FIT_NUM_LINES
+    tokens_lo, tokens_hi = prompt_tokens(lo), prompt_tokens(hi)
+    per_line = max((tokens_hi - tokens_lo) / (hi - lo), 1e-9)
+    base = tokens_lo - per_line * lo
+    out, notes = set(), []
+    for length in lengths:
+        budget = length - room
+        n = int((budget - base) // per_line)
+        while n >= 1 and (over := prompt_tokens(n) - budget) > 0:
+            n -= max(1, math.ceil(over / per_line))
+        if n >= 1:
+            out.add(n)
+            continue
+        why = (
+            f"a length of {length} tokens holds no line: the prompt's header and question take about {round(base)} "
+            f"tokens and {room} are left for the answer"
+        )
+        if not drop_short:
+            raise SettingsError(f"longeval_lines: {why}; raise max_seq_lengths or give num_lines")
+        notes.append(f"{why}: left out")
+    if not out:
+        raise SettingsError(f"longeval_lines: no length of {list(lengths)} holds a line; {notes[-1]}")
+    return sorted(out), notes
+
+
+@functools.lru_cache(maxsize=4096)
+def generated_case(num_lines: int, case_index: int, seed: int, trailing_space) -> TestCase:
+    # both tasks of the group, and the checks of the evaluated cases, read the same cases: each generated once
+    return generate_case(num_lines, case_index, seed, trailing_space)
+
+
+def case_reader(
+    testcases: str | Sequence[str] | None, num_lines: Sequence[int], num_cases: int, seed: int, trailing_space
+) -> tuple[int, Callable[[int], TestCase]]:
+    """The number of cases and case ``i`` in the harness order (``interleave``: case 0 of every
+    configuration, then case 1, ...). Generated cases are generated when read, so that ``--limit k`` generates k;
+    LongChat's files (``testcases``) are read whole."""
+    if testcases:
+        cases = interleave(load_testcases(testcases, num_lines, max_cases=num_cases))
+        return len(cases), cases.__getitem__
+    check_word_lists()
+    configurations = sorted(num_lines)
+
+    def case(i: int) -> TestCase:
+        case_index, k = divmod(i, len(configurations))
+        return generated_case(configurations[k], case_index, seed, trailing_space)
+
+    return num_cases * len(configurations), case

@@ -20,6 +20,7 @@ import weakref
 
 import torch
 
+from ..errors import ScoringError
 from . import attention
 from .attention import AttentionKernel, AttentionKernels
 from .memory import (
@@ -37,10 +38,6 @@ from .support import ModelSupport, describe
 CHECKED_ROWS = 1
 # tokens of the probe that checks, once per model, that the head replay reproduces a plain forward
 PROBE_TOKENS = 8
-
-
-class ScoringError(ValueError):
-    """A sequence or model the engine cannot score exactly."""
 
 
 class NonFiniteLogitsError(ScoringError):

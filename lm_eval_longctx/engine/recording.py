@@ -117,3 +117,13 @@ def note_retry(model, what: str, failed: dict, next_plan: dict, error: str) -> N
 
 on_forward(count_tokens)
 on_layer(layer_done)
+
+
+def merge_scoring(previous: dict | None, summary: dict) -> dict:
+    """An engine record (``ScoringRecord.summary``) with an earlier one's pass counts added."""
+    if previous is not None:
+        for what, by_strategy in previous.get("passes", {}).items():
+            merged = summary["passes"].setdefault(what, {})
+            for how, n in by_strategy.items():
+                merged[how] = merged.get(how, 0) + n
+    return summary

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..data import documents
 from ..engine import scoring, window
+from ..settings import BOOLEAN, SettingsError, integer
 from .request_type import REQUEST_TYPE
 
 SUPPORTED_MODELS = ("hf", "hf-auto", "huggingface")
+# lm-eval's fallback when neither the model_args nor the config give a maximum length (HFLM)
+HFLM_DEFAULT_MAX_LENGTH = 2048
+TOKENIZER_UNSET_MAX_LENGTH = 1000000000000000019884624838656  # transformers' "no limit" marker
 
 
 class UnsupportedModelError(NotImplementedError):
@@ -176,3 +181,90 @@ def hf_model_args_keys() -> set[str]:
             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"
         }
     return named | set(FROM_PRETRAINED_KEYWORDS)
+
+
+# ------------------------------------------------------------------ the evaluated model's limits
+
+
+def position_table_words(table: int) -> str:
+    return (
+        f"the model's learned position table ({table} positions: a position past it has no embedding, whatever "
+        "allow_beyond_max_length or --model_args max_length say)"
+    )
+
+
+def model_limit(model: EvaluatedModel | None, allow_beyond: bool) -> tuple[int | None, str]:
+    """The evaluated model's maximum length as a limit for ``refuse_too_long`` (None: nothing to check, the model is
+    not known or ``allow_beyond_max_length`` is on), and its words. A learned position table is a limit that
+    ``allow_beyond_max_length`` does not lift."""
+    if model is None:
+        return None, ""
+    table = model.position_table
+    if table is not None and (allow_beyond or model.max_length is None):
+        return table, position_table_words(table)
+    if allow_beyond or model.max_length is None:
+        return None, ""
+    return model.max_length, f"the model's maximum length {model.max_length} ({model.max_length_words()})"
+
+
+def check_position_table(task_name: str, model: EvaluatedModel | None) -> None:
+    """A maximum length beyond the model's learned position table is refused when the task is built: the task would
+    size its sequences for positions the model has no embedding for."""
+    table = model.position_table if model is not None else None
+    if table is not None and model is not None and model.max_length is not None and model.max_length > table:
+        raise SettingsError(
+            f"{task_name}: the maximum length {model.max_length} (from --model_args max_length or the config) is "
+            f"beyond {position_table_words(table)}. Way out: --model_args max_length={table} or less, or leave "
+            "max_length out"
+        )
+
+
+# ------------------------------------------------------------------ the evaluated model's settings, from the metadata
+
+
+def add_model_settings(settings: dict, metadata: dict | None) -> dict:
+    """The evaluated model's own settings that a task reads from the model_args lm-eval merges into the metadata:
+    ``pretrained``, ``revision``, ``trust_remote_code``, ``max_length``."""
+    md = dict(metadata or {})
+    settings["pretrained"] = md.get("pretrained")
+    settings["revision"] = md.get("revision")
+    settings["trust_remote_code"] = BOOLEAN.convert(md.get("trust_remote_code", False))
+    settings["max_length"] = (
+        None if md.get("max_length") in (None, "", "None") else integer(1).convert(md["max_length"])
+    )
+    return settings
+
+
+def settings_tokenizer(s: dict, model: EvaluatedModel | None, role: str, missing: str):
+    """The tokenizer named by the ``tokenizer`` setting, else the evaluated model's own, else ``pretrained``'s
+    (``role`` names it in a loading error; ``missing`` is the error when none is named)."""
+    if not s["tokenizer"] and model is not None and model.tokenizer is not None:
+        return model.tokenizer
+    name = s["tokenizer"] or s["pretrained"]
+    if not isinstance(name, str) or not name:
+        raise SettingsError(missing)
+    return documents.load_tokenizer(name, role, revision=s["revision"], trust_remote_code=s["trust_remote_code"])
+
+
+def resolve_model_max_length(s: dict, tokenizer, model: EvaluatedModel | None = None) -> int:
+    """The evaluated model's ``max_length`` when the model is known; else resolved as lm-eval's HFLM does:
+    model_args ``max_length``, else the config's ``n_positions`` / ``max_position_embeddings`` / ``n_ctx`` (of
+    its ``text_config`` when it has one), else the tokenizer's ``model_max_length``, else 2048."""
+    if model is not None and model.max_length is not None:
+        return model.max_length
+    if s["max_length"]:
+        return int(s["max_length"])
+    if isinstance(s["pretrained"], str) and s["pretrained"]:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(
+            s["pretrained"], revision=s["revision"], trust_remote_code=s["trust_remote_code"]
+        )
+        config = getattr(config, "text_config", None) or config
+        for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+            if getattr(config, attr, None) is not None:
+                return int(getattr(config, attr))
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and int(limit) != TOKENIZER_UNSET_MAX_LENGTH:
+        return int(limit)
+    return HFLM_DEFAULT_MAX_LENGTH

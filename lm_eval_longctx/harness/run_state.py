@@ -9,6 +9,7 @@ import contextlib
 import contextvars
 from dataclasses import dataclass, field
 
+from ..engine.recording import merge_scoring
 from .evaluated_model import EvaluatedModel
 
 
@@ -74,16 +75,6 @@ def running(evaluation: Evaluation):
         yield evaluation
     finally:
         _CURRENT.reset(token)
-
-
-def merge_scoring(previous: dict | None, summary: dict) -> dict:
-    """An engine record (``ScoringRecord.summary``) with an earlier one's pass counts added."""
-    if previous is not None:
-        for what, by_strategy in previous.get("passes", {}).items():
-            merged = summary["passes"].setdefault(what, {})
-            for how, n in by_strategy.items():
-                merged[how] = merged.get(how, 0) + n
-    return summary
 
 
 def model_args_of(arguments: dict) -> dict:

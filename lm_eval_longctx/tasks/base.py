@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import operator
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from .. import errors
 from ..data import documents, embedded_corpus, export_files
 from ..engine import scoring
 from ..harness import aggregations, contacts, evaluated_model, evaluation, request_type
-from ..settings import BOOLEAN, GIVEN, Declaration, SettingsError, add_external_keys, integer
+from ..settings import GIVEN, Declaration, SettingsError, add_external_keys
 from . import preflight, run_options, sizing, token_export
 
 NOTHING_SCORED = "no request scored in this process (results from the --use_cache database, or none yet)"
@@ -30,9 +29,6 @@ NOTHING_SCORED = "no request scored in this process (results from the --use_cach
 TOKENIZER_KEY = "tokenizer"
 # configs.<task>.metadata.longctx_report: the task's section of the report card (ReportSection.record)
 REPORT_KEY = "longctx_report"
-# lm-eval's fallback when neither the model_args nor the config give a maximum length (HFLM)
-HFLM_DEFAULT_MAX_LENGTH = 2048
-TOKENIZER_UNSET_MAX_LENGTH = 1000000000000000019884624838656  # transformers' "no limit" marker
 
 # configs.<task>.metadata.request_type: the requests a task sends, which the YAML's output_type cannot say
 REQUEST_TYPE_KEY = "request_type"
@@ -235,12 +231,12 @@ class LongContextTask(ConfigurableTask):
         self.evaluated_model = evaluation.note_evaluated_model(
             str(cfg.get("task", type(self).__name__)), scores_per_token=self.SCORES_PER_TOKEN
         )
-        check_position_table(str(cfg.get("task", type(self).__name__)), self.evaluated_model)
+        evaluated_model.check_position_table(str(cfg.get("task", type(self).__name__)), self.evaluated_model)
         run = evaluation.current()
         run.forget_task(str(cfg.get("task", "")))  # a new build of this task: its record starts empty
         self.settings = self.resolve_settings(cfg.get("metadata"))
         # the model_args lm-eval merged into the metadata: where the window comes from outside a run
-        self.model_settings = add_model_settings({}, cfg.get("metadata"))
+        self.model_settings = evaluated_model.add_model_settings({}, cfg.get("metadata"))
         if not run.resources_checked:  # every hub resource of the call's tasks of the suite, once a call
             preflight.check_run(self.SUITE_TASK_NAME, cfg.get("metadata"), run.arguments.get("tasks"), suite_tasks())
             run.resources_checked = evaluation.in_progress() is run
@@ -264,15 +260,67 @@ class LongContextTask(ConfigurableTask):
         self._token_export = token_export.for_task(self)  # checks the folder (again: check_before_model)
         self._check_built()
 
+    @property
+    def task_name(self) -> str:
+        """The task's name in this run (a YAML may give the suite's task another)."""
+        return str(getattr(self.config, "task", None) or self.SUITE_TASK_NAME)
+
     def _record_settings(self) -> None:
-        raise NotImplementedError
+        """What changes the numbers, into the results (``configs.<task>.metadata.longctx_settings``): the declared
+        settings as used, less those that did nothing on these rows (``inert``), with the task's facts."""
+        record = self.SETTINGS.record(self.settings) if self.SETTINGS is not None else {}
+        for name in getattr(self, "inert", ()):
+            record.pop(name, None)
+        self._store_settings(self.settings_record(record))
+
+    def settings_record(self, record: dict) -> dict:
+        """The task's facts added to its settings record: by default its documents' provenance."""
+        return {**record, "data": self.provenance}
+
+    # ---------------------------------------------------------------- sequences too long for the model
+
+    # what a too-long refusal calls each evaluated document
+    SEQUENCE_ITEM = "document"
+
+    def longest_sequence(self, tokenizer, doc: dict) -> int | None:
+        """Tokens of the longest sequence the task's requests read for ``doc``, built as they are served (a
+        ScoringError when it cannot be built); None: nothing to check when the task is built."""
+        return None
+
+    def sequence_limit(self) -> tuple[int | None, str]:
+        """The most tokens a sequence may have, and its words (None: no limit)."""
+        return evaluated_model.model_limit(self.evaluated_model, bool(self.settings.get("allow_beyond_max_length")))
+
+    def too_long_ways_out(self) -> str:
+        return ALLOW_BEYOND_WAY_OUT
 
     def _check_built(self) -> None:
-        """Checks that need the whole task built (its config, its documents), run before any request is built."""
+        """Every evaluated document's sequences can be built and fit the evaluated model: checked when the task is
+        built, rather than after other requests of the run were scored."""
+        model = self.evaluated_model
+        if model is None or model.tokenizer is None:
+            return
+        n_tokens = {}
+        test = self.dataset["test"]
+        for i in evaluation.documents_evaluated(len(test), self.task_name):
+            try:
+                n = self.longest_sequence(model.tokenizer, test[i])
+            except scoring.ScoringError as err:
+                raise request_type.task_error(self.task_name, err) from err
+            if n is None:
+                return
+            n_tokens[i] = n
+        limit, limit_words = self.sequence_limit()
+        refuse_too_long(self.task_name, n_tokens, limit, limit_words, self.SEQUENCE_ITEM, self.too_long_ways_out())
+
+    # ---------------------------------------------------------------- metrics and requests
+
+    # metric -> aggregation, for a task whose metrics do not depend on its settings (directions: METRIC_DIRECTIONS)
+    AGGREGATIONS: dict[str, str] = {}
 
     def metric_declarations(self) -> dict[str, aggregations.MetricDeclaration]:
         """Every metric the task reports, with its aggregation and direction: the one place they are declared."""
-        raise NotImplementedError
+        return {metric: self.declare(aggregation, metric) for metric, aggregation in self.AGGREGATIONS.items()}
 
     def declare(self, aggregation, metric: str) -> aggregations.MetricDeclaration:
         """``metric`` with its aggregation and its declared direction (METRIC_DIRECTIONS)."""
@@ -364,10 +412,26 @@ class LongContextTask(ConfigurableTask):
             record[TOKENIZER_KEY] = documents.tokenizer_identity(model.tokenizer)
         self.config.metadata["longctx_settings"] = record
 
+    # the settings every request's spec carries (the --use_cache key): those that change the numbers, then how
+    # the requests are served
+    SCORING_SETTINGS: tuple[str, ...] = ()
+    SERVING_SETTINGS = ("chunk_size", "long_pass", "without_batch_size", "allow_beyond_max_length")
+
+    def request_spec(self, **values) -> dict:
+        """A request's spec: the task's ``SCORING_SETTINGS``, its kind, ``values``, its ``SERVING_SETTINGS``."""
+        s = self.settings
+        assert self.REQUEST_KIND is not None  # a task that builds its own specs does not call this
+        return {
+            **{k: s[k] for k in self.SCORING_SETTINGS},
+            "kind": self.REQUEST_KIND[0],
+            **values,
+            **{k: s[k] for k in self.SERVING_SETTINGS},
+        }
+
     def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
         """The (text, request spec) of each ``longctx_scores`` request a document makes, in order; ``templated``:
-        lm-eval applied a chat template to ``ctx``."""
-        raise NotImplementedError
+        lm-eval applied a chat template to ``ctx``. By default one request of the document's text."""
+        return [(doc["text"], self.request_spec())]
 
     def construct_requests(self, doc, ctx, **kwargs):
         """One ``longctx_scores`` request per (text, spec) of :meth:`request_arguments`, numbered in order. lm-eval's
@@ -600,92 +664,10 @@ def refuse_too_long(
     )
 
 
-class LazyDocuments(Sequence):
-    """A task's documents, each built when it is read: ``--limit k`` builds the first k (a ``datasets.Dataset``
-    holds every one, built when the task is built). lm-eval reads a split's ``len``, items, iteration and the keys of
-    ``features`` (the column names)."""
-
-    def __init__(self, n_docs: int, build: Callable[[int], dict], columns: Sequence[str]):
-        self._n_docs = int(n_docs)
-        self._build = build
-        self.features = dict.fromkeys(columns)
-
-    def __len__(self) -> int:
-        return self._n_docs
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self._build(i) for i in range(*index.indices(self._n_docs))]
-        i = operator.index(index)
-        if i < 0:
-            i += self._n_docs
-        if not 0 <= i < self._n_docs:
-            raise IndexError(f"document {index} of {self._n_docs}")
-        return self._build(i)
-
-    def __iter__(self) -> Iterator[dict]:
-        return (self._build(i) for i in range(self._n_docs))
-
-
 def evaluated_documents(dataset, task_name: str) -> dict[int, dict]:
     """The documents of ``dataset`` (a datasets split) the running simple_evaluate call evaluates (its --limit and
     --samples; every one outside a call), by index."""
     return {i: dataset[i] for i in evaluation.documents_evaluated(len(dataset), task_name)}
-
-
-def position_table_words(table: int) -> str:
-    return (
-        f"the model's learned position table ({table} positions: a position past it has no embedding, whatever "
-        "allow_beyond_max_length or --model_args max_length say)"
-    )
-
-
-def model_limit(model: evaluated_model.EvaluatedModel | None, allow_beyond: bool) -> tuple[int | None, str]:
-    """The evaluated model's maximum length as a limit for ``refuse_too_long`` (None: nothing to check, the model is
-    not known or ``allow_beyond_max_length`` is on), and its words. A learned position table is a limit that
-    ``allow_beyond_max_length`` does not lift."""
-    if model is None:
-        return None, ""
-    table = model.position_table
-    if table is not None and (allow_beyond or model.max_length is None):
-        return table, position_table_words(table)
-    if allow_beyond or model.max_length is None:
-        return None, ""
-    return model.max_length, f"the model's maximum length {model.max_length} ({model.max_length_words()})"
-
-
-def check_position_table(task_name: str, model: evaluated_model.EvaluatedModel | None) -> None:
-    """A maximum length beyond the model's learned position table is refused when the task is built: the task would
-    size its sequences for positions the model has no embedding for."""
-    table = model.position_table if model is not None else None
-    if table is not None and model is not None and model.max_length is not None and model.max_length > table:
-        raise SettingsError(
-            f"{task_name}: the maximum length {model.max_length} (from --model_args max_length or the config) is "
-            f"beyond {position_table_words(table)}. Way out: --model_args max_length={table} or less, or leave "
-            "max_length out"
-        )
-
-
-def lead_token_ids(tokenizer, bos_mode: str) -> list[int]:
-    """[BOS] or []: ``always`` needs a BOS token; ``auto`` uses it when the tokenizer itself adds one."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    if bos_mode == "never":
-        return []
-    if bos_mode == "always":
-        if bos is None:
-            raise ValueError("bos: true, but the tokenizer has no BOS token")
-        return [int(bos)]
-    probe = tokenizer("retrieval gain", add_special_tokens=True)["input_ids"]
-    return [int(bos)] if bos is not None and len(probe) and probe[0] == bos else []
-
-
-def query_extra_tokens(tokenizer, s: dict) -> int:
-    """Tokens of a retrieval-gain sequence besides the document: BOS (as the tokenizer adds one, or the ``bos``
-    setting), the separator, Q and A; one BOS and no separator tokens when no tokenizer is known."""
-    if tokenizer is None:
-        return 1 + s["query_tokens"] + s["answer_tokens"]
-    sep = tokenizer(s["separator"], add_special_tokens=False)["input_ids"] if s["separator"] else []
-    return len(lead_token_ids(tokenizer, s["bos"])) + len(sep) + s["query_tokens"] + s["answer_tokens"]
 
 
 def zero_padded_width(values, minimum: int) -> int:
@@ -693,52 +675,19 @@ def zero_padded_width(values, minimum: int) -> int:
     return max(minimum, len(str(max(values))))
 
 
-# ------------------------------------------------------------------ the evaluated model, from the metadata
+class GovReportTask(LongContextTask):
+    """A task over documents of the GovReport selection (or the embedded corpus, or a data_files file): what they
+    fetch from the hub, how they are read, one request per document."""
 
+    TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS
 
-def add_model_settings(settings: dict, metadata: dict | None) -> dict:
-    """The evaluated model's own settings that a task reads from the model_args lm-eval merges into the metadata:
-    ``pretrained``, ``revision``, ``trust_remote_code``, ``max_length``."""
-    md = dict(metadata or {})
-    settings["pretrained"] = md.get("pretrained")
-    settings["revision"] = md.get("revision")
-    settings["trust_remote_code"] = BOOLEAN.convert(md.get("trust_remote_code", False))
-    settings["max_length"] = (
-        None if md.get("max_length") in (None, "", "None") else integer(1).convert(md["max_length"])
-    )
-    return settings
+    @classmethod
+    def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
+        return govreport_resources(settings)
 
-
-def settings_tokenizer(s: dict, model: evaluated_model.EvaluatedModel | None, role: str, missing: str):
-    """The tokenizer named by the ``tokenizer`` setting, else the evaluated model's own, else ``pretrained``'s
-    (``role`` names it in a loading error; ``missing`` is the error when none is named)."""
-    if not s["tokenizer"] and model is not None and model.tokenizer is not None:
-        return model.tokenizer
-    name = s["tokenizer"] or s["pretrained"]
-    if not isinstance(name, str) or not name:
-        raise SettingsError(missing)
-    return documents.load_tokenizer(name, role, revision=s["revision"], trust_remote_code=s["trust_remote_code"])
-
-
-def resolve_model_max_length(s: dict, tokenizer, model: evaluated_model.EvaluatedModel | None = None) -> int:
-    """The evaluated model's ``max_length`` when the model is known; else resolved as lm-eval's HFLM does:
-    model_args ``max_length``, else the config's ``n_positions`` / ``max_position_embeddings`` / ``n_ctx`` (of
-    its ``text_config`` when it has one), else the tokenizer's ``model_max_length``, else 2048."""
-    if model is not None and model.max_length is not None:
-        return model.max_length
-    if s["max_length"]:
-        return int(s["max_length"])
-    if isinstance(s["pretrained"], str) and s["pretrained"]:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(
-            s["pretrained"], revision=s["revision"], trust_remote_code=s["trust_remote_code"]
+    def read_documents(self, min_doc_tokens: int, tokenizer) -> None:
+        """The selection's documents (``govreport_documents``): ``dataset``, ``provenance`` and the ``inert``
+        settings."""
+        self.dataset, self.provenance, self.inert = govreport_documents(
+            self.settings, self.SUITE_TASK_NAME, min_doc_tokens, tokenizer
         )
-        config = getattr(config, "text_config", None) or config
-        for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
-            if getattr(config, attr, None) is not None:
-                return int(getattr(config, attr))
-    limit = getattr(tokenizer, "model_max_length", None)
-    if limit is not None and int(limit) != TOKENIZER_UNSET_MAX_LENGTH:
-        return int(limit)
-    return HFLM_DEFAULT_MAX_LENGTH

@@ -27,6 +27,12 @@ import numpy as np
 from ..data import documents, embedded_corpus
 from ..engine import scoring
 from ..harness import evaluated_model, request_type
+from ..harness.evaluated_model import (
+    add_model_settings,
+    position_table_words,
+    resolve_model_max_length,
+    settings_tokenizer,
+)
 from ..metrics import per_token
 from ..records import StateRecord
 from ..settings import (
@@ -45,16 +51,11 @@ from . import declarations, preflight
 from .base import (
     DOCUMENT_SOURCE_SETTINGS,
     HUB_ONLY_SETTINGS,
-    LazyDocuments,
     LongContextTask,
     ReportSection,
-    add_model_settings,
     inert_settings,
-    position_table_words,
     refuse_inert_settings,
     resolve_embedded_corpus,
-    resolve_model_max_length,
-    settings_tokenizer,
     zero_padded_width,
 )
 
@@ -525,17 +526,16 @@ class ForgettingCurveTask(LongContextTask):
             return {"doc_id": i, "sample": k, "length": lengths[j], "start": starts.start(lengths[j], k)}
 
         # built as read: --limit k draws the starts of the lengths its k samples reach
-        rows = LazyDocuments(s["samples_per_length"] * len(lengths), sample, ("doc_id", "sample", "length", "start"))
+        rows = documents.LazyDocuments(
+            s["samples_per_length"] * len(lengths), sample, ("doc_id", "sample", "length", "start")
+        )
         self.dataset = {"test": rows}
 
-    def _record_settings(self) -> None:
-        """Everything that changes the numbers, and what the plot needs, goes into the results JSON."""
+    def settings_record(self, record: dict) -> dict:
+        """The task's facts, and what the plot needs."""
         s = self.settings
-        rec = SETTINGS.record(s)
-        for name in self.inert:  # did nothing on these rows
-            rec.pop(name, None)
         # `tokenizer` is the evaluated model's (base class); the samples are built with this one
-        rec.pop("tokenizer", None)
+        rec = {k: v for k, v in record.items() if k != "tokenizer"}
         rec.update(
             task_kind=KIND,
             lengths=self.lengths,
@@ -549,7 +549,7 @@ class ForgettingCurveTask(LongContextTask):
             per_length_std="population std (ddof=0, as the reference) = stderr * sqrt(n - 1)",
             data=self.provenance,
         )
-        self._store_settings(rec)
+        return rec
 
     # ---------------------------------------------------------------- requests
 

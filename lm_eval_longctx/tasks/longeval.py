@@ -38,7 +38,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +45,7 @@ from typing import Any
 import numpy as np
 from lm_eval.utils import simple_parse_args_string
 
-from ..data import longeval_cases, longeval_words
+from ..data import documents, longeval_cases, longeval_words
 from ..engine import generation, scoring
 from ..harness import evaluation, request_type
 from ..keytokens import text_scoring
@@ -64,15 +63,7 @@ from ..settings import (
     integer_list,
 )
 from . import declarations, run_options, sizing, token_export
-from .base import (
-    LazyDocuments,
-    LongContextTask,
-    ReportSection,
-    evaluated_documents,
-    model_limit,
-    refuse_inert_settings,
-    refuse_too_long,
-)
+from .base import LongContextTask, ReportSection, refuse_inert_settings
 
 log = logging.getLogger("lm_eval_longctx")
 
@@ -146,69 +137,10 @@ DEFAULTS = SETTINGS.defaults()
 # The room a sized prompt leaves for the answer: LongChat's 100 new tokens (the accuracy task's max_gen_toks), or
 # --gen_kwargs max_gen_toks when larger; the same for both tasks, so that they read the same cases
 ANSWER_ROOM = 100
-# Two sizes whose prompts fit a line's tokens (prompt tokens = a + b N)
-FIT_NUM_LINES = (16, 64)
 
 
 def resolve_settings(metadata: dict | None) -> dict:
     return SETTINGS.parse(metadata)
-
-
-def num_lines_for_lengths(
-    lengths: list[int], prompt_tokens: Callable[[int], int], room: int, drop_short: bool = False
-) -> tuple[list[int], list[str]]:
-    """The number of lines N whose prompt is about each length L with ``room`` tokens left for the answer: prompt
-    tokens grow as a + b N (``prompt_tokens(N)``: the most tokens of a prompt of N lines, measured at two sizes), N =
-    floor((L - room - a) / b), lowered while ``prompt_tokens(N)`` is over L - room. A length with no room for a line
-    is an error, or (``drop_short``: lengths not given by the user) left out with a note."""
-    lo, hi = FIT_NUM_LINES
-    tokens_lo, tokens_hi = prompt_tokens(lo), prompt_tokens(hi)
-    per_line = max((tokens_hi - tokens_lo) / (hi - lo), 1e-9)
-    base = tokens_lo - per_line * lo
-    out, notes = set(), []
-    for length in lengths:
-        budget = length - room
-        n = int((budget - base) // per_line)
-        while n >= 1 and (over := prompt_tokens(n) - budget) > 0:
-            n -= max(1, math.ceil(over / per_line))
-        if n >= 1:
-            out.add(n)
-            continue
-        why = (
-            f"a length of {length} tokens holds no line: the prompt's header and question take about {round(base)} "
-            f"tokens and {room} are left for the answer"
-        )
-        if not drop_short:
-            raise SettingsError(f"longeval_lines: {why}; raise max_seq_lengths or give num_lines")
-        notes.append(f"{why}: left out")
-    if not out:
-        raise SettingsError(f"longeval_lines: no length of {list(lengths)} holds a line; {notes[-1]}")
-    return sorted(out), notes
-
-
-@functools.lru_cache(maxsize=4096)
-def _generated_case(num_lines: int, case_index: int, seed: int, trailing_space) -> longeval_cases.TestCase:
-    # both tasks of the group, and the checks of the evaluated cases, read the same cases: each generated once
-    return longeval_cases.generate_case(num_lines, case_index, seed, trailing_space)
-
-
-def case_reader(s: dict) -> tuple[int, Callable[[int], longeval_cases.TestCase]]:
-    """The number of cases and case ``i`` in the harness order (``longeval_cases.interleave``: case 0 of every
-    configuration, then case 1, ...). Generated cases are generated when read, so that ``--limit k`` generates k;
-    LongChat's files are read whole."""
-    if s["testcases"]:
-        cases = longeval_cases.interleave(
-            longeval_cases.load_testcases(s["testcases"], s["num_lines"], max_cases=s["num_cases"])
-        )
-        return len(cases), cases.__getitem__
-    longeval_cases.check_word_lists()
-    configurations = list(s["num_lines"])  # sorted: the declaration sorts the list
-
-    def case(i: int) -> longeval_cases.TestCase:
-        case_index, k = divmod(i, len(configurations))
-        return _generated_case(configurations[k], case_index, s["seed"], s["trailing_space"])
-
-    return s["num_cases"] * len(configurations), case
 
 
 # ------------------------------------------------------------------ request kinds (no lm-eval here)
@@ -479,39 +411,29 @@ class _LinesTask(LongContextTask):
     def sampling_seed(self) -> int | None:
         return None if self.settings["testcases"] else self.settings["seed"]  # files hold their cases
 
-    def _text_limit(self) -> tuple[int | None, str]:
-        """The most tokens a prompt's sequence may have, and its words (None: nothing to check now)."""
-        raise NotImplementedError
+    SEQUENCE_ITEM = "case"
 
     def _sequence_tokens(self, tokenizer, ctx: str, doc: dict) -> int:
         """Tokens of the sequence the task's request reads for a prompt ``ctx``."""
         raise NotImplementedError
 
-    def _check_built(self) -> None:
-        """Every case's sequence must fit the model (unless over_length: skip), checked now rather than after other
-        requests of the run were scored. The prompt is built as lm-eval will build it; with a chat template the
-        check is left to the requests (the template is applied later)."""
-        model = self.evaluated_model
+    def longest_sequence(self, tokenizer, doc: dict) -> int | None:
+        """The prompt built as lm-eval will build it; nothing to check with over_length: skip, or with a chat template
+        (applied later: the requests check it)."""
         options = evaluation.prompt_options()
-        if model is None or model.tokenizer is None or self.settings["over_length"] == "skip":
-            return
-        if options is None or options[0]:
-            return
-        limit, limit_words = self._text_limit()
-        if limit is None:
-            return
-        n_tokens = {}
-        for i, doc in evaluated_documents(self.dataset["test"], str(self.config.task)).items():
-            # as lm-eval 0.4.13's build_all_requests calls it (num_fewshot is 0: run_options refuses others)
-            ctx = self.fewshot_context(
-                doc, num_fewshot=0, system_instruction=options[1], gen_prefix=self.doc_to_prefix(doc)
-            )
-            n_tokens[i] = self._sequence_tokens(model.tokenizer, ctx, doc)
-        ways_out = (
+        if self.settings["over_length"] == "skip" or options is None or options[0]:
+            return None
+        # as lm-eval 0.4.13's build_all_requests calls it (num_fewshot is 0: run_options refuses others)
+        ctx = self.fewshot_context(
+            doc, num_fewshot=0, system_instruction=options[1], gen_prefix=self.doc_to_prefix(doc)
+        )
+        return self._sequence_tokens(tokenizer, ctx, doc)
+
+    def too_long_ways_out(self) -> str:
+        return (
             f"use fewer num_lines (now up to {self.configurations[-1]}), or pass --metadata "
             '\'{"over_length": "skip"}\' to record such cases as skipped'
         )
-        refuse_too_long(str(self.config.task), n_tokens, limit, limit_words, "case", ways_out)
 
     def build_all_requests(self, **kwargs) -> None:
         # the prompt's form changes the numbers: recorded when a chat template or system instruction shapes it
@@ -560,7 +482,7 @@ class _LinesTask(LongContextTask):
         @functools.cache
         def prompt_tokens(n: int) -> int:
             cases = range(s["num_cases"])
-            texts = [render(_generated_case(n, i, s["seed"], s["trailing_space"]).prompt) for i in cases]
+            texts = [render(longeval_cases.generated_case(n, i, s["seed"], s["trailing_space"]).prompt) for i in cases]
             return max(
                 len(tokenizer(x, add_special_tokens=_add_special_tokens(tokenizer, x, "auto"))["input_ids"])
                 for x in texts
@@ -577,7 +499,7 @@ class _LinesTask(LongContextTask):
                 "longeval_lines: sizing num_lines counts the prompts' tokens with the evaluated model's tokenizer: run "
                 "the task through lm_eval (or simple_evaluate), give --model_args pretrained=..., or give num_lines"
             )
-        num_lines, notes = num_lines_for_lengths(
+        num_lines, notes = longeval_cases.num_lines_for_lengths(
             lengths, self._prompt_tokens(tokenizer), self._answer_room(), drop_short=not given
         )
         self._sizing_notes = notes
@@ -612,7 +534,9 @@ class _LinesTask(LongContextTask):
         if s["testcases"]:  # the files hold the cases
             refuse_inert_settings(task_name, s, self._inert_settings(s))
         self._size_num_lines()
-        n_cases, case = case_reader(s)
+        n_cases, case = longeval_cases.case_reader(
+            s["testcases"], s["num_lines"], s["num_cases"], s["seed"], s["trailing_space"]
+        )
         if s["testcases"]:
             self.configurations = sorted({case(i).num_lines for i in range(n_cases)})
         else:
@@ -624,7 +548,7 @@ class _LinesTask(LongContextTask):
             [case(i) for i in evaluation.documents_evaluated(n_cases, str(self.config.task))]
         )
         columns = list(longeval_cases.to_doc(case(0), 0))
-        self.dataset = {"test": LazyDocuments(n_cases, lambda i: longeval_cases.to_doc(case(i), i), columns)}
+        self.dataset = {"test": documents.LazyDocuments(n_cases, lambda i: longeval_cases.to_doc(case(i), i), columns)}
 
     def doc_to_text(self, doc, doc_to_text=None):
         return doc["prompt"]
@@ -632,10 +556,9 @@ class _LinesTask(LongContextTask):
     def config_key(self, num_lines: int) -> str:
         return f"{int(num_lines):0{self._width}d}"
 
-    def _record_settings(self) -> None:
-        """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""
+    def settings_record(self, record: dict) -> dict:
         s = self.settings
-        rec = SETTINGS.record(s)
+        rec = dict(record)
         rec["num_lines"] = self.configurations
         if s["testcases"]:
             for unused in self.GENERATOR_ONLY_SETTINGS:  # the files hold the cases
@@ -653,7 +576,7 @@ class _LinesTask(LongContextTask):
             }
         rec["data"] = self.provenance
         rec.update(self._extra_settings())
-        self._store_settings(rec)
+        return rec
 
     def _extra_settings(self) -> dict:
         return {}
@@ -715,9 +638,6 @@ class LongEvalLinesPPLTask(_LinesTask):
         ),
     )
     EXPORT_COLUMNS = EXPORT_COLUMNS
-
-    def _text_limit(self) -> tuple[int | None, str]:
-        return model_limit(self.evaluated_model, self.settings["allow_beyond_max_length"])
 
     def _sequence_tokens(self, tokenizer, ctx: str, doc: dict) -> int:
         text = ctx + self._separator(ctx, templated=False) + doc["response"]
@@ -817,7 +737,7 @@ class LongEvalLinesAccTask(_LinesTask):
         gen_kwargs = {**(self.config.generation_kwargs or {}), **(evaluation.generation_options() or {})}
         return int(gen_kwargs.get("max_gen_toks", 256))
 
-    def _text_limit(self) -> tuple[int | None, str]:
+    def sequence_limit(self) -> tuple[int | None, str]:
         model = self.evaluated_model
         if model is None or model.max_length is None:
             return None, ""

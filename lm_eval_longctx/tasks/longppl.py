@@ -22,8 +22,9 @@ from lm_eval.utils import simple_parse_args_string
 from .. import errors
 from ..data import documents
 from ..engine import scoring
-from ..harness import aggregations, request_type, run_state
-from ..keytokens import cache, evaluator, span_files, spans_to_tokens, text_scoring
+from ..harness import aggregations, request_type
+from ..harness.evaluated_model import add_model_settings
+from ..keytokens import evaluator, judge, span_files, spans_to_tokens, text_scoring
 from ..metrics import per_token
 from ..settings import (
     BOOLEAN,
@@ -42,16 +43,9 @@ from ..settings import (
 from . import declarations, preflight, sizing, token_export
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
-    TOKEN_ID_ROWS_ONLY_SETTINGS,
-    LongContextTask,
+    GovReportTask,
     ReportSection,
-    add_model_settings,
-    evaluated_documents,
-    govreport_documents,
-    govreport_resources,
     longest_document_words,
-    model_limit,
-    refuse_too_long,
     resolve_embedded_corpus,
 )
 
@@ -241,7 +235,7 @@ def resolve_settings(metadata: dict | None) -> Settings:
         s["key_source"] = "self"
         # the evaluated model judges its own key tokens, as lm-eval loaded it: an evaluator's loading settings act
         # on nothing, and a recorded setting must have acted
-        given = [k for k in SELF_INERT_SETTINGS if k in s.explicit]
+        given = [k for k in EVALUATOR_LOADING_SETTINGS if k in s.explicit]
         if given:
             raise SettingsError(
                 f"longppl_govreport: {given[0]} has no effect with evaluator: self (the evaluated model judges its "
@@ -257,8 +251,8 @@ def resolve_settings(metadata: dict | None) -> Settings:
     return s
 
 
-# settings of an evaluator model that ``evaluator: self`` never loads
-SELF_INERT_SETTINGS = (
+# how an evaluator model is loaded: nothing to load with ``evaluator: self`` or key_spans_dir
+EVALUATOR_LOADING_SETTINGS = (
     "evaluator_revision",
     "evaluator_dtype",
     "evaluator_device",
@@ -357,12 +351,11 @@ def longppl_arrays(
     return out
 
 
-class LongPPLTask(LongContextTask):
+class LongPPLTask(GovReportTask):
     SETTINGS = SETTINGS
     SUITE_TASK_NAME = "longppl_govreport"
     resolve_settings = staticmethod(resolve_settings)
     settings: Settings  # resolve_settings's (its explicit keys are read)
-    TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS
     METRIC_DIRECTIONS = (
         ("longppl", False),
         ("longppl_soft", False),
@@ -431,15 +424,13 @@ class LongPPLTask(LongContextTask):
     @classmethod
     def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
         s = settings
-        out = govreport_resources(s)
+        out = super().hub_resources(s)
         if s.get("key_source") == "evaluator" and not preflight.is_local(s.get("evaluator")):
             out.append(preflight.Resource("evaluator", s["evaluator"], s.get("evaluator_revision")))
         return out
 
     def __init__(self, config: dict | None = None):
         self._judgements: dict[int, evaluator.EvaluatorJudgement] = {}
-        self._evaluator = None
-        self._evaluator_scoring: dict | None = None
         self._no_key_reasons: dict[str, int] = {}
         super().__init__(config)
 
@@ -456,26 +447,34 @@ class LongPPLTask(LongContextTask):
         self._size(settings_for_lengths, for_window, SETTINGS.presets["paper"], SIZED_SETTINGS)
         # counts and cuts the documents: the evaluated model's, loaded only when something is counted or cut
         tokenizer = self.evaluated_tokenizer() if s["cut_tokens"] is not None or s["embedded_corpus"] else None
-        self.dataset, self.provenance, self.inert = govreport_documents(
-            s, self.SUITE_TASK_NAME, s["cut_tokens"] or s["min_tokens"], tokenizer
-        )
+        self.read_documents(s["cut_tokens"] or s["min_tokens"], tokenizer)
         self._cut_documents(tokenizer)
-        self._refuse_too_long()
         self.span_folder = None
-        self.evaluator_identity = None
-        self.evaluator_max_length = None
+        self.judge: judge.EvaluatorJudge | None = None
         if s["key_source"] == "spans_dir":
             self.span_folder = span_files.read_span_dir(
                 s["key_spans_dir"], list(self.dataset["test"]["text"]), self.provenance["texts_sha256"]
             )
             self._settings_from_manifest(self.span_folder.manifest)
         elif s["key_source"] == "evaluator":
-            # identity and maximum length before any model runs: the cache key, the record and the
-            # length check hold on cache hits and misses alike
-            self.evaluator_identity = evaluator.evaluator_identity(
-                s["evaluator"], s["evaluator_revision"], memo_dir=self._span_cache().directory
+            # identity and maximum length before any model runs (judge.EvaluatorJudge)
+            self.judge = judge.EvaluatorJudge(
+                s["evaluator"],
+                s["evaluator_revision"],
+                s["trunc_len"],
+                s["sliding_window"],
+                s["alpha"],
+                s["beta"],
+                judge.span_cache_for(str(s["span_cache_dir"])),
+                device=s["evaluator_device"],
+                dtype=s["evaluator_dtype"],
+                max_memory=s["evaluator_max_memory"],
+                trust_remote_code=s["evaluator_trust_remote_code"],
+                chunk_size=s["chunk_size"],
+                window_batch_size=s["short_batch_size"] or 4,
+                long_pass=s["long_pass"],
+                allow_beyond_max_length=s["allow_beyond_max_length"],
             )
-            self.evaluator_max_length = evaluator.evaluator_max_length(self.evaluator_identity)
 
     def _cut_documents(self, tokenizer) -> None:
         """Each document cut at ``cut_tokens`` tokens of the evaluated model (with the special tokens of the judging
@@ -513,23 +512,16 @@ class LongPPLTask(LongContextTask):
                 note += f", and sliding_window to {s['sliding_window']}"
             self.sized_by.notes.append(note)
 
-    def _refuse_too_long(self) -> None:
-        """Every document must fit the evaluated model (tokenized as it is scored; with ``evaluator: self`` also with
-        the special tokens of the judging request), checked now rather than after other documents were scored."""
-        model = self.evaluated_model
-        limit, limit_words = model_limit(model, self.settings["allow_beyond_max_length"])
-        if limit is None or model is None or model.tokenizer is None:
-            return
+    def longest_sequence(self, tokenizer, doc: dict) -> int:
+        # with ``evaluator: self`` the judging request reads the text with its special tokens
         judge = self.settings["key_source"] == "self"
-        n_tokens = {
-            i: len(model.tokenizer(doc["text"], add_special_tokens=judge, verbose=False)["input_ids"])
-            for i, doc in evaluated_documents(self.dataset["test"], str(self.config.task)).items()
-        }
-        ways_out = (
+        return len(tokenizer(doc["text"], add_special_tokens=judge, verbose=False)["input_ids"])
+
+    def too_long_ways_out(self) -> str:
+        return (
             f"{longest_document_words(self.provenance)}, cut them at the model's window (cut_tokens or "
             f"max_seq_lengths; the default preset does), or {ALLOW_BEYOND_WAY_OUT}"
         )
-        refuse_too_long(self.SUITE_TASK_NAME, n_tokens, limit, limit_words, "document", ways_out)
 
     def _settings_from_manifest(self, manifest: dict | None) -> None:
         """K, d, alpha, beta and the evaluator are what the spans were computed with; a metadata value that
@@ -553,18 +545,15 @@ class LongPPLTask(LongContextTask):
                 )
             s[key] = value
 
-    def _record_settings(self) -> None:
-        """Everything that changes the numbers goes into the results JSON (configs -> metadata), as used."""
+    def settings_record(self, record: dict) -> dict:
         s = self.settings
-        rec = SETTINGS.record(s)
-        for name in self.inert:  # did nothing on these rows
-            rec.pop(name, None)
+        rec = dict(record)
         rec["key_source"] = s["key_source"]
-        if s["key_source"] == "evaluator":
+        if self.judge is not None:
             rec.update(
-                evaluator_identity=self.evaluator_identity,
-                evaluator_dtype=self._evaluator_dtype_name(),
-                evaluator_max_length=self.evaluator_max_length,
+                evaluator_identity=self.judge.identity,
+                evaluator_dtype=self.judge.dtype_name,
+                evaluator_max_length=self.judge.max_length,
             )
         elif s["key_source"] == "spans_dir":
             folder = self.span_folder
@@ -577,26 +566,21 @@ class LongPPLTask(LongContextTask):
             if folder.manifest is None:  # what the spans were computed with is not known
                 for key in MANIFEST_KEYS:
                     rec[key] = None
-            for key in (
-                "evaluator_revision",
-                "evaluator_dtype",
-                "evaluator_device",
-                "evaluator_max_memory",
-                "evaluator_trust_remote_code",
-            ):
+            for key in EVALUATOR_LOADING_SETTINGS:  # an evaluator's loading settings: none was loaded
                 rec.pop(key, None)
                 rec["runtime"].pop(key, None)
         else:
             rec["evaluator"] = "self"
         rec["data"] = self.provenance
         rec["span_algorithm_version"] = evaluator.SPAN_ALGORITHM_VERSION
-        self._store_settings(rec)
+        return rec
 
     # ---------------------------------------------------------------- requests
 
     def build_all_requests(self, **kwargs) -> None:
         super().build_all_requests(**kwargs)
-        self._release_evaluator()
+        if self.judge is not None:
+            self.judge.release()
 
     def _spec(self, judge: bool) -> dict:
         """The request of the evaluated text; with ``judge``, the text the model judges itself on (``self``): with
@@ -622,9 +606,9 @@ class LongPPLTask(LongContextTask):
             # pass is the evaluated one (the same forward of the same ids), so one request serves both.
             judging = (doc["text"], self._spec(judge=True))
             return [judging] if self._same_tokens_with_special_tokens(doc["text"]) else [evaluated, judging]
-        if self.settings["key_source"] == "evaluator":
+        if self.judge is not None:
             try:
-                self._judgements[doc["doc_id"]] = self._judge_with_evaluator(doc["text"])
+                self._judgements[doc["doc_id"]] = self.judge.judge(doc["text"])
             except scoring.ScoringError as err:  # e.g. the evaluator's length check: named with the task
                 raise request_type.task_error(str(self.config.task), err) from err
         return [evaluated]
@@ -633,99 +617,9 @@ class LongPPLTask(LongContextTask):
 
     def _scoring_records(self) -> dict:
         records = super()._scoring_records()
-        if self.settings["key_source"] == "evaluator":
-            records["evaluator_scoring"] = (
-                self._evaluator_scoring or "no text judged in this run (spans from the cache)"
-            )
+        if self.judge is not None:
+            records["evaluator_scoring"] = self.judge.scoring or "no text judged in this run (spans from the cache)"
         return records
-
-    def _evaluator_settings(self) -> dict:
-        """What the key spans depend on: the cache key."""
-        s = self.settings
-        return {k: s[k] for k in ("trunc_len", "sliding_window", "alpha", "beta")} | {
-            "evaluator": self.evaluator_identity,
-            "evaluator_dtype": self._evaluator_dtype_name(),
-        }
-
-    def _evaluator_device(self) -> str:
-        import os
-
-        import torch
-
-        if self.settings["evaluator_device"]:
-            return self.settings["evaluator_device"]
-        if torch.cuda.is_available():
-            return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-        return "cpu"
-
-    def _evaluator_dtype_name(self) -> str:
-        if self.settings["evaluator_dtype"]:
-            return str(self.settings["evaluator_dtype"])
-        import torch
-
-        device = self._evaluator_device()
-        on_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-        return "bfloat16" if on_gpu else "float32"
-
-    def _load_evaluator(self):
-        if self._evaluator is None:
-            assert self.evaluator_identity is not None  # download sets it with key_source evaluator
-            s = self.settings
-            log.info("loading the key-token evaluator %s on %s", s["evaluator"], self._evaluator_device())
-            self._evaluator = evaluator.load_evaluator(
-                self.evaluator_identity,
-                dtype=self._evaluator_dtype_name(),
-                device=self._evaluator_device(),
-                max_memory=s["evaluator_max_memory"],
-                trust_remote_code=s["evaluator_trust_remote_code"],
-            )
-        return self._evaluator
-
-    def _release_evaluator(self) -> None:
-        if self._evaluator is not None:
-            self._evaluator = None
-            import gc
-
-            import torch
-
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-
-    def _span_cache(self) -> cache.SpanCache:
-        d = str(self.settings["span_cache_dir"])
-        if d.lower() in ("off", "none"):
-            return cache.SpanCache(None)
-        return cache.SpanCache(cache.default_cache_dir() if d == "default" else d)
-
-    def _judge_with_evaluator(self, text: str) -> evaluator.EvaluatorJudgement:
-        assert self.evaluator_identity is not None  # download sets it with key_source evaluator
-        s = self.settings
-        span_store = self._span_cache()
-        settings = self._evaluator_settings()
-        key = span_store.key(text, settings)
-        judgement = span_store.get(key)
-        if judgement is None:
-            model, tok = self._load_evaluator()
-            request = evaluator.evaluator_request(
-                s["trunc_len"], s["sliding_window"], s["chunk_size"], s["short_batch_size"] or 4, s["long_pass"]
-            )
-            with scoring.recording(model) as record:
-                scores = text_scoring.score_text(
-                    model, tok, text, request, self._evaluator_length_limit(), evaluator=self.evaluator_identity["name"]
-                )
-            self._evaluator_scoring = run_state.merge_scoring(self._evaluator_scoring, record.summary())
-            judgement = evaluator.judge_from_scores(scores, s["alpha"], s["beta"])
-            span_store.put(key, judgement, settings)
-        else:  # the same check as on a miss: the evaluator judged this many tokens
-            assert judgement.offsets is not None  # a cache entry holds them
-            text_scoring.check_length(
-                len(judgement.offsets), self._evaluator_length_limit(), False, evaluator=self.evaluator_identity["name"]
-            )
-        return judgement
-
-    def _evaluator_length_limit(self) -> int | None:
-        return None if self.settings["allow_beyond_max_length"] else self.evaluator_max_length
 
     # ---------------------------------------------------------------- results
 

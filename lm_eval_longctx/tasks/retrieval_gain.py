@@ -22,40 +22,27 @@ batched (``engine.score_sequence_ends``).
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
-from ..data import documents
+from ..data import documents, retrieval_cases
 from ..engine import scoring
 from ..harness import request_type
 from ..metrics import per_token
 from ..records import StateRecord
 from ..settings import TEXT, Declaration, Setting, SettingsError, choice, integer, number
-from . import declarations, preflight, token_export
+from . import declarations, token_export
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
-    TOKEN_ID_ROWS_ONLY_SETTINGS,
-    LongContextTask,
+    GovReportTask,
     ReportSection,
-    evaluated_documents,
-    govreport_documents,
-    govreport_resources,
-    lead_token_ids,
-    model_limit,
-    query_extra_tokens,
-    refuse_too_long,
     resolve_embedded_corpus,
 )
 
 log = logging.getLogger("lm_eval_longctx")
 
 KIND = "retrieval_gain"
-# metric -> aggregation (the directions: METRIC_DIRECTIONS of the task class)
-AGGREGATIONS = {"retrieval_gain": "mean", "nll_with": "mean", "nll_without": "mean"}
-ANCHOR_SPACINGS = ("endpoints", "centered")
 
 SETTINGS = Declaration(
     "retrieval_gain",
@@ -106,20 +93,6 @@ SETTINGS = Declaration(
     },
 )
 DEFAULTS = SETTINGS.defaults()
-# settings that change the numbers: they travel in every request's spec (so the --use_cache key
-# holds them) and are recorded in the results
-SCORING_KEYS = (
-    "doc_tokens",
-    "query_tokens",
-    "answer_tokens",
-    "n_queries",
-    "anchor_min",
-    "anchor_max",
-    "anchor_spacing",
-    "with_context",
-    "separator",
-    "bos",
-)
 
 
 def resolve_settings(metadata: dict | None) -> dict:
@@ -140,102 +113,6 @@ def settings_for_lengths(lengths: list[int], extra_tokens: int) -> dict:
             f"A ({extra_tokens} tokens); raise max_seq_lengths or give doc_tokens"
         )
     return {"doc_tokens": longest - extra_tokens}
-
-
-# ------------------------------------------------------------------ anchors and the two conditions
-# Pure functions over token ids: what the model reads, token by token.
-
-
-def choose_anchors(
-    n_doc_tokens: int,
-    query_tokens: int,
-    answer_tokens: int,
-    n_queries: int,
-    anchor_min: float = 0.1,
-    anchor_max: float = 0.6,
-    spacing: str = "endpoints",
-) -> list[int]:
-    """Anchor positions in [ceil(anchor_min * U), floor(anchor_max * U)], U = T - q - r, deterministic.
-
-    ``endpoints``: evenly spaced with both ends of the interval included (2 anchors: 0.1U and 0.6U);
-    ``centered``: the centres of n equal parts of the interval. The fractions are read as decimals
-    (``Fraction(str(f))``), so 0.1 * 8140 is exactly 814, not 814.0000000000001 rounded up.
-
-    Example:
-        >>> choose_anchors(8192, 24, 24, 2)  # U = 8144: 0.1 U rounded up, 0.6 U rounded down
-        [815, 4886]
-        >>> choose_anchors(8192, 24, 24, 3, spacing="centered")
-        [1493, 2850, 4207]
-    """
-    U = n_doc_tokens - query_tokens - answer_tokens
-    lo = math.ceil(Fraction(str(anchor_min)) * max(U, 0))
-    hi = math.floor(Fraction(str(anchor_max)) * max(U, 0))
-    if spacing == "endpoints":
-        anchors = [lo + (i * (hi - lo)) // (n_queries - 1) for i in range(n_queries)] if n_queries > 1 else [lo]
-    elif spacing == "centered":
-        anchors = [lo + ((2 * i + 1) * (hi - lo)) // (2 * n_queries) for i in range(n_queries)]
-    else:
-        raise ValueError(f"anchor_spacing must be one of {ANCHOR_SPACINGS}, got {spacing!r}")
-    if U < 1 or len(set(anchors)) != n_queries:
-        raise scoring.ScoringError(
-            f"a {n_doc_tokens}-token document has no room for {n_queries} distinct anchors in "
-            f"[{anchor_min}U, {anchor_max}U] with query {query_tokens} + answer {answer_tokens} tokens "
-            f"(U = {U}); use longer documents or fewer / shorter queries"
-        )
-    return anchors
-
-
-@dataclass
-class RetrievalCase:
-    """The token sequences of one document: ``groups`` lists (with-document prefix, anchor indices
-    read after it); anchor i's continuation is Q A = ``continuations[i]``, its without-document
-    sequence ``without[i]``; the last ``answer_tokens`` tokens of each are scored."""
-
-    anchors: list[int]
-    n_doc_tokens: int
-    n_source_tokens: int
-    answer_tokens: int
-    groups: list[tuple[list[int], list[int]]]
-    continuations: list[list[int]]
-    without: list[list[int]]
-
-    @property
-    def max_with_length(self) -> int:
-        return max(len(p) for p, _ in self.groups) + len(self.continuations[0])
-
-
-def build_case(doc_ids: list[int], settings: dict, lead_ids: list[int], separator_ids: list[int]) -> RetrievalCase:
-    """Both conditions for one document's tokens (without special tokens), as documented above.
-
-    ``lead_ids`` (the BOS, or nothing) starts both conditions; ``separator_ids`` goes between the
-    document and Q. ``with_context = before_anchor`` reads x[0:a] instead of the whole document
-    before Q A (then the document holds no earlier copy of Q A: plain long-context prediction).
-    """
-    q, r = settings["query_tokens"], settings["answer_tokens"]
-    doc = [int(t) for t in doc_ids[: settings["doc_tokens"]]]
-    anchors = choose_anchors(
-        len(doc),
-        q,
-        r,
-        settings["n_queries"],
-        settings["anchor_min"],
-        settings["anchor_max"],
-        settings["anchor_spacing"],
-    )
-    lead, sep = [int(t) for t in lead_ids], [int(t) for t in separator_ids]
-    continuations = [doc[a : a + q + r] for a in anchors]
-    without = [lead + c for c in continuations]
-    if settings["with_context"] == "document":
-        groups = [(lead + doc + sep, list(range(len(anchors))))]
-    else:
-        groups = [(lead + doc[:a] + sep, [i]) for i, a in enumerate(anchors)]
-    return RetrievalCase(anchors, len(doc), len(doc_ids), r, groups, continuations, without)
-
-
-def case_for_text(tokenizer, text: str, settings: dict) -> RetrievalCase:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    sep = tokenizer(settings["separator"], add_special_tokens=False)["input_ids"] if settings["separator"] else []
-    return build_case(ids, settings, lead_token_ids(tokenizer, settings["bos"]), sep)
 
 
 # ------------------------------------------------------------------ the request kind
@@ -272,7 +149,7 @@ def serve(ctx: request_type.ScoringContext, items: list) -> list[RetrievalScores
     """All uncached ``retrieval_gain`` requests: build both conditions, check lengths, score."""
     cases = []
     for text, spec in items:
-        case = case_for_text(ctx.tokenizer, text, spec)
+        case = retrieval_cases.retrieval_case_for_text(ctx.tokenizer, text, spec)
         try:
             request_type.check_length(case.max_with_length, ctx.max_length, spec)
         except scoring.ScoringError as err:
@@ -331,13 +208,10 @@ def tokens_to_forward(ctx: request_type.ScoringContext, items: list) -> int:
     with-document prefix, continuation and without-document sequence."""
     total = 0
     for text, spec in items:
-        case = case_for_text(ctx.tokenizer, text, spec)
+        case = retrieval_cases.retrieval_case_for_text(ctx.tokenizer, text, spec)
         total += sum(len(prefix) for prefix, _ in case.groups)
         total += sum(map(len, case.continuations)) + sum(map(len, case.without))
     return total
-
-
-# ------------------------------------------------------------------ the task
 
 
 # ------------------------------------------------------------------ the per-token export
@@ -371,7 +245,7 @@ def retrieval_gain_arrays(doc: dict, scores: RetrievalScores) -> dict:
 # ------------------------------------------------------------------ the task
 
 
-class RetrievalGainTask(LongContextTask):
+class RetrievalGainTask(GovReportTask):
     SETTINGS = SETTINGS
     # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
     REQUEST_KIND = (
@@ -383,9 +257,21 @@ class RetrievalGainTask(LongContextTask):
             planned_tokens=tokens_to_forward,
         ),
     )
+    SCORING_SETTINGS = (
+        "doc_tokens",
+        "query_tokens",
+        "answer_tokens",
+        "n_queries",
+        "anchor_min",
+        "anchor_max",
+        "anchor_spacing",
+        "with_context",
+        "separator",
+        "bos",
+    )
     SUITE_TASK_NAME = "retrieval_gain"
     resolve_settings = staticmethod(resolve_settings)
-    TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS
+    AGGREGATIONS = {"retrieval_gain": "mean", "nll_with": "mean", "nll_without": "mean"}
     METRIC_DIRECTIONS = (("retrieval_gain", True), ("nll_with", False), ("nll_without", False))
     REPORT = ReportSection(
         section="retrieval_gain",
@@ -415,10 +301,6 @@ class RetrievalGainTask(LongContextTask):
     )
     EXPORT_COLUMNS = EXPORT_COLUMNS
 
-    @classmethod
-    def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
-        return govreport_resources(settings)
-
     def download(self, dataset_kwargs=None, **kwargs) -> None:
         s = self.settings
         tokenizer = None
@@ -426,54 +308,18 @@ class RetrievalGainTask(LongContextTask):
         def for_lengths(lengths: list[int]) -> dict:
             nonlocal tokenizer
             tokenizer = self.evaluated_tokenizer()
-            return settings_for_lengths(lengths, query_extra_tokens(tokenizer, s))
+            return settings_for_lengths(lengths, retrieval_cases.query_extra_tokens(tokenizer, s))
 
         self._size(for_lengths, lambda w: for_lengths([w]), SETTINGS.presets["paper"], ("doc_tokens",))
         if s["embedded_corpus"] and tokenizer is None:
             tokenizer = self.evaluated_tokenizer()
-        self.dataset, self.provenance, self.inert = govreport_documents(
-            s, self.SUITE_TASK_NAME, s["doc_tokens"], tokenizer
-        )
-        self._refuse_too_long()
+        self.read_documents(s["doc_tokens"], tokenizer)
 
-    def _refuse_too_long(self) -> None:
-        """Every document's with-document sequence, built as it is served, must fit the evaluated model; checked
-        now rather than after other documents were scored."""
-        model = self.evaluated_model
-        limit, limit_words = model_limit(model, self.settings["allow_beyond_max_length"])
-        if limit is None or model is None or model.tokenizer is None:
-            return
-        n_tokens = {}
-        for i, doc in evaluated_documents(self.dataset["test"], str(self.config.task)).items():
-            try:
-                n_tokens[i] = case_for_text(model.tokenizer, doc["text"], self.settings).max_with_length
-            except scoring.ScoringError as err:
-                raise request_type.task_error(self.SUITE_TASK_NAME, err) from err
-        ways_out = f"lower --metadata doc_tokens (now {self.settings['doc_tokens']}), or {ALLOW_BEYOND_WAY_OUT}"
-        refuse_too_long(self.SUITE_TASK_NAME, n_tokens, limit, limit_words, "document", ways_out)
+    def longest_sequence(self, tokenizer, doc: dict) -> int:
+        return retrieval_cases.retrieval_case_for_text(tokenizer, doc["text"], self.settings).max_with_length
 
-    def _record_settings(self) -> None:
-        """Everything that changes the numbers goes into the results JSON (configs -> metadata)."""
-        rec = SETTINGS.record(self.settings)
-        for name in self.inert:  # did nothing on these rows
-            rec.pop(name, None)
-        rec["data"] = self.provenance
-        self._store_settings(rec)
-
-    def _spec(self) -> dict:
-        s = self.settings
-        spec = {k: s[k] for k in SCORING_KEYS}
-        spec.update(
-            kind=KIND,
-            chunk_size=s["chunk_size"],
-            long_pass=s["long_pass"],
-            without_batch_size=s["without_batch_size"],
-            allow_beyond_max_length=s["allow_beyond_max_length"],
-        )
-        return spec
-
-    def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
-        return [(doc["text"], self._spec())]
+    def too_long_ways_out(self) -> str:
+        return f"lower --metadata doc_tokens (now {self.settings['doc_tokens']}), or {ALLOW_BEYOND_WAY_OUT}"
 
     def doc_to_target(self, doc, doc_to_target=None):
         # no answer string to compare with: what is predicted (the anchors and values are in `resps`)
@@ -490,6 +336,3 @@ class RetrievalGainTask(LongContextTask):
             "nll_with": float(nll_with.mean()),
             "nll_without": float(nll_without.mean()),
         }
-
-    def metric_declarations(self):
-        return {m: self.declare(agg, m) for m, agg in AGGREGATIONS.items()}

@@ -29,33 +29,22 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
-from ..data import documents
+from ..data import documents, retrieval_cases
 from ..engine import scoring
-from ..harness import evaluated_model, request_type
+from ..harness import request_type
+from ..harness.evaluated_model import add_model_settings, resolve_model_max_length, settings_tokenizer
 from ..metrics import gain_map, per_token
 from ..records import StateRecord
 from ..settings import LOCATION, TEXT, Declaration, Setting, SettingsError, choice, integer, integer_list, number
-from . import declarations, preflight, sizing
+from . import declarations, sizing
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
-    TOKEN_ID_ROWS_ONLY_SETTINGS,
-    LongContextTask,
+    GovReportTask,
     ReportSection,
-    add_model_settings,
-    evaluated_documents,
-    govreport_documents,
-    govreport_resources,
-    lead_token_ids,
-    model_limit,
-    query_extra_tokens,
-    refuse_too_long,
     resolve_embedded_corpus,
-    resolve_model_max_length,
-    settings_tokenizer,
     zero_padded_width,
 )
 
@@ -151,8 +140,6 @@ SETTINGS = Declaration(
     },
 )
 DEFAULTS = SETTINGS.defaults()
-# settings that change the numbers: in every request's spec (the --use_cache key) and in the results
-SCORING_KEYS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_stride", "separator", "bos")
 
 
 def resolve_settings(metadata: dict | None) -> dict:
@@ -197,81 +184,6 @@ def settings_for_lengths(lengths: list[int], extra_tokens: int, s: dict, drop_sh
     return {"context_lengths": contexts}
 
 
-# ------------------------------------------------------------------ cells and the two conditions
-
-
-def cell_anchors(
-    length: int,
-    depth_percent: int,
-    query_tokens: int,
-    answer_tokens: int,
-    anchors_per_cell: int = 1,
-    anchor_stride: int | None = None,
-) -> list[int]:
-    """Anchors of cell (L, p): a = round(p/100 * (L - q - r)), halves up (exact integer arithmetic),
-    then a + s, ..., a + (n-1) s, each moved back so that its Q A ends inside x[0:L]."""
-    U = length - query_tokens - answer_tokens
-    if U < 0:
-        raise scoring.ScoringError(
-            f"context length {length} has no room for query {query_tokens} + answer {answer_tokens} tokens"
-        )
-    stride = query_tokens + answer_tokens if anchor_stride is None else anchor_stride
-    first = int(Fraction(depth_percent, 100) * U + Fraction(1, 2))  # floor(x + 1/2): halves up
-    # the last anchors of a deep cell would run past L: the whole group shifts back instead
-    first = max(0, min(first, U - (anchors_per_cell - 1) * stride))
-    return [first + j * stride for j in range(anchors_per_cell)]
-
-
-@dataclass
-class MapCase:
-    """One document's ladder: ``prefix`` = lead + x[0:L_max]; per length, the cells' anchors
-    [depths, n] and their continuations sep + Q A; the without sequences lead + Q A."""
-
-    lengths: list[int]
-    depths: list[int]
-    anchors: np.ndarray  # int64 [lengths, depths, n]
-    prefix: list[int]
-    lead: list[int]
-    continuations: list[list[list[int]]]  # [length][depth * n + j]
-    without: list[list[list[int]]]
-    answer_tokens: int
-    n_source_tokens: int
-
-    @property
-    def max_with_length(self) -> int:
-        return len(self.lead) + self.lengths[-1] + len(self.continuations[-1][0])
-
-
-def build_case(
-    doc_ids: list[int], s: dict, lengths: list[int], lead_ids: list[int], separator_ids: list[int]
-) -> MapCase:
-    q, r = s["query_tokens"], s["answer_tokens"]
-    doc = [int(t) for t in doc_ids]
-    if len(doc) < lengths[-1]:
-        raise scoring.ScoringError(
-            f"retrieval_gain_map: a document has {len(doc)} tokens, fewer than the longest context length "
-            f"{lengths[-1]}; lower --metadata max_context (or give `context_lengths`), or select longer documents (min_tokens)"
-        )
-    lead, sep = [int(t) for t in lead_ids], [int(t) for t in separator_ids]
-    depths = list(s["depths"])
-    anchors = np.array(
-        [[cell_anchors(L, d, q, r, s["anchors_per_cell"], s["anchor_stride"]) for d in depths] for L in lengths],
-        dtype=np.int64,
-    )
-    conts, without = [], []
-    for i in range(len(lengths)):
-        qa = [doc[a : a + q + r] for a in anchors[i].reshape(-1)]
-        conts.append([sep + x for x in qa])
-        without.append([lead + x for x in qa])
-    return MapCase(list(lengths), depths, anchors, lead + doc[: lengths[-1]], lead, conts, without, r, len(doc))
-
-
-def case_for_text(tokenizer, text: str, s: dict, lengths: list[int]) -> MapCase:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    sep = tokenizer(s["separator"], add_special_tokens=False)["input_ids"] if s["separator"] else []
-    return build_case(ids, s, lengths, lead_token_ids(tokenizer, s["bos"]), sep)
-
-
 # ------------------------------------------------------------------ the request kind
 
 
@@ -313,7 +225,7 @@ def serve(ctx: request_type.ScoringContext, items: list) -> list[GainMapScores]:
     """All uncached ``retrieval_gain_map`` requests: build the ladders, check lengths, score."""
     cases = []
     for text, spec in items:
-        case = case_for_text(ctx.tokenizer, text, spec, [int(x) for x in spec["lengths"]])
+        case = retrieval_cases.map_case_for_text(ctx.tokenizer, text, spec, [int(x) for x in spec["lengths"]])
         try:
             request_type.check_length(case.max_with_length, ctx.max_length, spec)
         except scoring.ScoringError as err:
@@ -375,7 +287,7 @@ def tokens_to_forward(ctx: request_type.ScoringContext, items: list) -> int:
     longest prefix, every cell's continuation and every distinct without-context sequence."""
     total = 0
     for text, spec in items:
-        case = case_for_text(ctx.tokenizer, text, spec, [int(x) for x in spec["lengths"]])
+        case = retrieval_cases.map_case_for_text(ctx.tokenizer, text, spec, [int(x) for x in spec["lengths"]])
         total += len(case.prefix) + sum(len(c) for rung in case.continuations for c in rung)
         total += sum(len(w) for w in {tuple(w) for rung in case.without for w in rung})
     return total
@@ -411,7 +323,7 @@ def default_ladder(
     return lengths
 
 
-class RetrievalGainMapTask(LongContextTask):
+class RetrievalGainMapTask(GovReportTask):
     SETTINGS = SETTINGS
     # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
     REQUEST_KIND = (
@@ -423,9 +335,9 @@ class RetrievalGainMapTask(LongContextTask):
             planned_tokens=tokens_to_forward,
         ),
     )
+    SCORING_SETTINGS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_stride", "separator", "bos")
     SUITE_TASK_NAME = "retrieval_gain_map"
     resolve_settings = staticmethod(resolve_settings)
-    TOKEN_ID_ROWS_ONLY = TOKEN_ID_ROWS_ONLY_SETTINGS
     # gain@L01024_d50 (a cell) and gain@L01024 (a length's mean over depths): gain_map.cell_metric, length_metric
     METRIC_DIRECTIONS = (
         ("gain@L[0-9]*", True),
@@ -467,10 +379,6 @@ class RetrievalGainMapTask(LongContextTask):
         pictures=("gain_map",),
     )
 
-    @classmethod
-    def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
-        return govreport_resources(settings)
-
     def _ladder_tokenizer(self):
         return settings_tokenizer(
             self.settings,
@@ -490,7 +398,7 @@ class RetrievalGainMapTask(LongContextTask):
         def for_lengths(lengths: list[int], drop_short: bool = False) -> dict:
             nonlocal tokenizer
             tokenizer = self._ladder_tokenizer()
-            return settings_for_lengths(lengths, query_extra_tokens(tokenizer, s), s, drop_short)
+            return settings_for_lengths(lengths, retrieval_cases.query_extra_tokens(tokenizer, s), s, drop_short)
 
         def for_window(window: int) -> dict:
             # W/8 ... W, as the audit's ladder; the doubling ladder below when its own settings are given
@@ -502,7 +410,7 @@ class RetrievalGainMapTask(LongContextTask):
         if s["embedded_corpus"] and tokenizer is None:
             tokenizer = self._ladder_tokenizer()
         longest = s["context_lengths"][-1] if s["context_lengths"] else s["min_tokens"]
-        self.dataset, self.provenance, self.inert = govreport_documents(s, self.SUITE_TASK_NAME, longest, tokenizer)
+        self.read_documents(longest, tokenizer)
         self.model_max_length = None
         if s["context_lengths"] and self.sized_by is not None and sizing.sized(self.sized_by, "context_lengths"):
             self._fit_ladder_to_documents(tokenizer or self._ladder_tokenizer())
@@ -515,14 +423,13 @@ class RetrievalGainMapTask(LongContextTask):
             if window is not None and window.tokens < self.model_max_length:
                 self.model_max_length = window.tokens
             n_tokens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in self.dataset["test"]["text"]]
-            extra = query_extra_tokens(tok, s)
+            extra = retrieval_cases.query_extra_tokens(tok, s)
             self.lengths = default_ladder(
                 s, n_tokens, extra, self.model_max_length, model.position_table if model is not None else None
             )
             check_ladder(self.lengths, s)
         self.width = zero_padded_width(self.lengths, 5)
         self.depth_width = zero_padded_width(s["depths"], 2)
-        self._refuse_too_long(model)
 
     def _fit_ladder_to_documents(self, tokenizer) -> None:
         """A ladder sized from lengths or the window keeps the rungs every document holds (a document shorter than a
@@ -545,54 +452,27 @@ class RetrievalGainMapTask(LongContextTask):
             )
         s["context_lengths"] = kept
 
-    def _refuse_too_long(self, model: evaluated_model.EvaluatedModel | None) -> None:
-        """Every document's ladder, built as it is served, must fit the evaluated model (and every document hold the
-        longest context); checked now rather than after other documents were scored."""
-        limit, limit_words = model_limit(model, self.settings["allow_beyond_max_length"])
-        if model is None or model.tokenizer is None:
-            return
-        n_tokens = {}
-        for i, doc in evaluated_documents(self.dataset["test"], str(self.config.task)).items():
-            try:
-                n_tokens[i] = case_for_text(model.tokenizer, doc["text"], self.settings, self.lengths).max_with_length
-            except scoring.ScoringError as err:
-                raise request_type.task_error(self.SUITE_TASK_NAME, err) from err
-        ways_out = (
+    def longest_sequence(self, tokenizer, doc: dict) -> int:
+        return retrieval_cases.map_case_for_text(tokenizer, doc["text"], self.settings, self.lengths).max_with_length
+
+    def too_long_ways_out(self) -> str:
+        return (
             f"lower --metadata max_context / context_lengths (now up to {self.lengths[-1]}), or {ALLOW_BEYOND_WAY_OUT}"
         )
-        refuse_too_long(self.SUITE_TASK_NAME, n_tokens, limit, limit_words, "document", ways_out)
 
-    def _record_settings(self) -> None:
-        s = self.settings
-        rec = SETTINGS.record(s)
-        for name in self.inert:  # did nothing on these rows
-            rec.pop(name, None)
-        rec.update(
-            task_kind=KIND,
-            lengths_used=self.lengths,
-            model_max_length=self.model_max_length,
-            metric_name_width=self.width,
-            data=self.provenance,
-            anchor_rule="a = round(p/100 (L - q - r)), halves up",
-        )
-        self._store_settings(rec)
+    def settings_record(self, record: dict) -> dict:
+        return {
+            **record,
+            "task_kind": KIND,
+            "lengths_used": self.lengths,
+            "model_max_length": self.model_max_length,
+            "metric_name_width": self.width,
+            "data": self.provenance,
+            "anchor_rule": "a = round(p/100 (L - q - r)), halves up",
+        }
 
-    def _spec(self) -> dict:
-        s = self.settings
-        spec = {k: s[k] for k in SCORING_KEYS}
-        spec.update(
-            kind=KIND,
-            lengths=self.lengths,
-            depths=list(s["depths"]),
-            chunk_size=s["chunk_size"],
-            long_pass=s["long_pass"],
-            without_batch_size=s["without_batch_size"],
-            allow_beyond_max_length=s["allow_beyond_max_length"],
-        )
-        return spec
-
-    def request_arguments(self, doc: dict, ctx: str, templated: bool) -> list[tuple[str, dict]]:
-        return [(doc["text"], self._spec())]
+    def request_spec(self, **values) -> dict:
+        return super().request_spec(lengths=self.lengths, depths=list(self.settings["depths"]), **values)
 
     # ---------------------------------------------------------------- metric names
 

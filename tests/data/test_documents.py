@@ -225,3 +225,21 @@ def test_corpus_pieces_and_token_stream(corpus, model_dirs):
     assert stream.tolist() == expected and stream.tolist().count(tok.bos_token_id) == len(docs.texts)
     bare = documents.token_stream(tok, docs.texts, add_special_tokens=False)
     assert len(bare) == len(stream) - len(docs.texts)
+
+
+def test_lazy_documents_build_only_what_is_read():
+    built = []
+
+    def build(i):
+        built.append(i)
+        return {"doc_id": i, "x": 2 * i}
+
+    docs = documents.LazyDocuments(10**12, build, ("doc_id", "x"))
+    assert len(docs) == 10**12 and list(docs.features) == ["doc_id", "x"]
+    assert docs[0] == {"doc_id": 0, "x": 0} and docs[-1]["doc_id"] == 10**12 - 1
+    assert [d["x"] for d in docs[2:5]] == [4, 6, 8]
+    first = iter(docs)
+    assert [next(first)["doc_id"] for _ in range(3)] == [0, 1, 2]
+    assert built == [0, 10**12 - 1, 2, 3, 4, 0, 1, 2]
+    with pytest.raises(IndexError):
+        docs[10**12]

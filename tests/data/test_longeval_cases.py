@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from lm_eval_longctx.data import longeval_cases, longeval_words
+from lm_eval_longctx.settings import SettingsError
 from tests.tiny import writes_cut_at
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference-data" / "longeval-lines"
@@ -184,3 +185,47 @@ def test_longeval_testcases_with_unicode_line_breaks_in_a_string(tmp_path, caplo
     assert "\u2029" in path.read_text(encoding="utf-8")
     (loaded,) = longeval_cases.load_testcases(str(path))
     assert loaded.prompt == record["prompt"] and loaded.expected_number == case.expected_number
+
+
+# ------------------------------------------------------------------ sizes: lines that fill a length
+
+
+def test_lines_fill_each_length_with_room_for_the_answer():
+    # a prompt of N lines: 100 tokens of header and question, 10 a line
+    counted = []
+
+    def prompt_tokens(n):
+        counted.append(n)
+        return 100 + 10 * n
+
+    lines, notes = longeval_cases.num_lines_for_lengths([1000, 2100], prompt_tokens, room=100)
+    assert lines == [80, 190] and not notes  # 100 + 10 N <= L - 100
+    with pytest.raises(SettingsError, match="a length of 150 tokens holds no line"):
+        longeval_cases.num_lines_for_lengths([150, 1000], prompt_tokens, room=100)
+    lines, notes = longeval_cases.num_lines_for_lengths([150, 1000], prompt_tokens, room=100, drop_short=True)
+    assert lines == [80] and "left out" in notes[0]
+
+
+def test_lines_are_lowered_until_the_longest_prompt_fits():
+    # a fit from 16 and 64 lines that underestimates longer prompts: the size found is lowered until it fits
+    def prompt_tokens(n):
+        return 100 + 10 * n + (n // 10) ** 2
+
+    [n], _ = longeval_cases.num_lines_for_lengths([2100], prompt_tokens, room=100)
+    assert prompt_tokens(n) <= 2000 < prompt_tokens(n + 1) + 20
+
+
+def test_lines_for_a_real_tokenizer_are_about_each_length():
+    from transformers import AutoTokenizer
+
+    from lm_eval_longctx.demo.model import packaged_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(packaged_model_dir())
+
+    def prompt_tokens(n):
+        prompts = [longeval_cases.generated_case(n, i, 0, "reference").prompt for i in range(4)]
+        return max(len(tokenizer(p)["input_ids"]) for p in prompts)
+
+    lines, _ = longeval_cases.num_lines_for_lengths([1024, 4096], prompt_tokens, room=100)
+    for n, length in zip(lines, [1024, 4096]):
+        assert length - 100 - 40 <= prompt_tokens(n) <= length - 100  # within about a line of the length

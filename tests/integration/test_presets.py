@@ -8,7 +8,7 @@ import shutil
 import pytest
 from transformers import AutoTokenizer
 
-from lm_eval_longctx.data import embedded_corpus
+from lm_eval_longctx.data import embedded_corpus, retrieval_cases
 from lm_eval_longctx.demo.model import packaged_model_dir
 from lm_eval_longctx.tasks import base, run_options
 from tests.harness_utils import run_task, write_docs
@@ -98,7 +98,7 @@ def test_the_default_sizes_every_task_from_the_models_window(model_dirs, long_do
         assert sizing["window"]["claimed"]["tokens"] == 4096 and sizing["window"]["max_length"] == 1200
     assert rec["longppl_govreport"]["cut_tokens"] == 1200 and rec["longppl_govreport"]["trunc_len"] == 300
     assert rec["longppl_govreport"]["data"]["cut"] == {"cut_tokens": 1200, "documents_cut": 2}
-    extra = base.query_extra_tokens(
+    extra = retrieval_cases.query_extra_tokens(
         tokenizer, {"separator": "", "bos": "auto", "query_tokens": 24, "answer_tokens": 24}
     )
     assert rec["retrieval_gain"]["doc_tokens"] == 1200 - extra

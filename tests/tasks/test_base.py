@@ -10,27 +10,7 @@ import pytest
 from lm_eval_longctx.data import export_files
 from lm_eval_longctx.settings import SettingsError
 from lm_eval_longctx.tasks import base, run_options
-from lm_eval_longctx.tasks.base import LazyDocuments
 from tests.harness_utils import refuse_model_loading, run_task
-
-
-def test_lazy_documents_build_only_what_is_read():
-    built = []
-
-    def build(i):
-        built.append(i)
-        return {"doc_id": i, "x": 2 * i}
-
-    docs = LazyDocuments(10**12, build, ("doc_id", "x"))
-    assert len(docs) == 10**12 and list(docs.features) == ["doc_id", "x"]
-    assert docs[0] == {"doc_id": 0, "x": 0} and docs[-1]["doc_id"] == 10**12 - 1
-    assert [d["x"] for d in docs[2:5]] == [4, 6, 8]
-    first = iter(docs)
-    assert [next(first)["doc_id"] for _ in range(3)] == [0, 1, 2]
-    assert built == [0, 10**12 - 1, 2, 3, 4, 0, 1, 2]
-    with pytest.raises(IndexError):
-        docs[10**12]
-
 
 ABOVE = "is above its upper bound"
 BEFORE_THE_MODEL = [

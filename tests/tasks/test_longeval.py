@@ -37,10 +37,10 @@ def generated(monkeypatch):
         calls.append((num_lines, case_index))
         return generate(num_lines, case_index, *args)
 
-    longeval._generated_case.cache_clear()
+    longeval_cases.generated_case.cache_clear()
     monkeypatch.setattr(longeval_cases, "generate_case", counted)
     yield calls
-    longeval._generated_case.cache_clear()
+    longeval_cases.generated_case.cache_clear()
 
 
 def test_a_number_of_cases_above_its_bound_is_refused_when_parsed():
@@ -50,14 +50,18 @@ def test_a_number_of_cases_above_its_bound_is_refused_when_parsed():
         longeval.resolve_settings({"num_lines": [200, 10**9]})
 
 
+def reader(s: dict):
+    return longeval_cases.case_reader(s["testcases"], s["num_lines"], s["num_cases"], s["seed"], s["trailing_space"])
+
+
 def test_cases_are_generated_when_read_in_the_harness_order(generated):
-    n_cases, case = longeval.case_reader(longeval.resolve_settings({"preset": "paper", "num_cases": 10_000}))
+    n_cases, case = reader(longeval.resolve_settings({"preset": "paper", "num_cases": 10_000}))
     assert n_cases == 13 * 10_000 and generated == []
     assert [case(i).num_lines for i in range(3)] == [200, 300, 400]
     assert generated == [(200, 0), (300, 0), (400, 0)]
     assert case(13).case_index == 1 and case(13).num_lines == 200
     small = longeval.resolve_settings({"num_lines": [11, 4], "num_cases": 3})
-    n_cases, case = longeval.case_reader(small)
+    n_cases, case = reader(small)
     assert [case(i) for i in range(n_cases)] == longeval_cases.interleave(longeval_cases.generate_cases([4, 11], 3))
 
 
@@ -85,47 +89,6 @@ def test_settings_and_generation_options_are_checked_before_the_model_loads(monk
 
 
 # ------------------------------------------------------------------ sizing: max_seq_lengths and the window
-
-
-def test_lines_fill_each_length_with_room_for_the_answer():
-    # a prompt of N lines: 100 tokens of header and question, 10 a line
-    counted = []
-
-    def prompt_tokens(n):
-        counted.append(n)
-        return 100 + 10 * n
-
-    lines, notes = longeval.num_lines_for_lengths([1000, 2100], prompt_tokens, room=100)
-    assert lines == [80, 190] and not notes  # 100 + 10 N <= L - 100
-    with pytest.raises(SettingsError, match="a length of 150 tokens holds no line"):
-        longeval.num_lines_for_lengths([150, 1000], prompt_tokens, room=100)
-    lines, notes = longeval.num_lines_for_lengths([150, 1000], prompt_tokens, room=100, drop_short=True)
-    assert lines == [80] and "left out" in notes[0]
-
-
-def test_lines_are_lowered_until_the_longest_prompt_fits():
-    # a fit from 16 and 64 lines that underestimates longer prompts: the size found is lowered until it fits
-    def prompt_tokens(n):
-        return 100 + 10 * n + (n // 10) ** 2
-
-    [n], _ = longeval.num_lines_for_lengths([2100], prompt_tokens, room=100)
-    assert prompt_tokens(n) <= 2000 < prompt_tokens(n + 1) + 20
-
-
-def test_lines_for_a_real_tokenizer_are_about_each_length():
-    from transformers import AutoTokenizer
-
-    from lm_eval_longctx.demo.model import packaged_model_dir
-
-    tokenizer = AutoTokenizer.from_pretrained(packaged_model_dir())
-
-    def prompt_tokens(n):
-        prompts = [longeval._generated_case(n, i, 0, "reference").prompt for i in range(4)]
-        return max(len(tokenizer(p)["input_ids"]) for p in prompts)
-
-    lines, _ = longeval.num_lines_for_lengths([1024, 4096], prompt_tokens, room=100)
-    for n, length in zip(lines, [1024, 4096]):
-        assert length - 100 - 40 <= prompt_tokens(n) <= length - 100  # within about a line of the length
 
 
 # ------------------------------------------------------------------ answer tokens

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from lm_eval_longctx.keytokens import span_files
+from lm_eval_longctx.keytokens import judge, span_files
 from lm_eval_longctx.tasks import longppl
 from tests.brute_force import brute_force_doc
 from tests.harness_utils import TASK_DIR, json_numbers, refuse_model_loading, run_task, save_like_lm_eval, write_docs
@@ -250,9 +250,8 @@ def test_spans_are_cached_and_reusable_as_a_spans_dir(evaluator_run, brute, mode
     res, cache, _ = evaluator_run
     entries = sorted(cache.glob("*.spans.npz"))
     assert len(entries) == len(docs[0])
-    # a second run with the same settings reads the cache: the evaluator is never loaded
-    from lm_eval_longctx.tasks.longppl import LongPPLTask
 
+    # a second run with the same settings reads the cache: the evaluator is never loaded
     def no_evaluator(self):
         raise AssertionError("the evaluator was loaded although its spans are cached")
 
@@ -266,7 +265,7 @@ def test_spans_are_cached_and_reusable_as_a_spans_dir(evaluator_run, brute, mode
         "span_cache_dir": str(cache),
     }
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(LongPPLTask, "_load_evaluator", no_evaluator)
+        mp.setattr(judge.EvaluatorJudge, "_load", no_evaluator)
         again = run_task(TASK, model_dirs["a"], md)
         assert again["results"][TASK]["longppl,none"] == res["results"][TASK]["longppl,none"]
         # any setting the spans depend on is part of the key: a new alpha needs the evaluator

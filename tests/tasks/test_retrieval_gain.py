@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 import math
-from fractions import Fraction
 
 import numpy as np
 import pytest
 
+from lm_eval_longctx.data import retrieval_cases
 from lm_eval_longctx.engine import scoring
 from lm_eval_longctx.harness import request_type
 from lm_eval_longctx.settings import SettingsError
-from lm_eval_longctx.tasks import base, retrieval_gain
+from lm_eval_longctx.tasks import retrieval_gain
 from tests import tiny
 from tests.brute_force import brute_last
 from tests.harness_utils import json_numbers, run_task, save_like_lm_eval, write_docs
@@ -32,12 +32,12 @@ def test_the_document_fills_the_longest_length_beside_bos_separator_query_and_an
     s = retrieval_gain.resolve_settings({"max_seq_lengths": [512, 2048], "separator": "\n"})
     assert retrieval_gain.settings_for_lengths([512, 2048], 49) == {"doc_tokens": 1999}
     tokenizer = AutoTokenizer.from_pretrained(tiny.save_tiny_model(tmp_path, tiny.corpus_texts(2, 200)))
-    extra = base.query_extra_tokens(tokenizer, s)
+    extra = retrieval_cases.query_extra_tokens(tokenizer, s)
     s["doc_tokens"] = retrieval_gain.settings_for_lengths([2048], extra)["doc_tokens"]
     text = " ".join(["the report of committee found"] * 2000)
-    case = retrieval_gain.case_for_text(tokenizer, text, s)
+    case = retrieval_cases.retrieval_case_for_text(tokenizer, text, s)
     assert case.max_with_length == 2048  # [BOS] document sep Q A: exactly the length
-    assert base.query_extra_tokens(None, s) == 1 + 24 + 24  # no tokenizer known: one BOS, no separator
+    assert retrieval_cases.query_extra_tokens(None, s) == 1 + 24 + 24  # no tokenizer known: one BOS, no separator
     with pytest.raises(SettingsError, match="a length of 40 tokens leaves no room for a document"):
         retrieval_gain.settings_for_lengths([40], 49)
 
@@ -48,57 +48,6 @@ def test_the_paper_preset_reads_8192_tokens_of_each_document():
 
 
 # ------------------------------------------------------------------ anchors and conditions
-
-
-@pytest.mark.parametrize("spacing", ["endpoints", "centered"])
-def test_anchors_are_deterministic_distinct_and_inside_the_interval(spacing):
-    for T in list(range(60, 400, 7)) + [8192, 8188, 5000]:
-        for n in (1, 2, 3, 5):
-            U = T - 24 - 24
-            lo, hi = math.ceil(Fraction(1, 10) * U), math.floor(Fraction(6, 10) * U)
-            a = retrieval_gain.choose_anchors(T, 24, 24, n, 0.1, 0.6, spacing)
-            assert a == retrieval_gain.choose_anchors(T, 24, 24, n, 0.1, 0.6, spacing)
-            assert len(set(a)) == n and a == sorted(a) and lo <= a[0] and a[-1] <= hi
-    assert retrieval_gain.choose_anchors(8192, 24, 24, 2) == [815, 4886]  # U = 8144: 814.4 -> 815, 4886.4 -> 4886
-    assert retrieval_gain.choose_anchors(8188, 24, 24, 2) == [814, 4884]  # U = 8140: exactly 814 (no float round-up)
-    assert retrieval_gain.choose_anchors(8192, 24, 24, 2, spacing="centered") == [1832, 3868]
-    with pytest.raises(scoring.ScoringError, match="no room for 2 distinct anchors"):
-        retrieval_gain.choose_anchors(50, 24, 24, 2)
-
-
-def settings(**kw):
-    return retrieval_gain.resolve_settings({"doc_tokens": 250, "query_tokens": 5, "answer_tokens": 4, **kw})
-
-
-def test_conditions_are_built_token_by_token_as_documented():
-    doc = list(range(100, 400))  # 300 tokens, truncated to 250
-    case = retrieval_gain.build_case(doc, settings(), lead_ids=[1], separator_ids=[7, 8])
-    U = 250 - 9
-    assert case.anchors == [math.ceil(U / 10), math.floor(6 * U / 10)] == [25, 144]
-    assert (case.n_doc_tokens, case.n_source_tokens, case.answer_tokens) == (250, 300, 4)
-    [(prefix, idx)] = case.groups  # one shared prefix: [BOS] document separator
-    assert prefix == [1] + doc[:250] + [7, 8] and idx == [0, 1]
-    for a, cont, without in zip(case.anchors, case.continuations, case.without):
-        assert cont == doc[a : a + 9]  # Q (5) then A (4)
-        assert without == [1] + doc[a : a + 9]  # [BOS] Q A
-        # the document holds this Q A at the anchor (after the BOS): what a retriever copies
-        full = prefix + cont
-        assert full[1 + a : 1 + a + 9] == cont
-    assert case.max_with_length == 1 + 250 + 2 + 9
-    # before_anchor: the document up to the anchor, then Q A (no earlier copy to find)
-    case = retrieval_gain.build_case(doc, settings(with_context="before_anchor"), lead_ids=[], separator_ids=[])
-    assert [g[0] for g in case.groups] == [doc[:25], doc[:144]] and [g[1] for g in case.groups] == [[0], [1]]
-    assert case.without == [doc[25:34], doc[144:153]]
-
-
-def test_bos_follows_the_tokenizer_unless_set(model_dirs):
-    _, tok = load(model_dirs["a"])  # its tokenizer adds <s>
-    assert (
-        retrieval_gain.lead_token_ids(tok, "auto") == [tok.bos_token_id] == retrieval_gain.lead_token_ids(tok, "always")
-    )
-    assert retrieval_gain.lead_token_ids(tok, "never") == []
-    assert retrieval_gain.resolve_settings({"bos": False})["bos"] == "never"
-    assert retrieval_gain.resolve_settings({"bos": "true"})["bos"] == "always"
 
 
 # ------------------------------------------------------------------ through the harness

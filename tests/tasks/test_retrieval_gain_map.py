@@ -53,49 +53,8 @@ def test_the_ci_preset_tests_three_depths_on_ten_documents_of_the_embedded_corpu
 # ------------------------------------------------------------------ cells
 
 
-def test_cell_anchors_round_halves_up_and_stay_inside():
-    # U = 100 - 6 - 5 = 89: 0.5 * 89 = 44.5 -> 45 (halves up, not to even), 0.1 * 89 = 8.9 -> 9
-    assert retrieval_gain_map.cell_anchors(100, 50, 6, 5) == [45]
-    assert retrieval_gain_map.cell_anchors(100, 10, 6, 5) == [9]
-    assert retrieval_gain_map.cell_anchors(100, 0, 6, 5) == [0]
-    assert retrieval_gain_map.cell_anchors(100, 100, 6, 5) == [89]  # Q A are x[89:100], the last tokens of x[0:L]
-    assert retrieval_gain_map.cell_anchors(8192, 50, 24, 24) == [4072]
-    # several anchors, q + r apart; a deep cell's group moves back so that its last Q A ends by L
-    assert retrieval_gain_map.cell_anchors(100, 50, 6, 5, 3) == [45, 56, 67]
-    assert retrieval_gain_map.cell_anchors(100, 100, 6, 5, 3, 7) == [75, 82, 89]
-    for L in range(11, 300, 13):
-        for d in range(0, 101, 7):
-            for n, s in ((1, None), (2, 3), (4, 11)):
-                a = retrieval_gain_map.cell_anchors(L, d, 6, 5, n, s) if (n - 1) * (s or 11) + 11 <= L else None
-                if a is not None:
-                    assert 0 <= a[0] and a[-1] + 11 <= L and len(a) == n
-    with pytest.raises(scoring.ScoringError, match="no room"):
-        retrieval_gain_map.cell_anchors(10, 50, 6, 5)
-
-
 def settings(**kw):
     return retrieval_gain_map.resolve_settings({**MD, **kw})
-
-
-def test_conditions_are_built_token_by_token():
-    doc = list(range(100, 400))
-    s = settings(anchors_per_cell=2)
-    case = retrieval_gain_map.build_case(doc, s, [60, 120, 240], lead_ids=[1], separator_ids=[7])
-    assert case.prefix == [1] + doc[:240]
-    assert case.anchors.shape == (3, 3, 2)
-    for i, L in enumerate([60, 120, 240]):
-        U = L - 11
-        for j, d in enumerate([0, 50, 100]):
-            a0 = min(math.floor(d / 100 * U + 0.5), U - 11)
-            assert case.anchors[i, j].tolist() == [a0, a0 + 11]
-            for k, a in enumerate(case.anchors[i, j]):
-                qa = doc[a : a + 11]
-                assert case.continuations[i][2 * j + k] == [7] + qa  # sep Q A after [BOS] x[0:L]
-                assert case.without[i][2 * j + k] == [1] + qa  # [BOS] Q A
-                assert a + 11 <= L  # Q A lie inside x[0:L]
-    assert case.max_with_length == 1 + 240 + 1 + 11
-    with pytest.raises(scoring.ScoringError, match="fewer than the longest context length 240"):
-        retrieval_gain_map.build_case(doc[:239], s, [60, 120, 240], [1], [7])
 
 
 def test_settings_are_checked():
