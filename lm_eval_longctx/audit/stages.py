@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import output_dirs
+from ..data import checkpoints
 from .plan import ANSWER_TOKENS, CURVE_TASK, MAP_TASK, QUERY_TOKENS, Plan, Rung
 from .stage_files import FILES_KEY, verify_stage
 
@@ -111,10 +112,8 @@ def model_fingerprint(model_dir: Path) -> dict:
     """What a local checkpoint's numbers depend on: the SHA-256 of each weight and tokenizer file, and the config
     fields its scoring reads (``scoring_config``)."""
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    files = {}
-    for path in sorted(model_dir.iterdir()):
-        if path.is_file() and path.suffix in MODEL_FILE_SUFFIXES and path.name not in NOT_SCORING_FILES:
-            files[path.name] = output_dirs.file_sha256(path)
+    digests = checkpoints.folder_digests(model_dir, checkpoints.cache_root(), MODEL_FILE_SUFFIXES, recursive=False)
+    files = {name: digest for name, digest in digests.items() if name not in NOT_SCORING_FILES}
     return {"files": files, "config": scoring_config(config)}
 
 

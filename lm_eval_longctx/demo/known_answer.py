@@ -46,7 +46,6 @@ from ..report.run_samples import (  # noqa: F401  (the names this module's reade
     ValidationError,
     metric_value,
     paired_units,
-    read_jsonl,
     read_run,
     samples_files,
     task_settings,

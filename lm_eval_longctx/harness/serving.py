@@ -14,9 +14,8 @@ import logging
 import time
 
 from .. import errors
-from ..data import documents
+from ..data import checkpoints, documents
 from ..engine import scoring
-from ..keytokens import cache, evaluator
 from ..records import StaleStateError
 from . import run_state
 from .evaluated_model import check_backend, check_vocabulary
@@ -143,7 +142,7 @@ def model_identity(lm) -> dict | None:
         from pathlib import Path
 
         if Path(str(name)).is_dir():
-            identity["files_sha256"] = evaluator.folder_fingerprint(name, cache.default_cache_dir().parent)
+            identity["files_sha256"] = checkpoints.folder_fingerprint(name, checkpoints.cache_root())
         elif commit := getattr(config, "_commit_hash", None):
             identity["commit"] = commit
         else:

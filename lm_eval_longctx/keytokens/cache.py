@@ -21,16 +21,14 @@ from typing import Any, cast
 import numpy as np
 
 from .. import errors, output_dirs
+from ..data import checkpoints
 from .evaluator import SPAN_ALGORITHM_VERSION, EvaluatorJudgement
 
 log = logging.getLogger("lm_eval_longctx")
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("LM_EVAL_LONGCTX_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "lm_eval_longctx"
-    )
-    return Path(root) / "key_spans"
+    return checkpoints.cache_root() / "key_spans"
 
 
 # Arrays a cache entry holds beyond spans, offsets and LSD when the judgement has them (the per-token

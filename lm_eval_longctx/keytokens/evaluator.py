@@ -9,7 +9,6 @@ depend on, so evaluating a second model reuses them and costs only that model's 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -19,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import errors, output_dirs
+from .. import errors
+from ..data import checkpoints
 from ..engine import scoring
 from ..metrics import per_token
 from . import spans_to_tokens, text_scoring
@@ -107,8 +107,6 @@ def evaluator_request(
 # at exactly that commit.
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
-# files of a checkpoint folder whose bytes make the fingerprint (weights, config, tokenizer)
-_FINGERPRINT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model", ".txt", ".tiktoken", ".py"}
 EVALUATOR_WAYS_OUT = (
     "Ways out: log in with an access token that may read it (`hf auth login`; the default evaluator "
     "meta-llama/Llama-3.1-8B is gated: accept its license on the hub first); name a local folder "
@@ -148,42 +146,6 @@ def resolve_hub_commit(repo_id: str, revision: str | None) -> str:
     raise _unavailable(repo_id, why, repo_id == DEFAULT_EVALUATOR)
 
 
-def folder_fingerprint(path: str | Path, memo_dir: str | Path | None = None) -> str:
-    """SHA-256 over the checkpoint folder's files (relative name and content), so a changed weight file
-    is another evaluator. Per-file digests are memoised in ``memo_dir`` by (path, size, mtime, inode)."""
-    root = Path(path).resolve()
-    memo_file = Path(memo_dir) / "file_sha256.json" if memo_dir else None
-    memo = {}
-    if memo_file is not None:
-        try:  # only a memo: anything but a readable JSON object is an empty one
-            memo = json.loads(output_dirs.read_regular_file(memo_file) or b"{}")
-            memo = memo if isinstance(memo, dict) else {}
-        except (OSError, ValueError):
-            memo = {}
-    h = hashlib.sha256()
-    changed = False
-    for file in sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file()
-        and p.suffix in _FINGERPRINT_SUFFIXES
-        and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    ):
-        st = file.stat()
-        stamp = f"{file}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
-        digest = memo.get(stamp)
-        if not (isinstance(digest, str) and len(digest) == 64):
-            digest = output_dirs.file_sha256(file)
-            memo[stamp], changed = digest, True
-        h.update(file.relative_to(root).as_posix().encode() + b"\0" + digest.encode())
-    if changed and memo_file is not None:
-        try:
-            output_dirs.write_atomically(memo_file, json.dumps(memo).encode(), special_in_place=False)
-        except OSError:
-            pass  # only a memo: the next run hashes again
-    return h.hexdigest()
-
-
 def evaluator_identity(name: str, revision: str | None = None, memo_dir: str | Path | None = None) -> dict:
     """``{"name", "source": "local", "path", "files_sha256"}`` or ``{"name", "source": "hub", "revision",
     "commit"}``: what the evaluator is, exactly."""
@@ -193,7 +155,7 @@ def evaluator_identity(name: str, revision: str | None = None, memo_dir: str | P
             "name": str(name),
             "source": "local",
             "path": str(path.resolve()),
-            "files_sha256": folder_fingerprint(path, memo_dir),
+            "files_sha256": checkpoints.folder_fingerprint(path, memo_dir),
         }
     return {"name": str(name), "source": "hub", "revision": revision, "commit": resolve_hub_commit(str(name), revision)}
 

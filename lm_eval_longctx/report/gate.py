@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import output_dirs
-from . import paired
+from . import paired, run_samples
 from .bounds import LOWER_BOUND_LEGEND, bound_text
 from .comparability import (
     CONTENT_IDENTIFIED,
@@ -298,15 +298,15 @@ def format_number(value, se) -> str:
 def _task_samples(run: Run, base: Run, task: str):
     """(run samples, baseline samples, None) when both runs logged this task's samples (same documents checked);
     else (None, None, why not)."""
-    fr = paired.samples_file(run.sources[task], task) if task in run.sources else None
-    fb = paired.samples_file(base.sources[task], task) if task in base.sources else None
+    fr = run_samples.samples_file(run.sources[task], task) if task in run.sources else None
+    fb = run_samples.samples_file(base.sources[task], task) if task in base.sources else None
     if fr is None or fb is None:
         missing = " and ".join(w for w, f in (("the run", fr), ("the baseline", fb)) if f is None)
         return None, None, f"no --log_samples file for {missing}"
     try:
-        sr, sb = paired.read_samples(fr), paired.read_samples(fb)
-        paired.check_same_documents(task, sr, sb)
-    except paired.SamplesError as e:
+        sr, sb = run_samples.read_samples(fr), run_samples.read_samples(fb)
+        run_samples.check_same_documents(task, sr, sb)
+    except run_samples.SamplesError as e:
         raise UnusableInput(str(e)) from e
     return sr, sb, None
 

@@ -1,4 +1,5 @@
-"""Per-document values from lm-eval ``--log_samples`` files, and the paired bootstrap of the regression gate.
+"""The paired bootstrap of the regression gate, over the per-document values of lm-eval ``--log_samples`` files
+(read by ``run_samples.read_samples``).
 
 numpy only (and :mod:`lm_eval_longctx.metrics.per_token`, numpy only): no lm-eval, no torch.
 
@@ -23,20 +24,15 @@ nothing are not used (the metric falls back to the unpaired test).
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import zlib
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
 from ..metrics import bootstrap, gain_map, per_token
 
-# lm-eval's date_id: datetime.now().isoformat().replace(":", "-"), at the end of the results file's stem
-DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
 # a recomputed corpus value reproduces the reported one within this relative tolerance (float summation order)
 REPRODUCE_RTOL = 1e-6
 DEFAULT_N_RESAMPLES = 10000
@@ -47,110 +43,6 @@ DEFAULT_SEED = 0
 MIN_PAIRED_DOCS = 10
 MIN_STRATUM_DOCS = 5  # per tested length, for the forgetting curve's memory lengths (resampled within lengths)
 _BLOCK = 1000  # resamples drawn at a time (bounds memory for many documents)
-# the fields lm-eval writes in every samples line; the others are the task's per-document metric values
-SAMPLE_FIELDS = {
-    "doc_id",
-    "doc",
-    "target",
-    "arguments",
-    "resps",
-    "filtered_resps",
-    "filter",
-    "metrics",
-    "doc_hash",
-    "prompt_hash",
-    "target_hash",
-}
-
-
-class SamplesError(ValueError):
-    """A samples file that cannot be used as it is (malformed line, duplicate document, other documents)."""
-
-
-@dataclass
-class TaskSamples:
-    """One task's per-document records: ``(filter, doc_id) -> (doc_hash, {metric: value})``."""
-
-    path: Path
-    docs: dict = field(default_factory=dict)
-
-    def values(self, metric: str, filt: str = "none") -> dict:
-        """``{doc_id: value}`` of the documents that have ``metric`` under ``filt``."""
-        return {d: vals[metric] for (f, d), (_, vals) in self.docs.items() if f == filt and metric in vals}
-
-
-def date_id_of(results_file) -> str | None:
-    m = DATE_ID.search(Path(results_file).stem)
-    return m.group(1) if m else None
-
-
-def samples_file(results_file, task: str) -> Path | None:
-    """``samples_<task>_<date_id>.jsonl`` beside a results file (lm-eval's naming), or None when absent."""
-    date_id = date_id_of(results_file)
-    if date_id is None:
-        return None
-    p = Path(results_file).parent / f"samples_{task}_{date_id}.jsonl"
-    return p if p.is_file() else None
-
-
-def read_samples(path) -> TaskSamples:
-    """Parse a samples file strictly: every line an object with an integer doc_id, a filter, a doc_hash and the
-    values of the metrics it lists; a document twice under one filter is an error (a file appended to twice)."""
-    p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SamplesError(f"{p}: cannot read: {e}") from e
-    out = TaskSamples(p)
-    # JSON lines end at "\n" only: U+2028, U+2029 and U+0085 may stand unescaped inside JSON strings
-    for n, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SamplesError(f"{p}:{n}: malformed JSON ({e})") from e
-        if not isinstance(rec, dict):
-            raise SamplesError(f"{p}:{n}: not a JSON object")
-        doc_id, filt, names = rec.get("doc_id"), rec.get("filter", "none"), rec.get("metrics")
-        if isinstance(doc_id, bool) or not isinstance(doc_id, int):
-            raise SamplesError(f"{p}:{n}: doc_id is not an integer ({doc_id!r})")
-        if not isinstance(filt, str):
-            raise SamplesError(f"{p}:{n}: filter is not a string")
-        if names is None:  # lm-eval releases that do not list them: every field that is not lm-eval's own
-            names = [k for k in rec if k not in SAMPLE_FIELDS]
-        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
-            raise SamplesError(f"{p}:{n}: 'metrics' is not a list of metric names")
-        doc_hash = rec.get("doc_hash")
-        if not isinstance(doc_hash, str) or not doc_hash:
-            raise SamplesError(f"{p}:{n}: no doc_hash (lm-eval writes one per document)")
-        key = (filt, doc_id)
-        if key in out.docs:
-            raise SamplesError(f"{p}:{n}: document {doc_id} (filter {filt}) appears twice")
-        out.docs[key] = (doc_hash, {m: rec[m] for m in names if m in rec})
-    if not out.docs:
-        raise SamplesError(f"{p}: no documents")
-    return out
-
-
-def check_same_documents(task: str, run: TaskSamples, base: TaskSamples) -> None:
-    """The run and the baseline must have scored the same documents: same (filter, doc_id) set, same doc_hash."""
-    a, b = set(run.docs), set(base.docs)
-    if a != b:
-        only_run, only_base = sorted(a - b)[:5], sorted(b - a)[:5]
-        raise SamplesError(
-            f"{task}: the run and the baseline scored different documents (doc_ids only in the run: "
-            f"{[d for _, d in only_run]}, only in the baseline: {[d for _, d in only_base]}; "
-            f"{run.path.name} vs {base.path.name})"
-        )
-    diff = sorted(k for k in a if run.docs[k][0] != base.docs[k][0])
-    if diff:
-        raise SamplesError(
-            f"{task}: {len(diff)} document(s) differ between the run and the baseline (same doc_id, other doc_hash: "
-            f"doc_ids {[d for _, d in diff[:10]]}); {run.path} vs {base.path}"
-        )
-
-
 # ------------------------------------------------------------------------------------ aggregations
 #
 # Each aggregation maps a stack of resampled per-document values, shape (resamples, docs[, k]), to one corpus

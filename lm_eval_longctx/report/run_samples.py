@@ -1,7 +1,8 @@
 """The per-document samples of a harness run, read as resampling units: what the known-answer validation, the
 audit's verdict and other readers of ``--log_samples`` output recompute their metrics from.
 
-* ``read_run``: a results JSON and the per-sample ``samples_<task>_<date>.jsonl`` files beside it;
+* ``read_samples``: one ``samples_<task>_<date>.jsonl`` file, parsed strictly (the gate's reader too);
+* ``read_run``: a results JSON and the per-sample files beside it;
 * ``unit_data``: per metric (``MetricSpec``), one row per resampling unit (a LongPPL / retrieval-gain document, a
   LongEval case, a forgetting-curve sample index with its copy and LM accuracy at every length, a map document's
   gain per length and depth);
@@ -25,6 +26,23 @@ import numpy as np
 from ..metrics import per_token
 
 log = logging.getLogger("lm_eval_longctx")
+
+# lm-eval's date_id: datetime.now().isoformat().replace(":", "-"), at the end of the results file's stem
+DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
+# the fields lm-eval writes in every samples line; the others are the task's per-document metric values
+SAMPLE_FIELDS = {
+    "doc_id",
+    "doc",
+    "target",
+    "arguments",
+    "resps",
+    "filtered_resps",
+    "filter",
+    "metrics",
+    "doc_hash",
+    "prompt_hash",
+    "target_hash",
+}
 
 
 @dataclass(frozen=True)
@@ -58,20 +76,104 @@ class RunFiles:
     results_file: str = ""
 
 
+def date_id_of(results_file) -> str | None:
+    m = DATE_ID.search(Path(results_file).stem)
+    return m.group(1) if m else None
+
+
 def samples_files(results_file) -> dict[str, Path]:
-    """``{task: path}`` of the ``samples_<task>_<date>.jsonl`` files lm-eval wrote beside ``results_<date>.json``."""
-    results_file = Path(results_file)
-    stamp = results_file.stem[len("results_") :]
-    out = {}
-    for p in sorted(results_file.parent.glob(f"samples_*_{stamp}.jsonl")):
-        task = p.name[len("samples_") : -len(f"_{stamp}.jsonl")]
-        out[task] = p
+    """``{task: path}`` of the ``samples_<task>_<date_id>.jsonl`` files lm-eval wrote beside a results file."""
+    date_id = date_id_of(results_file)
+    if date_id is None:
+        return {}
+    suffix = f"_{date_id}.jsonl"
+    folder = Path(results_file).parent
+    return {p.name[len("samples_") : -len(suffix)]: p for p in sorted(folder.glob(f"samples_*{suffix}"))}
+
+
+class SamplesError(ValueError):
+    """A samples file that cannot be used as it is (malformed line, duplicate document, other documents)."""
+
+
+@dataclass
+class TaskSamples:
+    """One task's per-document records: ``(filter, doc_id) -> (doc_hash, {metric: value})``."""
+
+    path: Path
+    docs: dict = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)  # every line, as lm-eval wrote it
+
+    def values(self, metric: str, filt: str = "none") -> dict:
+        """``{doc_id: value}`` of the documents that have ``metric`` under ``filt``."""
+        return {d: vals[metric] for (f, d), (_, vals) in self.docs.items() if f == filt and metric in vals}
+
+
+def samples_file(results_file, task: str) -> Path | None:
+    """``samples_<task>_<date_id>.jsonl`` beside a results file (lm-eval's naming), or None when absent."""
+    date_id = date_id_of(results_file)
+    if date_id is None:
+        return None
+    p = Path(results_file).parent / f"samples_{task}_{date_id}.jsonl"
+    return p if p.is_file() else None
+
+
+def read_samples(path) -> TaskSamples:
+    """Parse a samples file strictly: every line an object with an integer doc_id, a filter, a doc_hash and the
+    values of the metrics it lists; a document twice under one filter is an error (a file appended to twice)."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SamplesError(f"{p}: cannot read: {e}") from e
+    out = TaskSamples(p)
+    # JSON lines end at "\n" only: U+2028, U+2029 and U+0085 may stand unescaped inside JSON strings
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SamplesError(f"{p}:{n}: malformed JSON ({e})") from e
+        if not isinstance(rec, dict):
+            raise SamplesError(f"{p}:{n}: not a JSON object")
+        doc_id, filt, names = rec.get("doc_id"), rec.get("filter", "none"), rec.get("metrics")
+        if isinstance(doc_id, bool) or not isinstance(doc_id, int):
+            raise SamplesError(f"{p}:{n}: doc_id is not an integer ({doc_id!r})")
+        if not isinstance(filt, str):
+            raise SamplesError(f"{p}:{n}: filter is not a string")
+        if names is None:  # lm-eval releases that do not list them: every field that is not lm-eval's own
+            names = [k for k in rec if k not in SAMPLE_FIELDS]
+        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+            raise SamplesError(f"{p}:{n}: 'metrics' is not a list of metric names")
+        doc_hash = rec.get("doc_hash")
+        if not isinstance(doc_hash, str) or not doc_hash:
+            raise SamplesError(f"{p}:{n}: no doc_hash (lm-eval writes one per document)")
+        key = (filt, doc_id)
+        if key in out.docs:
+            raise SamplesError(f"{p}:{n}: document {doc_id} (filter {filt}) appears twice")
+        out.docs[key] = (doc_hash, {m: rec[m] for m in names if m in rec})
+        out.rows.append(rec)
+    if not out.docs:
+        raise SamplesError(f"{p}: no documents")
     return out
 
 
-def read_jsonl(path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def check_same_documents(task: str, run: TaskSamples, base: TaskSamples) -> None:
+    """The run and the baseline must have scored the same documents: same (filter, doc_id) set, same doc_hash."""
+    a, b = set(run.docs), set(base.docs)
+    if a != b:
+        only_run, only_base = sorted(a - b)[:5], sorted(b - a)[:5]
+        raise SamplesError(
+            f"{task}: the run and the baseline scored different documents (doc_ids only in the run: "
+            f"{[d for _, d in only_run]}, only in the baseline: {[d for _, d in only_base]}; "
+            f"{run.path.name} vs {base.path.name})"
+        )
+    diff = sorted(k for k in a if run.docs[k][0] != base.docs[k][0])
+    if diff:
+        raise SamplesError(
+            f"{task}: {len(diff)} document(s) differ between the run and the baseline (same doc_id, other doc_hash: "
+            f"doc_ids {[d for _, d in diff[:10]]}); {run.path} vs {base.path}"
+        )
 
 
 def read_run(results_file) -> RunFiles:
@@ -79,7 +181,7 @@ def read_run(results_file) -> RunFiles:
     from .results import load_results
 
     results = load_results(results_file)
-    samples = {task: read_jsonl(p) for task, p in samples_files(results_file).items()}
+    samples = {task: read_samples(p).rows for task, p in samples_files(results_file).items()}
     if not samples:
         raise ValidationError(f"{results_file}: no samples_*.jsonl beside it (run lm_eval with --log_samples)")
     return RunFiles(results, samples, str(results_file))

@@ -196,7 +196,7 @@ def test_results_that_cannot_be_written_fail_the_run(tmp_path, output):
 
 def test_samples_lines_end_at_newline_only(tmp_path):
     """lm-eval writes samples with ensure_ascii=False: a document's text may hold U+2028, U+2029 or U+0085."""
-    from lm_eval_longctx.report import paired
+    from lm_eval_longctx.report import run_samples
 
     rows = [
         {"doc_id": k, "doc_hash": f"h{k}", "metrics": ["ppl"], "ppl": [1.0 + k, 3], "doc": {"text": f"a{sep}b"}}
@@ -204,7 +204,7 @@ def test_samples_lines_end_at_newline_only(tmp_path):
     ]
     path = tmp_path / "samples_t_x.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    samples = paired.read_samples(path)
+    samples = run_samples.read_samples(path)
     assert samples.values("ppl") == {0: [1.0, 3], 1: [2.0, 3], 2: [3.0, 3]}
 
 

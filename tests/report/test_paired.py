@@ -15,7 +15,7 @@ import pytest
 
 from lm_eval_longctx.cli import main
 from lm_eval_longctx.metrics import bootstrap, per_token
-from lm_eval_longctx.report import paired
+from lm_eval_longctx.report import paired, run_samples
 from tests.report_fixtures import DATE_BASE, DATE_RUN, corpus, doc_hash, write_run
 
 TASK = "longppl_govreport"
@@ -308,13 +308,13 @@ def test_samples_that_do_not_reproduce_the_results_are_not_used(tmp_path, capsys
 
 def test_unit_samples_file_naming(tmp_path):
     r = write_run(tmp_path, corpus(n_docs=3), DATE_RUN)
-    assert paired.date_id_of(r) == DATE_RUN
-    assert paired.samples_file(r, TASK).name == f"samples_{TASK}_{DATE_RUN}.jsonl"
-    assert paired.samples_file(r, "other_task") is None
+    assert run_samples.date_id_of(r) == DATE_RUN
+    assert run_samples.samples_file(r, TASK).name == f"samples_{TASK}_{DATE_RUN}.jsonl"
+    assert run_samples.samples_file(r, "other_task") is None
     # lm_eval --output_path out.json writes out_<date_id>.json beside the samples
     custom = r.with_name(f"out_{DATE_RUN}.json")
     r.rename(custom)
-    assert paired.samples_file(custom, TASK).name == f"samples_{TASK}_{DATE_RUN}.jsonl"
+    assert run_samples.samples_file(custom, TASK).name == f"samples_{TASK}_{DATE_RUN}.jsonl"
 
 
 # ----------------------------------------------------------------------------------------------- real runs
@@ -454,7 +454,7 @@ def test_samples_without_a_metrics_list_are_read_from_their_fields(tmp_path):
             for x in f.read_text().splitlines()
         )
     )
-    s = paired.read_samples(f)
+    s = run_samples.read_samples(f)
     assert set(s.docs[("none", 0)][1]) == {"ppl", "longppl", "n_key_tokens", "key_token_fraction"}
 
 
@@ -489,7 +489,7 @@ def test_samples_files_of_earlier_versions_are_read_like_new_ones(tmp_path, caps
     ):
         samples = tmp_path / who / f"samples_{TASK}_{date_id}.jsonl"
         give_responses(samples, line_format)
-        read = paired.read_samples(samples)
+        read = run_samples.read_samples(samples)
         for metric, values in per_doc.items():
             assert read.values(metric) == dict(enumerate(values))
     assert main(args) == 1
