@@ -135,6 +135,23 @@ def main(argv=None) -> dict:
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--max-steps", type=int, default=100)
     p.add_argument("--bf16", action="store_true")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        metavar="N",
+        help="every N steps, measure the retrieval-gain map on held-out documents of the embedded corpus "
+        "(training.context_use.LongContextCallback), log it as longctx/..., and with --output-dir write it under "
+        "OUTPUT_DIR/context_use/checkpoint-STEP",
+    )
+    p.add_argument(
+        "--eval-lengths",
+        type=int,
+        nargs="+",
+        default=None,
+        help="the measurement's context lengths (default: seq-len / 4, seq-len / 2 and seq-len less BOS, Q and A)",
+    )
+    p.add_argument("--eval-docs", type=int, default=4, help="held-out documents per measurement")
     args = p.parse_args(argv)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
@@ -179,14 +196,43 @@ def main(argv=None) -> dict:
         mask_ignored=not args.reference_mask,
     )
     trainer = make_trainer_class()(model=model, args=training_args, train_dataset=dataset, longce=longce)
+    callback = None
+    if args.eval_every:
+        from lm_eval_longctx.training.context_use import LongContextCallback, MapSettings
+
+        room = 2 * 24 + 1  # the measurement's BOS, query and answer tokens
+        lengths = args.eval_lengths or sorted(
+            {n for n in (args.seq_len // 4, args.seq_len // 2, args.seq_len - room) if n >= room}
+        )
+        if not lengths:
+            p.error(f"--seq-len {args.seq_len} leaves no context length for the measurement: give --eval-lengths")
+        callback = LongContextCallback(
+            tokenizer,
+            MapSettings(lengths=tuple(lengths)),
+            every_steps=args.eval_every,
+            num_docs=args.eval_docs,
+            output_dir=Path(args.output_dir) / "context_use" if args.output_dir else None,
+            model_name=str(args.model),
+        ).attach(trainer)
     result = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     print(f"LongCE fine-tuning: {result.global_step} steps, losses {losses}")
+    if callback is not None:
+        for m in callback.series():
+            by_length = ", ".join(f"{k}={v:.3f}" for k, v in m.items() if k.startswith("gain@L") and "_d" not in k)
+            print(
+                f"context use at step {m['step']}: {by_length}; effective length {m['effective_length']:.0f} "
+                f"(absolute rule {m['effective_length_abs']:.0f})"
+            )
     if args.output_dir:
         trainer.save_model(args.output_dir)
     if tmp is not None:
         tmp.cleanup()
-    return {"steps": result.global_step, "losses": losses}
+    return {
+        "steps": result.global_step,
+        "losses": losses,
+        "context_use": callback.series() if callback is not None else [],
+    }
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ LOWER = {
     "metrics": set(),
     "data": set(),
     "keytokens": {"engine", "metrics", "data"},
-    "training": {"engine"},
+    "training": {"engine", "metrics", "data"},
     "harness": {"engine", "metrics", "keytokens", "data"},
     "report": {"metrics", "data"},
     "tasks": {"engine", "metrics", "keytokens", "data", "harness", "training"},

@@ -234,3 +234,12 @@ def render_settings_tables(markdown: str) -> str:
         return f"{TABLE_START.format(owner=owner)}\n{declarations[owner].markdown_table()}\n{TABLE_END}"
 
     return re.sub(r"<!-- settings: ([\w.-]+) -->\n.*?<!-- /settings -->", table, markdown, flags=re.S)
+
+
+def parse(declaration: Declaration, metadata: dict | None):
+    """``declaration.parse(metadata)`` once every task's settings are declared (their modules imported), so that a
+    misspelt setting of any task of the suite is named, whichever task modules a caller imported."""
+    from .base import suite_tasks
+
+    suite_tasks()
+    return declaration.parse(metadata)

@@ -189,7 +189,7 @@ GRID_SETTINGS = ("min_len", "num_lengths", "spacing")
 
 
 def resolve_settings(metadata: dict | None) -> dict:
-    s = SETTINGS.parse(metadata)
+    s = declarations.parse(SETTINGS, metadata)
     resolve_embedded_corpus(SETTINGS.owner, s, (*DOCUMENT_SOURCE_SETTINGS, "dataset_split"))
     if s["max_len"] is not None and not s["lengths"] and s["min_len"] > s["max_len"]:
         raise SettingsError(

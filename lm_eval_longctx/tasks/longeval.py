@@ -140,7 +140,7 @@ ANSWER_ROOM = 100
 
 
 def resolve_settings(metadata: dict | None) -> dict:
-    return SETTINGS.parse(metadata)
+    return declarations.parse(SETTINGS, metadata)
 
 
 # ------------------------------------------------------------------ request kinds (no lm-eval here)

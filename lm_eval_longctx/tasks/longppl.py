@@ -204,7 +204,7 @@ def settings_for_lengths(lengths: list[int]) -> dict:
 
 
 def resolve_settings(metadata: dict | None) -> Settings:
-    s = SETTINGS.parse(metadata)
+    s = declarations.parse(SETTINGS, metadata)
     resolve_embedded_corpus(SETTINGS.owner, s)
     longest = s["cut_tokens"] if "cut_tokens" in s.explicit else max(s["max_seq_lengths"] or [0]) or None
     if "trunc_len" in s.explicit and longest is not None and s["trunc_len"] >= longest:

@@ -96,7 +96,7 @@ DEFAULTS = SETTINGS.defaults()
 
 
 def resolve_settings(metadata: dict | None) -> dict:
-    s = SETTINGS.parse(metadata)
+    s = declarations.parse(SETTINGS, metadata)
     resolve_embedded_corpus(SETTINGS.owner, s)
     if not s["anchor_min"] <= s["anchor_max"]:
         raise SettingsError(f"retrieval_gain: need anchor_min <= anchor_max, got {s['anchor_min']}, {s['anchor_max']}")

@@ -39,6 +39,7 @@ from ..harness.evaluated_model import add_model_settings, resolve_model_max_leng
 from ..metrics import gain_map, per_token
 from ..records import StateRecord
 from ..settings import LOCATION, TEXT, Declaration, Setting, SettingsError, choice, integer, integer_list, number
+from ..training import context_use
 from . import declarations, sizing
 from .base import (
     ALLOW_BEYOND_WAY_OUT,
@@ -143,7 +144,7 @@ DEFAULTS = SETTINGS.defaults()
 
 
 def resolve_settings(metadata: dict | None) -> dict:
-    s = SETTINGS.parse(metadata)  # depths are percents: declared 0..100
+    s = declarations.parse(SETTINGS, metadata)  # depths are percents: declared 0..100
     resolve_embedded_corpus(SETTINGS.owner, s)
     if s["anchor_stride"] is None:
         s["anchor_stride"] = s["query_tokens"] + s["answer_tokens"]
@@ -235,51 +236,30 @@ def serve(ctx: request_type.ScoringContext, items: list) -> list[GainMapScores]:
             ) from err
         cases.append(case)
 
-    # without the context: every distinct [BOS] Q A of every document, batched
     batch = min(int(spec.get("without_batch_size") or ctx.batch_size) for _, spec in items) if items else 1
-    distinct: dict[tuple, int] = {}  # (sequence, scored tokens) -> index: one anchor at several lengths is read once
-    for case in cases:
-        for rung in case.without:
-            for seq in rung:
-                distinct.setdefault((tuple(seq), case.answer_tokens), len(distinct))
-    seqs = [list(seq) for seq, _ in distinct]
-    counts = [r for _, r in distinct]
-    scored = scoring.score_sequence_ends(ctx.model, seqs, counts, batch_size=batch) if seqs else []
-
-    out = []
-    for case, (_, spec) in zip(cases, items):
-        nL, nD, n = case.anchors.shape
-        rungs = [(len(case.lead) + L, case.continuations[i]) for i, L in enumerate(case.lengths)]
-        ladder = scoring.score_prefix_ladder(
-            ctx.model,
-            case.prefix,
-            rungs,
-            n_scored=case.answer_tokens,
-            chunk_size=int(spec["chunk_size"]),
-            long_pass=str(spec["long_pass"]),
-            batch_size=batch,
+    # the requests of one engine plan (chunk size, long pass) are scored together
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, (_, spec) in enumerate(items):
+        groups.setdefault((int(spec["chunk_size"]), str(spec["long_pass"])), []).append(i)
+    scored: list = [None] * len(items)
+    for (chunk_size, long_pass), idx in groups.items():
+        group = context_use.score_map_cases(
+            ctx.model, [cases[i] for i in idx], chunk_size, long_pass, batch, progress=ctx.progress
         )
-        w = np.stack([np.stack([res.logprob for res in rung]) for rung in ladder])
-        wo = np.stack(
-            [
-                np.stack([scored[distinct[(tuple(x), case.answer_tokens)]].logprob for x in rung])
-                for rung in case.without
-            ]
+        for i, pair in zip(idx, group, strict=True):
+            scored[i] = pair
+    return [
+        GainMapScores(
+            np.asarray(case.lengths, dtype=np.int64),
+            np.asarray(case.depths, dtype=np.int64),
+            case.anchors,
+            case.n_source_tokens,
+            case.max_with_length,
+            with_logprob,
+            without_logprob,
         )
-        shape = (nL, nD, n, case.answer_tokens)
-        out.append(
-            GainMapScores(
-                np.asarray(case.lengths, dtype=np.int64),
-                np.asarray(case.depths, dtype=np.int64),
-                case.anchors,
-                case.n_source_tokens,
-                case.max_with_length,
-                w.reshape(shape).astype(np.float32),
-                wo.reshape(shape).astype(np.float32),
-            )
-        )
-        ctx.progress(1)
-    return out
+        for case, (with_logprob, without_logprob) in zip(cases, scored, strict=True)
+    ]
 
 
 def tokens_to_forward(ctx: request_type.ScoringContext, items: list) -> int:

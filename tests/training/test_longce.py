@@ -203,3 +203,21 @@ def test_finetune_script_runs_two_trainer_steps(tmp_path):
     result = mod.main(["--tiny-demo", "--max-steps", "2", "--output-dir", str(tmp_path / "out")])
     assert result["steps"] == 2 and len(result["losses"]) == 2
     assert all(math.isfinite(x) for x in result["losses"])
+
+
+@pytest.mark.integration
+def test_finetune_script_measures_context_use_every_n_steps(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "finetune_longce.py"
+    spec = importlib.util.spec_from_file_location("finetune_longce", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    argv = ["--tiny-demo", "--max-steps", "2", "--eval-every", "1", "--eval-lengths", "64", "128", "--eval-docs", "2"]
+    result = mod.main([*argv, "--output-dir", str(tmp_path / "out")])
+    series = result["context_use"]
+    assert [m["step"] for m in series] == [1, 2] and len(result["losses"]) == 2  # the loss is still logged each step
+    assert all(math.isfinite(m["gain@L00064"]) and m["effective_length"] in (0, 64, 128) for m in series)
+    written = sorted(p.parent.name for p in (tmp_path / "out" / "context_use").glob("checkpoint-*/results_*.json"))
+    assert written == ["checkpoint-1", "checkpoint-2"]

@@ -1,0 +1,99 @@
+"""The context-use measurement inside training (``training/context_use.py``): its numbers are the
+``retrieval_gain_map`` task's through lm_eval on the same model and documents; the callback measures on the main
+process every N steps, logs ``longctx/...``, restores the model's state, says the cost once, refuses a measurement
+over its budget, and writes a series the report tools read as checkpoints of one run."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from lm_eval_longctx.training import context_use
+from tests.harness_utils import run_task, write_docs
+from tests.tiny import load
+
+SETTINGS = context_use.MapSettings(lengths=(60, 120, 240), depths=(0, 50, 100), query_tokens=6, answer_tokens=5)
+
+
+def test_a_ladder_must_increase():
+    with pytest.raises(ValueError, match="increasing"):
+        context_use.MapSettings(lengths=(240, 60))
+
+
+@pytest.mark.integration
+def test_a_measurement_equals_the_task_through_lm_eval(model_dirs, corpus_texts, tmp_path):
+    texts = corpus_texts[:3]
+    model, tok = load(model_dirs["a"])
+    model.train()
+    use = context_use.measure(model, tok, texts, SETTINGS, step=7)
+    assert model.training  # restored
+    metadata = {**SETTINGS.task_metadata(), "data_files": write_docs(tmp_path / "docs.jsonl", texts), "num_docs": 3}
+    res = run_task("retrieval_gain_map", model_dirs["a"], metadata)["results"]["retrieval_gain_map"]
+    metrics = use.metrics()
+    assert len(metrics) == 3 * 3 + 3 + 3
+    for name, value in metrics.items():
+        assert value == pytest.approx(res[f"{name},none"], abs=1e-5, rel=1e-5), name
+    assert np.abs(use.gains).max() > 1e-3  # the context changes the numbers: not a vacuous comparison
+    assert use.tokens > 0 and use.step == 7
+
+
+@pytest.mark.integration
+def test_the_callback_logs_every_n_steps_and_writes_a_series(model_dirs, corpus_texts, tmp_path, caplog):
+    from transformers import Trainer, TrainingArguments
+
+    from lm_eval_longctx.report.card.card_runs import load_runs
+
+    model, tok = load(model_dirs["a"])
+    ids = tok(" ".join(corpus_texts), add_special_tokens=False)["input_ids"][: 8 * 64]
+    blocks = [{"input_ids": ids[i : i + 64], "labels": ids[i : i + 64]} for i in range(0, len(ids), 64)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "train"),
+        max_steps=4,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        logging_steps=100,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=blocks)
+    callback = context_use.LongContextCallback(
+        tok, SETTINGS, every_steps=2, texts=corpus_texts[:2], output_dir=tmp_path / "series", model_name="tiny"
+    ).attach(trainer)
+    with caplog.at_level(logging.WARNING, logger="lm_eval_longctx"):
+        trainer.train()
+    assert [u.step for u in callback.measurements] == [2, 4]
+    logged = [h for h in trainer.state.log_history if "longctx/gain" in h]
+    assert [h["step"] for h in logged] == [2, 4]
+    assert set(logged[0]) >= {"longctx/gain@L00060", "longctx/effective_length", "longctx/effective_length_abs"}
+    assert sum("one context-use measurement runs" in r.message for r in caplog.records) == 1  # the cost, once
+    # the weights changed between the measurements: the series is not one number repeated
+    assert callback.series()[0]["gain"] != callback.series()[1]["gain"]
+    files = sorted((tmp_path / "series").glob("checkpoint-*/results_*.json"))
+    assert [f.parent.name for f in files] == ["checkpoint-2", "checkpoint-4"]
+    record = json.loads(files[0].read_text())
+    assert record["results"]["retrieval_gain_map"]["gain,none"] == pytest.approx(callback.series()[0]["gain"])
+    loaded = load_runs([str(f.parent) for f in files])
+    assert [r.step for r in loaded.runs] == [2, 4]
+
+
+@pytest.mark.integration
+def test_a_measurement_over_its_budget_is_refused_before_any_forward(model_dirs, corpus_texts):
+    model, tok = load(model_dirs["a"])
+    callback = context_use.LongContextCallback(tok, SETTINGS, every_steps=1, texts=corpus_texts[:2], max_tokens=100)
+
+    class State:
+        global_step = 1
+        is_world_process_zero = True
+        log_history: list = []
+
+    with pytest.raises(ValueError, match="over max_tokens 100"):
+        callback.on_step_end(None, State(), None, model=model)
+    # not the main process: nothing is measured
+    State.is_world_process_zero = False
+    callback.on_step_end(None, State(), None, model=torch.nn.Linear(1, 1))
+    assert callback.measurements == []
