@@ -227,7 +227,7 @@ def results_record(use: ContextUse, model_name: str) -> dict:
         **s.task_metadata(),
         "lengths_used": list(s.lengths),
         "task_kind": TASK,
-        "measured_in_training": {"step": use.step, "tokens": use.tokens, "seconds": round(use.seconds, 3)},
+        "runtime": {"measured_in_training": {"step": use.step, "tokens": use.tokens, "seconds": round(use.seconds, 3)}},
         "data": {"source": "training.context_use", "num_docs": n},
     }
     return {
@@ -269,8 +269,8 @@ def write_results(use: ContextUse, folder: str | Path, model_name: str) -> Path:
 
 
 class LongContextCallback(TrainerCallback):
-    """Measures the retrieval-gain map (``measure``) every ``every_steps`` steps and, with ``at_evaluate``, at each
-    evaluation of a ``Trainer``; on the main process only. Each measurement is logged through the Trainer (as
+    """Measures the retrieval-gain map (``measure``) every ``every_steps`` steps, with ``at_evaluate`` at each
+    evaluation of a ``Trainer`` and with ``at_train_begin`` once before the first step; on the main process only. Each measurement is logged through the Trainer (as
     ``longctx/gain@L01024``, ``longctx/effective_length``, ...: TensorBoard, W&B and the console get them) when the
     callback is attached with ``attach(trainer)``, else added to ``state.log_history``; with ``output_dir`` each is
     also written as a results file (``write_results``). ``texts``: the held-out documents (default: ``num_docs`` of the
@@ -283,6 +283,7 @@ class LongContextCallback(TrainerCallback):
         settings: MapSettings,
         every_steps: int | None = None,
         at_evaluate: bool = False,
+        at_train_begin: bool = False,
         texts: Sequence[str] | None = None,
         num_docs: int = 4,
         output_dir: str | Path | None = None,
@@ -295,6 +296,7 @@ class LongContextCallback(TrainerCallback):
         self.settings = settings
         self.every_steps = every_steps
         self.at_evaluate = at_evaluate
+        self.at_train_begin = at_train_begin
         self.texts = list(texts) if texts is not None else held_out_documents(tokenizer, settings, num_docs)
         self.output_dir = output_dir
         self.model_name = model_name
@@ -307,6 +309,10 @@ class LongContextCallback(TrainerCallback):
         self.trainer = trainer
         trainer.add_callback(self)
         return self
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.at_train_begin:
+            self._measure(state, control, model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.every_steps and state.global_step % self.every_steps == 0:

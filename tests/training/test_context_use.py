@@ -97,3 +97,25 @@ def test_a_measurement_over_its_budget_is_refused_before_any_forward(model_dirs,
     State.is_world_process_zero = False
     callback.on_step_end(None, State(), None, model=torch.nn.Linear(1, 1))
     assert callback.measurements == []
+
+
+@pytest.mark.integration
+def test_a_model_learning_to_copy_is_seen_learning(tmp_path):
+    """Known answer (scripts/context_use_known_answer.py): the demo model with every write of its copy heads into the
+    readout zeroed does not copy (gain near 0, effective length 0); trained on documents that repeat their own
+    passages, it learns those writes back, and the callback sees the gain rise and the effective length grow."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "context_use_known_answer.py"
+    spec = importlib.util.spec_from_file_location("context_use_known_answer", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    series = script.run(tmp_path, steps=30, every=10).series()
+    assert [m["step"] for m in series] == [0, 10, 20, 30]
+    assert abs(series[0]["gain"]) < 0.5 and series[0]["effective_length"] == 0
+    assert series[-1]["gain"] > series[0]["gain"] + 2.0
+    assert series[-1]["effective_length"] > series[0]["effective_length"]
+    assert series[-1]["effective_length_abs"] == 512
+    written = sorted(p.parent.name for p in (tmp_path / "context_use").glob("checkpoint-*/results_*.json"))
+    assert written == ["checkpoint-0", "checkpoint-10", "checkpoint-20", "checkpoint-30"]
