@@ -29,8 +29,10 @@ def test_a_measurement_equals_the_task_through_lm_eval(model_dirs, corpus_texts,
     texts = corpus_texts[:3]
     model, tok = load(model_dirs["a"])
     model.train()
+    model.config.use_cache = False  # as under gradient checkpointing
     use = context_use.measure(model, tok, texts, SETTINGS, step=7)
-    assert model.training  # restored
+    assert model.training and model.config.use_cache is False  # restored, untouched
+    assert all(p.grad is None for p in model.parameters())  # measured under no_grad
     metadata = {**SETTINGS.task_metadata(), "data_files": write_docs(tmp_path / "docs.jsonl", texts), "num_docs": 3}
     res = run_task("retrieval_gain_map", model_dirs["a"], metadata)["results"]["retrieval_gain_map"]
     metrics = use.metrics()
@@ -93,6 +95,12 @@ def test_a_measurement_over_its_budget_is_refused_before_any_forward(model_dirs,
 
     with pytest.raises(ValueError, match="over max_tokens 100"):
         callback.on_step_end(None, State(), None, model=model)
+    # at each evaluation, when asked
+    at_eval = context_use.LongContextCallback(tok, SETTINGS, at_evaluate=True, texts=corpus_texts[:2])
+    at_eval.on_step_end(None, State(), None, model=model)
+    assert at_eval.measurements == []
+    at_eval.on_evaluate(None, State(), None, model=model)
+    assert [u.step for u in at_eval.measurements] == [1] and State.log_history[-1]["step"] == 1
     # not the main process: nothing is measured
     State.is_world_process_zero = False
     callback.on_step_end(None, State(), None, model=torch.nn.Linear(1, 1))
