@@ -31,7 +31,7 @@ import numpy as np
 from .. import errors
 from ..metrics import bootstrap
 from .stage_files import record_files
-from .stages import command_text, model_args_text
+from .stages import command_text, lm_eval_argv
 
 TASKS = ("niah_single_1", "niah_multikey_2", "niah_multikey_3")
 TASK_FOLDER = "ruler"
@@ -196,28 +196,8 @@ def run_argv(
     """The ``lm_eval`` arguments of the run at ``length``."""
     # lm-eval cuts a prompt longer than max_length from the left; RULER's prompt of ``length`` tokens is read whole
     model_args = {**extra, "max_length": length}
-    return [
-        "run",
-        "--tasks",
-        ",".join(TASKS),
-        "--model",
-        "hf",
-        "--model_args",
-        model_args_text(model_dir, model_args),
-        "--device",
-        device,
-        "--batch_size",
-        str(batch_size),
-        "--metadata",
-        json.dumps({"max_seq_lengths": [length]}),
-        "--limit",
-        str(samples),
-        "--gen_kwargs",
-        f"max_gen_toks={answer_tokens}",
-        "--output_path",
-        str(out),
-        "--log_samples",
-    ]
+    more = ("--limit", str(samples), "--gen_kwargs", f"max_gen_toks={answer_tokens}")
+    return lm_eval_argv(TASKS, model_dir, model_args, {"max_seq_lengths": [length]}, out, device, batch_size, *more)
 
 
 def cannot_build(model_dir: Path, extra: dict, length: int, tasks) -> dict[str, str]:

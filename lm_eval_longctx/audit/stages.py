@@ -60,29 +60,37 @@ def model_args_text(model_dir: Path, extra: dict) -> str:
     return ",".join([f"pretrained={model_dir}", *(f"{k}={v}" for k, v in extra.items())])
 
 
-def harness_argv(model_dir: Path, extra_model_args: dict, metadata: dict, out: Path, device: str, batch: str) -> list:
-    from ..harness.discovery import task_configs_dir
-
+def lm_eval_argv(
+    tasks, model_dir: Path, model_args: dict, metadata: dict, out: Path, device: str, batch, *more: str
+) -> list:  # fmt: skip
+    """The arguments of ``lm_eval run`` of ``tasks`` on the hf model at ``model_dir``, samples logged, then ``more``."""
     return [
         "run",
         "--tasks",
-        ",".join(TASKS),
+        ",".join(tasks),
         "--model",
         "hf",
         "--model_args",
-        model_args_text(model_dir, extra_model_args),
+        model_args_text(model_dir, model_args),
         "--device",
         device,
         "--batch_size",
-        batch,
+        str(batch),
         "--metadata",
         json.dumps(metadata),
         "--output_path",
         str(out),
         "--log_samples",
-        "--include_path",
-        task_configs_dir(),
+        *more,
     ]
+
+
+def harness_argv(model_dir: Path, extra_model_args: dict, metadata: dict, out: Path, device: str, batch: str) -> list:
+    from ..harness.discovery import task_configs_dir
+
+    return lm_eval_argv(
+        TASKS, model_dir, extra_model_args, metadata, out, device, batch, "--include_path", task_configs_dir()
+    )
 
 
 def _rope_types(config: dict) -> set:
