@@ -220,20 +220,23 @@ def _models(files: list[ResultsFile]) -> dict[str, list[ResultsFile]]:
     return out
 
 
-def one_run(path, others=(), newest: bool = False, what: str = "the gate") -> FoundRun:
-    """The run an input means (gate): every results file below it, of one model."""
-    files = [ResultsFile.read(f) for f in input_files(path, others)]
+def _one_model(files: list[ResultsFile], where: str, way_out: str, place: str = "") -> str:
+    """The one model the files name ("" when none does); results of several models are an error."""
     named = {m: fs for m, fs in _models(files).items() if m}
     if len(named) > 1:
         detail = "; ".join(
             f"{m!r} in {', '.join(f.path.name for f in fs[:3])}{' ...' if len(fs) > 3 else ''}"
             for m, fs in named.items()
         )
-        raise UnusableInput(
-            f"{path}: results of {len(named)} different models ({detail}); give {what} one model's folder or file"
-        )
+        raise UnusableInput(f"{where} {len(named)} different models{place} ({detail}); {way_out}")
+    return next(iter(named), "")
+
+
+def one_run(path, others=(), newest: bool = False, what: str = "the gate") -> FoundRun:
+    """The run an input means (gate): every results file below it, of one model."""
+    files = [ResultsFile.read(f) for f in input_files(path, others)]
+    model = _one_model(files, f"{path}: results of", f"give {what} one model's folder or file")
     chosen, notices = pick_tasks(files, newest, path)
-    model = next(iter(named), "")
     return FoundRun(Path(path), model, chosen, files, notices)
 
 
@@ -252,18 +255,11 @@ def runs_in(path, others=(), newest: bool = False, order: str = "name") -> list[
         folders.setdefault(f.path.parent, []).append(f)
     runs = []
     for folder, fs in folders.items():
-        named = {m: x for m, x in _models(fs).items() if m}
-        if len(named) > 1:
-            detail = "; ".join(
-                f"{m!r} in {', '.join(f.path.name for f in x[:2])}{' ...' if len(x) > 2 else ''}"
-                for m, x in named.items()
-            )
-            raise UnusableInput(
-                f"{folder}: results of {len(named)} different models in one folder ({detail}); give each model's "
-                "results file as its own input"
-            )
+        model = _one_model(
+            fs, f"{folder}: results of", "give each model's results file as its own input", " in one folder"
+        )
         chosen, notices = pick_tasks(fs, newest, folder)
-        runs.append(FoundRun(folder, next(iter(named), ""), chosen, fs, notices))
+        runs.append(FoundRun(folder, model, chosen, fs, notices))
     if order == "date":
         undated = [str(r.source) for r in runs if r.date is None]
         if undated:
