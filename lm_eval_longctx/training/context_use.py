@@ -12,6 +12,7 @@ as a results file of a checkpoint series (``lm-eval-longctx report`` draws it).
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 import math
@@ -140,7 +141,7 @@ class ContextUse:
     tokens: int  # token positions run through the model
     seconds: float
     step: int | None = None
-    notes: list[str] = field(default_factory=list)
+    text_sha256: list[str] = field(default_factory=list)  # each document's, in order: what pairs two measurements
 
     def metrics(self) -> dict[str, float]:
         """The task's metrics by its names: per cell and per length (mean over documents), ``gain`` and the
@@ -196,7 +197,8 @@ def measure(model, tokenizer, texts: Sequence[str], settings: MapSettings, step:
     finally:
         model.train(was_training)
     gains = np.stack([gain_map.cell_gains(w, wo) for w, wo in scored])
-    return ContextUse(settings, gains, tokens, time.perf_counter() - start, step)
+    hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
+    return ContextUse(settings, gains, tokens, time.perf_counter() - start, step, hashes)
 
 
 def held_out_documents(tokenizer, settings: MapSettings, num_docs: int) -> list[str]:
@@ -257,13 +259,39 @@ def _per_document(use: ContextUse, name: str) -> np.ndarray:
     raise KeyError(name)
 
 
+def samples_lines(use: ContextUse) -> list[dict]:
+    """One lm-eval samples line per document (its values of every metric, as the task's ``process_results`` gives
+    them), so that ``gate`` pairs the documents of two measurements."""
+    names = list(use.metrics())
+    out = []
+    for i, digest in enumerate(use.text_sha256):
+        doc = {"doc_id": i, "text_sha256": digest}
+        line: dict = {
+            "doc_id": i,
+            "doc": doc,
+            "filter": "none",
+            "metrics": names,
+            "doc_hash": hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest(),
+        }
+        for name in names:
+            if name.startswith("effective_length"):
+                line[name] = [[float(g) for g in row] for row in use.gains[i]]
+            else:
+                line[name] = float(_per_document(use, name)[i])
+        out.append(line)
+    return out
+
+
 def write_results(use: ContextUse, folder: str | Path, model_name: str) -> Path:
-    """``folder/checkpoint-<step>/results_<date>.json`` (a new file; nothing is overwritten)."""
+    """``folder/checkpoint-<step>/results_<date>.json`` and the samples file beside it (new files; nothing is
+    overwritten)."""
     out = Path(folder) / f"checkpoint-{use.step if use.step is not None else 0}"
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().isoformat().replace(":", "-")
     path = out / f"results_{stamp}.json"
     record = results_record(use, f"{model_name}/checkpoint-{use.step if use.step is not None else 0}")
+    lines = "".join(json.dumps(line) + "\n" for line in samples_lines(use))
+    output_dirs.write_atomically(out / f"samples_{TASK}_{stamp}.jsonl", lines.encode())
     output_dirs.write_atomically(path, json.dumps(record, indent=2, default=str).encode())
     return path
 

@@ -127,3 +127,25 @@ def test_a_model_learning_to_copy_is_seen_learning(tmp_path):
     assert series[-1]["effective_length_abs"] == 512
     written = sorted(p.parent.name for p in (tmp_path / "context_use").glob("checkpoint-*/results_*.json"))
     assert written == ["checkpoint-0", "checkpoint-10", "checkpoint-20", "checkpoint-30"]
+
+
+@pytest.mark.integration
+def test_two_measurements_are_paired_by_the_gate(model_dirs, tmp_path, capsys):
+    """Each measurement's samples file holds every document's values: the gate pairs the documents of two steps and
+    reproduces every reported value from them (no row falls back to the unpaired test)."""
+    from lm_eval_longctx.cli import main
+    from tests import tiny
+
+    texts = tiny.corpus_texts(10, 400, seed=3)
+    model, tok = load(model_dirs["a"])
+    first = context_use.measure(model, tok, texts, SETTINGS, step=0)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.1)  # another checkpoint
+    second = context_use.measure(model, tok, texts, SETTINGS, step=1)
+    paths = [context_use.write_results(u, tmp_path, "tiny") for u in (first, second)]
+    assert all(len(list(p.parent.glob("samples_retrieval_gain_map_*.jsonl"))) == 1 for p in paths)
+    code = main(["gate", str(paths[1]), "--baseline", str(paths[0])])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| `retrieval_gain_map/")]
+    assert code in (0, 1) and len(rows) == len(first.metrics())  # a verdict, whichever it is
+    assert all("paired (10 docs" in row for row in rows), rows
