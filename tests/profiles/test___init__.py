@@ -114,3 +114,14 @@ def test_a_variant_must_be_of_a_profile_with_a_gguf_part_and_no_variant(folder):
     folder(variant_profile("pong", of="ping"))
     with pytest.raises(profiles.ProfileError, match="'pong' is itself a variant"):
         profiles.load("ping")
+
+
+def test_a_gguf_file_in_chunks_names_each_part_in_order(folder):
+    parts = [{"package": f"p-part{i}", "version": "1.0", "member": f"p_part{i}/data/f.gguf.part0{i}"} for i in (1, 2)]
+    folder(base_profile() | {"gguf": base_profile()["gguf"] | {"member": "f.gguf", "parts": parts}})
+    source = profiles.load("base").gguf
+    assert source is not None and [p.requirement for p in source.parts] == ["p-part1==1.0", "p-part2==1.0"]
+    assert source.parts[1].member == "p_part2/data/f.gguf.part02" and source.parts[0].wheel_prefix == "p_part1-1.0-"
+    folder(base_profile("bad") | {"gguf": base_profile()["gguf"] | {"parts": [{"package": "p", "version": "1"}]}})
+    with pytest.raises(profiles.ProfileError, match=r"bad.json: gguf.parts\[0\]: key 'member' is missing"):
+        profiles.load("bad")
