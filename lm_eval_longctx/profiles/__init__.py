@@ -26,13 +26,11 @@ class ProfileError(ValueError):
     """A profile that does not exist or whose file does not hold what a profile must."""
 
 
-@dataclass(frozen=True)
-class GgufPart:
-    """One chunk of a GGUF file that is shipped in several packages: its package and the chunk's path inside it."""
+class PackagePin:
+    """A package of the Python package index at one version: what pip is asked for, and how its wheel is named."""
 
     package: str
     version: str
-    member: str
 
     @property
     def requirement(self) -> str:
@@ -44,7 +42,16 @@ class GgufPart:
 
 
 @dataclass(frozen=True)
-class GgufSource:
+class GgufPart(PackagePin):
+    """One chunk of a GGUF file that is shipped in several packages: its package and the chunk's path inside it."""
+
+    package: str
+    version: str
+    member: str
+
+
+@dataclass(frozen=True)
+class GgufSource(PackagePin):
     """A GGUF file shipped inside a package of the Python package index, pinned by the file's SHA-256."""
 
     name: str  # the profile's name: the SOURCE of ``from-gguf``
@@ -58,14 +65,6 @@ class GgufSource:
     quantized_from: str  # where the GGUF file itself comes from
     # a file shipped in chunks: the packages that hold them, in order (``member`` is then the assembled file's name)
     parts: tuple[GgufPart, ...] = ()
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
-
-    @property
-    def wheel_prefix(self) -> str:
-        return f"{self.package.replace('-', '_')}-{self.version}-"
 
 
 @dataclass(frozen=True)
