@@ -159,31 +159,11 @@ def main(argv=None) -> int:
     )
     print("|---:|---:|---:|---:|---:|---:|")
     t1 = time.time()
+    draws = (args.n_docs, args.trials, args.z, args.resamples, args.se_resamples)
     for i, s in enumerate(args.sigmas):
         run = scores[s]
         change = float(twp(run[None])[0]) / base_ppl - 1
-        power = decisions(
-            run,
-            base,
-            args.n_docs,
-            args.trials,
-            args.z,
-            args.resamples,
-            args.se_resamples,
-            args.seed + 10 * i + 1,
-            flip=False,
-        )
-        null = decisions(
-            run,
-            base,
-            args.n_docs,
-            args.trials,
-            args.z,
-            args.resamples,
-            args.se_resamples,
-            args.seed + 10 * i + 2,
-            flip=True,
-        )
+        power, null = (decisions(run, base, *draws, args.seed + 10 * i + 1 + flip, flip=flip) for flip in (False, True))
         print(
             f"| {s:g} | {change:+.2%} | {power[0]:.1%} | {power[1]:.1%} | {null[0]:.1%} | {null[1]:.1%} |", flush=True
         )

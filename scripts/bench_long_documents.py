@@ -50,16 +50,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit; puts the checkout on sys.path)
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-for folder in (REPO_ROOT, REPO_ROOT / "scripts"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-
-import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
 
 from lm_eval_longctx.engine import scoring  # noqa: E402
 
@@ -183,26 +177,8 @@ def spawn(args, jobs: list[str], out_dir: Path) -> list[dict]:
         *jobs,
         "--worker-out",
         str(out_dir),
-        "--device",
-        args.device,
-        "--dtype",
-        args.dtype,
-        "--shape",
-        args.shape,
-        "--seed",
-        str(args.seed),
-        "--chunk-size",
-        str(args.chunk_size),
-        "--long-pass",
-        args.long_pass,
-        "--trunc-len",
-        str(args.trunc_len),
-        "--stride",
-        str(args.stride),
-        "--window-batch",
-        str(args.window_batch),
-        "--threads",
-        str(args.threads),
+        *benchkit.passed_on(args, "device", "dtype", "shape", "seed", "chunk_size", "long_pass", "trunc_len"),
+        *benchkit.passed_on(args, "stride", "window_batch", "threads"),
         "--lengths",
         *map(str, args.lengths),
     ]  # the same config (max positions) in every worker

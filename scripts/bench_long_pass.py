@@ -133,20 +133,7 @@ def spawn(args, path: str, n: int, out_file: Path) -> dict:
         n,
         "--map-length",
         str(args.map_length if path == "map" else n),
-        "--device",
-        args.device,
-        "--dtype",
-        args.dtype,
-        "--shape",
-        args.shape,
-        "--chunk-size",
-        str(args.chunk_size),
-        "--repeats",
-        str(args.repeats),
-        "--threads",
-        str(args.threads),
-        "--map-batch",
-        str(args.map_batch),
+        *benchkit.passed_on(args, "device", "dtype", "shape", "chunk_size", "repeats", "threads", "map_batch"),
     )
     env = dict(os.environ)
     if args.device == "cpu":

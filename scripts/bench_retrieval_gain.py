@@ -45,7 +45,6 @@ Command (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -214,10 +213,7 @@ def main(argv=None) -> int:
     )
     ok = diff <= FLOAT32_TOLERANCE or args.dtype != "float32"
     print(f"Agreement (tolerance {FLOAT32_TOLERANCE:.0e}): {'ok' if ok else 'FAILED'}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(row, indent=2) + "\n")
-    return 0 if ok else 1
+    return benchkit.finish(args.json, row, ok)
 
 
 if __name__ == "__main__":

@@ -59,16 +59,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is built here; never touch the hub
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit; puts the checkout on sys.path)
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-for folder in (REPO_ROOT, REPO_ROOT / "scripts"):  # run from a checkout without installing the package
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-
-import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
 
 from lm_eval_longctx.engine.scoring import score_long  # noqa: E402
 
@@ -343,10 +337,7 @@ def main(argv=None) -> int:
             f"(tolerance {FLOAT32_TOLERANCE:.0e}) -> {'ok' if ok else 'FAILED'}; greedy mismatches "
             f"{sum(r.get('greedy_mismatches', 0) for r in rows)}"
         )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
-    return 0 if ok else 1
+    return benchkit.finish(args.json, rows, ok)
 
 
 if __name__ == "__main__":

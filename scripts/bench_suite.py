@@ -40,14 +40,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit; puts the checkout on sys.path)
 import torch
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-for folder in (REPO_ROOT, REPO_ROOT / "scripts"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-
-import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
 
 from lm_eval_longctx.tasks.base import suite_task_names  # noqa: E402
 

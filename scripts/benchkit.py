@@ -2,20 +2,27 @@
 forward ledger: the time a run spent inside its model's decoder and output head, call by call, which is the floor its
 wall time is held against.
 
-Used by the ``bench_*.py`` and ``check_*.py`` scripts beside it (they put this folder on ``sys.path`` when run as
-scripts).
+Used by the ``bench_*.py`` and ``check_*.py`` scripts beside it (Python puts this folder on ``sys.path`` when one
+runs as a script); importing it puts the checkout first on ``sys.path``, so a script measures the package beside it,
+installed or not.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -107,6 +114,19 @@ def worker_command(script: str, worker: str, worker_out, length: int, *options: 
         str(length),
         *options,
     ]
+
+
+def passed_on(args, *names: str) -> list[str]:
+    """The options ``--name value`` that give a worker the driver's own ``args.name`` for each of ``names``."""
+    return [x for name in names for x in (f"--{name.replace('_', '-')}", str(getattr(args, name)))]
+
+
+def finish(json_path, data, ok: bool) -> int:
+    """Write ``data`` to ``json_path`` (when given) and return the script's exit status."""
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(data, indent=2) + "\n")
+    return 0 if ok else 1
 
 
 def sync(device) -> None:

@@ -21,15 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit; puts the checkout on sys.path)
 import numpy as np
 import torch
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-for folder in (REPO_ROOT, REPO_ROOT / "scripts"):  # run from a checkout without installing the package
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-
-import benchkit  # noqa: E402  (scripts/benchkit.py: the benchmarks' shared kit)
 
 from lm_eval_longctx.engine import scoring  # noqa: E402
 from lm_eval_longctx.keytokens import evaluator  # noqa: E402
@@ -112,10 +106,7 @@ def main(argv=None) -> int:
         ok = False
     report["ok"] = ok
     print(json.dumps(report, indent=2))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if ok else 1
+    return benchkit.finish(args.json, report, ok)
 
 
 if __name__ == "__main__":

@@ -14,24 +14,13 @@ results file; this script is for redrawing and for comparing models.)
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from lm_eval_longctx.report.pictures import forgetting_curve_plot, gain_map_plot
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", nargs="+", help="results JSON files written by lm_eval --output_path")
-    p.add_argument("-o", "--out", required=True, help="output PNG")
-    p.add_argument("--task", default=None, help="task name in the results (default: every gain-map task of each file)")
-    p.add_argument(
-        "--label",
-        action="append",
-        default=None,
-        help="panel label per map, in order (default: the model name recorded in the results)",
-    )
-    p.add_argument("--title", default=None)
+    p = forgetting_curve_plot.results_plot_parser(__doc__, "gain-map", "panel label per map")
     p.add_argument(
         "--limit",
         type=float,
@@ -40,14 +29,9 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(argv)
 
+    what = "retrieval-gain map (no gain@L..._d.. metrics)"
     maps = forgetting_curve_plot.labelled_from_results(
-        args.results,
-        args.task,
-        gain_map_plot.gain_map_tasks,
-        gain_map_plot.map_from_results,
-        args.label,
-        "retrieval-gain map (no gain@L..._d.. metrics)",
-        p.error,
+        args, gain_map_plot.gain_map_tasks, gain_map_plot.map_from_results, what, p.error
     )
     out = gain_map_plot.plot_gain_maps(maps, args.out, title=args.title, limit=args.limit)
     print(f"wrote {out}")

@@ -256,6 +256,13 @@ def _target(name: str, description: str, value, threshold, passed, note: str = "
     }
 
 
+def _measured_target(name: str, description: str, value, threshold, strict: bool = False) -> dict:
+    """A target on one metric: passed when it reaches ``threshold`` (exceeds it when ``strict``)."""
+    if value is None:
+        return _target(name, description, None, threshold, False, "metric missing or not finite")
+    return _target(name, description, value, threshold, value > threshold if strict else value >= threshold)
+
+
 def check_targets(
     metrics: dict,
     copy_gap_lengths: int = 3,
@@ -294,40 +301,15 @@ def check_targets(
 
     if fine_memory_min:
         fine = _value(metrics.get("forgetting_curve", {}), "fine_memory_length")
-        targets.append(
-            _target(
-                "fine_memory_length",
-                f"forgetting_curve: fine memory length (copy accuracy > 0.99) >= {fine_memory_min}",
-                fine,
-                fine_memory_min,
-                fine is not None and fine >= fine_memory_min,
-                "" if fine is not None else "metric missing or not finite",
-            )
-        )
-
+        description = f"forgetting_curve: fine memory length (copy accuracy > 0.99) >= {fine_memory_min}"
+        targets.append(_measured_target("fine_memory_length", description, fine, fine_memory_min))
     if longeval_acc_min:
         acc = _value(metrics.get("longeval_lines_acc", {}), "acc")
-        targets.append(
-            _target(
-                "longeval_acc",
-                f"longeval_lines_acc: accuracy >= {longeval_acc_min}",
-                acc,
-                longeval_acc_min,
-                acc is not None and acc >= longeval_acc_min,
-                "" if acc is not None else "metric missing or not finite",
-            )
-        )
-
+        description = f"longeval_lines_acc: accuracy >= {longeval_acc_min}"
+        targets.append(_measured_target("longeval_acc", description, acc, longeval_acc_min))
     gain = _value(metrics.get("retrieval_gain", {}), "retrieval_gain")
     targets.append(
-        _target(
-            "retrieval_gain",
-            "retrieval_gain: nll_without - nll_with > 0",
-            gain,
-            0.0,
-            gain is not None and gain > 0,
-            "" if gain is not None else "metric missing or not finite",
-        )
+        _measured_target("retrieval_gain", "retrieval_gain: nll_without - nll_with > 0", gain, 0.0, strict=True)
     )
 
     lp = metrics.get("longppl_govreport", {})

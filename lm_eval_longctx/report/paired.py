@@ -116,23 +116,27 @@ def _memory_aggregations(settings: dict) -> dict:
     fine_t, fine_rule = float(s.get("fine_threshold", per_token.FINE_THRESHOLD)), str(s.get("fine_rule", "largest"))
     margin, coarse_rule = float(s.get("coarse_margin", per_token.COARSE_MARGIN)), str(s.get("coarse_rule", "largest"))
 
-    def fine(x):
-        lb = _length_blocks(x)
-        if lb is None:
-            return _per_resample(lambda r: per_token.fine_memory_length_from_samples(r, fine_t, fine_rule))(x)
-        copy_mean, _, failed = _curve_stack(x, lb[1])
-        with np.errstate(invalid="ignore"):
-            holds = copy_mean > fine_t + per_token.TIE_TOLERANCE
-        return _memory_length_stack(lb[0], holds, ~failed, fine_rule)
+    def memory_length(fallback, rule, holds):
+        def aggregate(x):
+            lb = _length_blocks(x)
+            if lb is None:
+                return _per_resample(fallback)(x)
+            copy_mean, lm_mean, failed = _curve_stack(x, lb[1])
+            with np.errstate(invalid="ignore"):
+                return _memory_length_stack(lb[0], holds(copy_mean, lm_mean), ~failed, rule)
 
-    def coarse(x):
-        lb = _length_blocks(x)
-        if lb is None:
-            return _per_resample(lambda r: per_token.coarse_memory_length_from_samples(r, margin, coarse_rule))(x)
-        copy_mean, lm_mean, failed = _curve_stack(x, lb[1])
-        with np.errstate(invalid="ignore"):
-            holds = copy_mean - lm_mean > margin + per_token.TIE_TOLERANCE
-        return _memory_length_stack(lb[0], holds, ~failed, coarse_rule)
+        return aggregate
+
+    fine = memory_length(
+        lambda r: per_token.fine_memory_length_from_samples(r, fine_t, fine_rule),
+        fine_rule,
+        lambda copy_mean, _: copy_mean > fine_t + per_token.TIE_TOLERANCE,
+    )
+    coarse = memory_length(
+        lambda r: per_token.coarse_memory_length_from_samples(r, margin, coarse_rule),
+        coarse_rule,
+        lambda copy_mean, lm_mean: per_token.copy_above_lm(copy_mean, lm_mean, margin),
+    )
 
     def n_failed(x):
         lb = _length_blocks(x)

@@ -356,13 +356,8 @@ class LongPPLTask(GovReportTask):
     SUITE_TASK_NAME = "longppl_govreport"
     resolve_settings = staticmethod(resolve_settings)
     settings: Settings  # resolve_settings's (its explicit keys are read)
-    METRIC_DIRECTIONS = (
-        ("longppl", False),
-        ("longppl_soft", False),
-        ("ppl", False),
-        ("key_token_fraction", None),
-        ("n_key_tokens", None),
-    )
+    METRIC_DIRECTIONS = (("longppl", False), ("longppl_soft", False), ("ppl", False), ("key_token_fraction", None),
+                         ("n_key_tokens", None))  # fmt: skip
     REPORT = ReportSection(
         section="longppl_govreport",
         title="LongPPL (longppl_govreport)",

@@ -251,10 +251,7 @@ class RetrievalGainTask(GovReportTask):
     REQUEST_KIND = (
         KIND,
         request_type.RequestKind(
-            serve,
-            RetrievalScores.from_state,
-            n_tokens=lambda r: r.n_with_tokens,
-            planned_tokens=tokens_to_forward,
+            serve, RetrievalScores.from_state, lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
         ),
     )
     SCORING_SETTINGS = (

@@ -309,22 +309,15 @@ class RetrievalGainMapTask(GovReportTask):
     REQUEST_KIND = (
         KIND,
         request_type.RequestKind(
-            serve,
-            GainMapScores.from_state,
-            n_tokens=lambda r: r.n_with_tokens,
-            planned_tokens=tokens_to_forward,
+            serve, GainMapScores.from_state, lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
         ),
     )
     SCORING_SETTINGS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_stride", "separator", "bos")
     SUITE_TASK_NAME = "retrieval_gain_map"
     resolve_settings = staticmethod(resolve_settings)
     # gain@L01024_d50 (a cell) and gain@L01024 (a length's mean over depths): gain_map.cell_metric, length_metric
-    METRIC_DIRECTIONS = (
-        ("gain@L[0-9]*", True),
-        ("gain", True),
-        ("effective_length", True),
-        ("effective_length_abs", True),
-    )
+    METRIC_DIRECTIONS = (("gain@L[0-9]*", True), ("gain", True), ("effective_length", True),
+                         ("effective_length_abs", True))  # fmt: skip
     REPORT = ReportSection(
         section="retrieval_gain_map",
         title="Retrieval-gain map (retrieval_gain_map)",

@@ -47,12 +47,29 @@ def forgetting_curve_tasks(results: dict) -> list[str]:
     return [task for task, res in (results.get("results") or {}).items() if any(_METRIC.match(key) for key in res)]
 
 
-def labelled_from_results(paths, task, find_tasks, build, labels, what: str, error) -> list:
-    """What the plot scripts draw, one item per (results file, task): ``build(results, task, label)`` for the
-    ``task`` given or every task ``find_tasks(results)`` finds; ``labels`` (one per item) replace the model
-    names. ``error(message)`` reports a file without ``what`` or a wrong number of labels."""
+def results_plot_parser(description: str, what: str, item: str):
+    """The plot scripts' shared arguments: results files, ``-o``, ``--task`` (default: every ``what`` task of each
+    file), ``--label`` (one per ``item``) and ``--title``."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="results JSON files written by lm_eval --output_path")
+    p.add_argument("-o", "--out", required=True, help="output PNG")
+    p.add_argument("--task", default=None, help=f"task name in the results (default: every {what} task of each file)")
+    p.add_argument("--label", action="append", default=None,
+                   help=f"{item}, in order (default: the model name recorded in the results)")  # fmt: skip
+    p.add_argument("--title", default=None)
+    return p
+
+
+def labelled_from_results(args, find_tasks, build, what: str, error) -> list:
+    """What the plot scripts draw, from the arguments ``results_plot_parser`` parsed: one item per (results file,
+    task), ``build(results, task, label)`` for the ``--task`` given or every task ``find_tasks(results)`` finds;
+    ``--label`` (one per item) replaces the model names. ``error(message)`` reports a file without ``what`` or a
+    wrong number of labels."""
     import json
 
+    paths, task, labels = args.results, args.task, args.label
     items = []
     for path in paths:
         with open(path, encoding="utf-8") as f:

@@ -139,29 +139,13 @@ def longeval_figure(runs: dict[str, dict[str, Curve]], title: str | None = None,
         twin = ax.twinx()
         for k, (label, curves) in enumerate(runs.items()):
             color = colors[k % len(colors)]
-            acc = curves.get("acc")
-            if acc is not None:
-                ax.errorbar(
-                    acc.x,
-                    acc.value,
-                    yerr=_finite(acc.stderr),
-                    color=color,
-                    marker="o",
-                    capsize=2,
-                    label=wrap_label(f"{label}: accuracy", 45),
-                )
-            ppl = curves.get(ppl_metric)
-            if ppl is not None:
-                twin.errorbar(
-                    ppl.x,
-                    ppl.value,
-                    yerr=_finite(ppl.stderr),
-                    color=color,
-                    marker="s",
-                    linestyle="--",
-                    capsize=2,
-                    label=wrap_label(f"{label}: PPL", 45),
-                )
+            # accuracy solid on the left axis, perplexity dashed on the right
+            styles = ((ax, "acc", "o", "-", "accuracy"), (twin, ppl_metric, "s", "--", "PPL"))
+            for on, metric, marker, line, what in styles:
+                curve = curves.get(metric)
+                if curve is not None:
+                    on.errorbar(curve.x, curve.value, yerr=_finite(curve.stderr), color=color, marker=marker,
+                                linestyle=line, capsize=2, label=wrap_label(f"{label}: {what}", 45))  # fmt: skip
         ax.set_xlabel("prompt length (tokens)" if x_tokens else "number of lines")
         ax.set_ylabel("accuracy (solid)")
         ax.set_ylim(-0.03, 1.03)
