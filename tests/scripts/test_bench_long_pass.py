@@ -6,23 +6,17 @@ few MiB varies from run to run.)"""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+
+from tests.scripts import script
 
 # five worker processes, each loading torch and transformers: half a minute, so not in the fast subset
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_the_map_holds_no_more_than_one_long_pass(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import bench_long_pass
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    bench_long_pass = script("bench_long_pass")
     out = tmp_path / "bench.json"
     argv = ["--lengths", "1024", "--map-length", "4096", "--repeats", "1", "--threads", "1", "--json", str(out)]
     assert bench_long_pass.main(argv) == 0

@@ -4,18 +4,12 @@ memory, tokens forwarded and their floor, and LongEval's generation against its 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import script
 
 
 def test_the_suite_benchmark_measures_every_task_and_its_floor(tmp_path, capsys):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import bench_suite
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    bench_suite = script("bench_suite")
     out = tmp_path / "suite.json"
     assert bench_suite.main(["--body", "tiny", "--size", "tiny", "--generation-cases", "1", "--json", str(out)]) == 0
     result = json.loads(out.read_text())

@@ -4,23 +4,17 @@ without GPUs: the CPU) give the same scores, and the logits come back where the 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+
+from tests.scripts import script
 
 # loads a model twice through transformers: seconds, so not in the fast subset
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_the_sharded_load_scores_as_the_whole_one(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import check_device_map
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    check_device_map = script("check_device_map")
     out = tmp_path / "check.json"
     assert check_device_map.main(["--device", "cpu", "--json", str(out)]) == 0
     report = json.loads(out.read_text())

@@ -4,28 +4,16 @@ random model."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from tests import tiny
+from tests.scripts import script
 
 # loads a model through transformers and scores a ladder: seconds, so not in the fast subset
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import lookup_vs_copy
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    return lookup_vs_copy
 
 
 def _first_token_logprob(model, ids: list[int], position: int) -> float:
@@ -42,8 +30,19 @@ def test_first_token_gain_is_the_full_forward_one(tmp_path, corpus_texts):
 
     model_dir = tiny.save_tiny_model(tmp_path / "model", corpus_texts, vocab_size=300, seed=3)
     out = tmp_path / "rows.json"
-    argv = ["--model", model_dir, "--lengths", "64,128", "--depths", "10,90", "--queries", "4,6"]
-    assert _script().main([*argv, "--answer-tokens", "3", "--docs", "2", "--anchors", "1", "--json", str(out)]) == 0
+    argv = [
+        "--model",
+        model_dir,
+        "--lengths",
+        "64,128",
+        "--depths",
+        "10,90",
+        "--queries",
+        "4,6",
+        "--answer-tokens",
+        "3",
+    ]
+    assert script("lookup_vs_copy").main([*argv, "--docs", "2", "--anchors", "1", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 2 * 2 * 2  # queries x lengths x depths
 

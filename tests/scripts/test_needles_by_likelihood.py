@@ -5,43 +5,31 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from tests import tiny
+from tests.scripts import script
 
 # loads a model through transformers: seconds, so not in the fast subset
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import needles_by_likelihood
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    return needles_by_likelihood
 
 
 def test_a_sequence_holds_its_needles_and_questions(corpus_texts, tmp_path):
     from transformers import AutoTokenizer
 
-    script = _script()
+    needles = script("needles_by_likelihood")
     tokenizer = AutoTokenizer.from_pretrained(tiny.save_tiny_model(tmp_path / "m", corpus_texts, seed=5))
 
     def encode(text):
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    haystack = encode(script.NOISE * 200)
-    ids, answers = script.needle_sequence(haystack, 1500, [tokenizer.bos_token_id], encode, random.Random(1))
+    haystack = encode(needles.NOISE * 200)
+    ids, answers = needles.needle_sequence(haystack, 1500, [tokenizer.bos_token_id], encode, random.Random(1))
     assert len(ids) == 1500 and ids[0] == tokenizer.bos_token_id
-    assert [depth for _, _, depth in answers] == list(script.DEPTHS)
+    assert [depth for _, _, depth in answers] == list(needles.DEPTHS)
     text = tokenizer.decode(ids[1:])
     for position, token, _ in answers:
         asked = tokenizer.decode(ids[:position]).rsplit("magic number for ", 1)[1].split(" ")[0]
@@ -52,17 +40,17 @@ def test_a_sequence_holds_its_needles_and_questions(corpus_texts, tmp_path):
         assert tokenizer.decode([token]).strip()[:1] == number[0]
         assert tokenizer.decode(ids[position:]).lstrip().startswith(number)
     with pytest.raises(ValueError, match="haystack"):
-        script.needle_sequence(haystack[:50], 1500, [], encode, random.Random(1))
+        needles.needle_sequence(haystack[:50], 1500, [], encode, random.Random(1))
 
 
 def test_reports_the_full_forward_verdict(corpus_texts, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    script = _script()
+    needles = script("needles_by_likelihood")
     model_dir = tiny.save_tiny_model(tmp_path / "m", corpus_texts, seed=6)
     out = tmp_path / "rows.json"
     argv = ["--model", model_dir, "--lengths", "1500,2000", "--docs", "2", "--haystack", "repeat", "--json", str(out)]
-    assert script.main(argv) == 0
+    assert needles.main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -74,15 +62,15 @@ def test_reports_the_full_forward_verdict(corpus_texts, tmp_path):
     from lm_eval_longctx.data.retrieval_cases import lead_token_ids
 
     rng = random.Random(0)
-    haystack = encode(script.NOISE * (2000 // 8))
+    haystack = encode(needles.NOISE * (2000 // 8))
     lead = lead_token_ids(tokenizer, "auto")
     for row, length in zip(rows, (1500, 2000)):
-        logprobs: dict[int, list[float]] = {d: [] for d in script.DEPTHS}
+        logprobs: dict[int, list[float]] = {d: [] for d in needles.DEPTHS}
         for _ in range(2):
-            ids, answers = script.needle_sequence(haystack, length, lead, encode, rng)
+            ids, answers = needles.needle_sequence(haystack, length, lead, encode, rng)
             with torch.no_grad():
                 logits = model(torch.tensor([ids])).logits[0].double()
             for position, token, depth in answers:
                 logprobs[depth].append(float(torch.log_softmax(logits[position - 1], -1)[token]))
-        for depth in script.DEPTHS:
+        for depth in needles.DEPTHS:
             assert np.isclose(row["by_depth"][str(depth)]["logprob"], np.mean(logprobs[depth]), atol=1e-4)

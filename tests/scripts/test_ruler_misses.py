@@ -4,28 +4,21 @@ teacher-forced prediction of a plain full forward, on a tiny random model."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from tests import tiny
+from tests.scripts import script
 
 # loads a model through transformers: seconds, so not in the fast subset
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_reads_each_needle_and_its_answers(tmp_path, corpus_texts, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import ruler_misses
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    ruler_misses = script("ruler_misses")
     model_dir = tiny.save_tiny_model(tmp_path / "model", corpus_texts, vocab_size=300, seed=4)
     haystack = " ".join(corpus_texts)[:600]
     prompt = f"One of the magic numbers is: 4817. {haystack} The magic number is"
