@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """RULER's single needle read by likelihood, in a haystack of natural text or of RULER's repeated sentences.
 
-Each sequence of L tokens holds three needles, RULER's sentence "One of the special magic numbers for KEY is:
-NUMBER." at depths 10, 50 and 90% of the haystack, each with its own two-word key and 7-digit number, then RULER's
-question for each key followed by its answer. A needle is found when a plain full forward's most likely token after
+A sequence of L tokens holds RULER's needle, the sentence "One of the special magic numbers for KEY is: NUMBER."
+(a two-word key, a 7-digit number), at depth 10, 50 or 90% of the haystack, then RULER's question for the key
+followed by its answer; with ``--together``, the three needles in one sequence and the three questions after. A needle is found when a plain full forward's most likely token after
 the question (and after the space, where the tokenizer writes it apart) is the number's first token: no generation.
 The script prints that accuracy and the first token's log-prob per length and depth.
 
@@ -42,18 +42,20 @@ QUESTION = (
 )
 
 
-def needle_sequence(haystack: list[int], length: int, lead: list[int], encode, rng) -> tuple[list[int], list]:
-    """``lead`` + the haystack cut to fit ``length`` with a needle at each of ``DEPTHS``, then the three questions
-    and answers; the answers' ``(position of the first answer token, its token id, depth)``."""
+def needle_sequence(
+    haystack: list[int], length: int, lead: list[int], encode, rng, depths=DEPTHS
+) -> tuple[list[int], list]:  # fmt: skip
+    """``lead`` + the haystack cut to fit ``length`` with a needle at each of ``depths``, then a question and its
+    answer for each; the answers' ``(position of the number's first token, its token id, depth)``."""
     keys: list[str] = []
-    while len(keys) < len(DEPTHS):
+    while len(keys) < len(depths):
         key = f"{rng.choice(KEY_WORDS)}-{rng.choice(KEY_WORDS)}"
         keys += [] if key in keys else [key]
-    values = [str(rng.randint(1_000_000, 9_999_999)) for _ in DEPTHS]
+    values = [str(rng.randint(1_000_000, 9_999_999)) for _ in depths]
     needles = [encode(NEEDLE.format(key=k, value=v)) for k, v in zip(keys, values)]
     tail: list[int] = []
     answers = []
-    for key, value, depth in zip(keys, values, DEPTHS):
+    for key, value, depth in zip(keys, values, depths):
         tail += encode(QUESTION.format(key=key))
         answer, space = encode(f" {value}"), encode(" ")
         # the number's first token: a tokenizer that writes the space as a token of its own predicts it from anywhere
@@ -66,7 +68,7 @@ def needle_sequence(haystack: list[int], length: int, lead: list[int], encode, r
             f"length {length}: the needles and questions leave {room} tokens of haystack; {len(haystack)} given"
         )
     ids, previous = list(lead), 0
-    for depth, needle in zip(DEPTHS, needles):
+    for depth, needle in zip(depths, needles):
         cut = room * depth // 100
         ids += haystack[previous:cut] + needle
         previous = cut
@@ -81,6 +83,9 @@ def main(argv=None) -> int:
     p.add_argument("--lengths", default="1024,2048,4096,8192", help="sequence lengths L, comma-separated")
     p.add_argument("--docs", type=int, default=4, help="sequences per length (documents, for --haystack text)")
     p.add_argument("--haystack", choices=("text", "repeat"), default="text")
+    p.add_argument("--together", action="store_true",
+                   help="the three needles in one sequence, their keys apart (as RULER's multi-key tasks), not one "
+                   "sequence per needle (as niah_single_1)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = p.parse_args(argv)
@@ -104,19 +109,22 @@ def main(argv=None) -> int:
         haystacks = [encode(NOISE * (max(lengths) // 8))] * args.docs
     rng = random.Random(args.seed)
     rows = []
-    print(f"{args.model}: haystack {args.haystack}, {args.docs} sequences per length, a needle at each depth")
+    placements = [DEPTHS] if args.together else [(depth,) for depth in DEPTHS]
+    per_sequence = "three needles in each sequence" if args.together else "one needle in each sequence"
+    print(f"{args.model}: haystack {args.haystack}, {args.docs} haystacks per length, {per_sequence}")
     print("| L | found: all depths | " + " | ".join(f"depth {d}: found, log-prob" for d in DEPTHS) + " | seconds |")
     print("|---:|---:|" + "---|" * len(DEPTHS) + "---:|")
     for length in lengths:
         started = time.perf_counter()
         found: dict[int, list[tuple[bool, float]]] = {d: [] for d in DEPTHS}
         for haystack in haystacks:
-            ids, answers = needle_sequence(haystack, length, lead, encode, rng)
-            with torch.no_grad():
-                hidden = model.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
-                for position, token, depth in answers:
-                    logprobs = torch.log_softmax(model.lm_head(hidden[position - 1]).double(), -1)
-                    found[depth].append((int(logprobs.argmax()) == token, float(logprobs[token])))
+            for depths in placements:
+                ids, answers = needle_sequence(haystack, length, lead, encode, rng, depths)
+                with torch.no_grad():
+                    hidden = model.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+                    for position, token, depth in answers:
+                        logprobs = torch.log_softmax(model.lm_head(hidden[position - 1]).double(), -1)
+                        found[depth].append((int(logprobs.argmax()) == token, float(logprobs[token])))
         row = {
             "length": length,
             "found": float(np.mean([hit for d in DEPTHS for hit, _ in found[d]])),
@@ -128,7 +136,8 @@ def main(argv=None) -> int:
         print(f"| {length} | {row['found']:.2f} | {cells} | {time.perf_counter() - started:.0f} |", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"model": args.model, "haystack": args.haystack, "docs": args.docs, "rows": rows}, f, indent=2)
+            record = {"model": args.model, "haystack": args.haystack, "docs": args.docs, "together": args.together}
+            json.dump({**record, "rows": rows}, f, indent=2)
     return 0
 
 

@@ -27,7 +27,9 @@ def test_a_sequence_holds_its_needles_and_questions(corpus_texts, tmp_path):
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     haystack = encode(needles.NOISE * 200)
-    ids, answers = needles.needle_sequence(haystack, 1500, [tokenizer.bos_token_id], encode, random.Random(1))
+    ids, answers = needles.needle_sequence(
+        haystack, 1500, [tokenizer.bos_token_id], encode, random.Random(1), needles.DEPTHS
+    )
     assert len(ids) == 1500 and ids[0] == tokenizer.bos_token_id
     assert [depth for _, _, depth in answers] == list(needles.DEPTHS)
     text = tokenizer.decode(ids[1:])
@@ -67,10 +69,14 @@ def test_reports_the_full_forward_verdict(corpus_texts, tmp_path):
     for row, length in zip(rows, (1500, 2000)):
         logprobs: dict[int, list[float]] = {d: [] for d in needles.DEPTHS}
         for _ in range(2):
-            ids, answers = needles.needle_sequence(haystack, length, lead, encode, rng)
-            with torch.no_grad():
-                logits = model(torch.tensor([ids])).logits[0].double()
-            for position, token, depth in answers:
+            for depth in needles.DEPTHS:  # one needle a sequence
+                ids, answers = needles.needle_sequence(haystack, length, lead, encode, rng, (depth,))
+                with torch.no_grad():
+                    logits = model(torch.tensor([ids])).logits[0].double()
+                ((position, token, _),) = answers
                 logprobs[depth].append(float(torch.log_softmax(logits[position - 1], -1)[token]))
         for depth in needles.DEPTHS:
             assert np.isclose(row["by_depth"][str(depth)]["logprob"], np.mean(logprobs[depth]), atol=1e-4)
+    # the three needles in one sequence: the same report, each depth's needle among the others
+    assert needles.main([*argv, "--together"]) == 0
+    assert json.loads(out.read_text())["together"] is True
