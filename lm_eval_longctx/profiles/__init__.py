@@ -202,19 +202,11 @@ def load(name: str) -> Profile:
 
 def gguf_sources() -> dict[str, GgufSource]:
     """Every profile's GGUF source by profile name (``from-gguf``'s SOURCE names)."""
-    out = {}
-    for name in names():
-        profile = load(name)
-        if profile.gguf is not None:
-            out[name] = profile.gguf
-    return out
+    profiles = {name: load(name) for name in names()}
+    return {name: profile.gguf for name, profile in profiles.items() if profile.gguf is not None}
 
 
 def variants() -> dict[str, Profile]:
     """Every variant profile by name (``from-gguf``'s SOURCE names built from their base's GGUF)."""
-    out = {}
-    for name in names():
-        profile = load(name)
-        if profile.variant is not None:
-            out[name] = profile
-    return out
+    profiles = {name: load(name) for name in names()}
+    return {name: profile for name, profile in profiles.items() if profile.variant is not None}
