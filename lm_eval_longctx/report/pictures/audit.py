@@ -35,6 +35,15 @@ def _legend_below(ax) -> None:
 TASK_STYLES = (("#6a9f3a", "^"), ("#b5651d", "s"), ("#8e44ad", "D"), ("#555555", "x"))
 
 
+def _finish_panel(ax, lengths: list[int], length_label: str, ylabel: str, title: str) -> None:
+    """What every panel ends with: the length axis, its labels and title, a light grid, the legend below."""
+    _length_axis(ax, lengths, length_label)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    _legend_below(ax)
+
+
 def _ruler_panel(ax, cross_check: dict, window: int) -> None:
     rows = sorted(cross_check.get("lengths", []), key=lambda r: r["length"])
     x = [r["length"] for r in rows]
@@ -57,11 +66,14 @@ def _ruler_panel(ax, cross_check: dict, window: int) -> None:
         ax.axvline(effective["length"], color="#2e8b57", linewidth=1.5, linestyle="-.",
                    label=f"RULER's effective length = {int(effective['length'])}")  # fmt: skip
     ax.set_ylim(-3, 103)
-    _length_axis(ax, sorted({*x, window}), "length L: tokens of the prompt (log scale)")
-    ax.set_ylabel("score (0-100): needles recalled")
-    ax.set_title("RULER's needle tasks at the same lengths")
-    ax.grid(True, alpha=0.3)
-    _legend_below(ax)
+    length_label = "length L: tokens of the prompt (log scale)"
+    _finish_panel(
+        ax,
+        sorted({*x, window}),
+        length_label,
+        "score (0-100): needles recalled",
+        "RULER's needle tasks at the same lengths",
+    )
 
 
 @plain_text
@@ -118,11 +130,10 @@ def audit_figure(judged: dict, title: str | None = None, cross_check: dict | Non
             linestyle="-.",
             label=f"effective ({rules['decides']} rule) = {int(decided['value'])}",
         )
-    _length_axis(ax, sorted({*lengths, w}), "length L: tokens the model reads (log scale)")
-    ax.set_ylabel("retrieval gain (nats per answer token)")
-    ax.set_title("Retrieval gain by length")
-    ax.grid(True, alpha=0.3)
-    _legend_below(ax)
+    length_label = "length L: tokens the model reads (log scale)"
+    _finish_panel(
+        ax, sorted({*lengths, w}), length_label, "retrieval gain (nats per answer token)", "Retrieval gain by length"
+    )
     if curve:
         ax2 = axes[1]
         x = [r["length"] for r in curve]
@@ -130,11 +141,9 @@ def audit_figure(judged: dict, title: str | None = None, cross_check: dict | Non
         ax2.plot(x, [r["lm_acc"] for r in curve], marker="s", color="#888888", label="LM accuracy (no copy)")
         ax2.axvline(w, color="#b22222", linewidth=1.5, label=f"claimed window W = {w}")
         ax2.set_ylim(-0.02, 1.02)
-        _length_axis(ax2, sorted({*x, w}), "length L (the copy length l fills it: 2l + 3 <= L; log scale)")
-        ax2.set_ylabel("greedy accuracy on the copied half")
-        ax2.set_title("Forgetting curve at the same lengths")
-        ax2.grid(True, alpha=0.3)
-        _legend_below(ax2)
+        length_label = "length L (the copy length l fills it: 2l + 3 <= L; log scale)"
+        accuracy_label, panel_title = "greedy accuracy on the copied half", "Forgetting curve at the same lengths"
+        _finish_panel(ax2, sorted({*x, w}), length_label, accuracy_label, panel_title)
     if ruler and cross_check is not None:
         _ruler_panel(axes[-1], cross_check, w)
     fig.suptitle(title or f"Audit: {judged['verdict']} (claimed W = {w})", fontsize=11)
