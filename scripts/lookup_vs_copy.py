@@ -50,6 +50,8 @@ def main(argv=None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     r = args.answer_tokens
+    # the documents depend on the longest length only: the same for every query length
+    texts = held_out_documents(tokenizer, MapSettings(tuple(lengths)), args.docs)
     rows = []
     print(f"{args.model}: {args.docs} documents x {args.anchors} anchors per cell, r = {r}; gain in nats (with the")
     print("document - without), mean over documents and anchors")
@@ -57,7 +59,6 @@ def main(argv=None) -> int:
     print("|---:|---:|---:|---:|---:|---:|---|")
     for q in [int(x) for x in args.queries.split(",")]:
         settings = MapSettings(tuple(lengths), depths, q, r, anchors_per_cell=args.anchors)
-        texts = held_out_documents(tokenizer, settings, args.docs)
         cases = [retrieval_cases.map_case_for_text(tokenizer, t, settings.case_settings(), lengths) for t in texts]
         started = time.perf_counter()
         with torch.no_grad():
