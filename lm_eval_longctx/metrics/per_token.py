@@ -428,9 +428,7 @@ def coarse_memory_length(lengths, copy_mean, lm_mean, margin: float = COARSE_MAR
 
     Args:
         lengths: the tested lengths, int [lengths], strictly increasing.
-        copy_mean: the mean copy accuracy per length, float [lengths]; NaN where the length failed.
-        lm_mean: the mean LM accuracy per length, float [lengths]; NaN where the length failed.
-        margin: what the copy accuracy must exceed the LM accuracy by.
+        copy_mean, lm_mean, margin: as ``copy_above_lm``.
         rule: ``"largest"`` or ``"contiguous"`` (see ``memory_length``).
 
     Returns:

@@ -229,19 +229,19 @@ class LongCELoss(nn.Module):
         short_eval_mode: bool = True,
     ):
         super().__init__()
-        s = SETTINGS.parse(
-            {
-                "trunc_len": trunc_len,
-                "stride": stride,
-                "gamma": gamma,
-                "short_batch_size": short_batch_size,
-                "mask_ignored": mask_ignored,
-                "short_eval_mode": short_eval_mode,
-            }
+        # checked once here; every call passes them to longce_loss
+        self.options = dict(
+            SETTINGS.parse(
+                {
+                    "trunc_len": trunc_len,
+                    "stride": stride,
+                    "gamma": gamma,
+                    "short_batch_size": short_batch_size,
+                    "mask_ignored": mask_ignored,
+                    "short_eval_mode": short_eval_mode,
+                }
+            )
         )
-        trunc_len, stride, gamma, short_batch_size = s["trunc_len"], s["stride"], s["gamma"], s["short_batch_size"]
-        self.trunc_len, self.stride, self.gamma = trunc_len, stride, gamma
-        self.short_batch_size, self.mask_ignored, self.short_eval_mode = short_batch_size, mask_ignored, short_eval_mode
         self.last_output: LongCEOutput | None = None
 
     def forward(
@@ -252,24 +252,9 @@ class LongCELoss(nn.Module):
         labels: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        out = longce_loss(
-            model,
-            logits,
-            input_ids,
-            labels,
-            attention_mask,
-            trunc_len=self.trunc_len,
-            stride=self.stride,
-            gamma=self.gamma,
-            short_batch_size=self.short_batch_size,
-            mask_ignored=self.mask_ignored,
-            short_eval_mode=self.short_eval_mode,
-        )
+        out = longce_loss(model, logits, input_ids, labels, attention_mask, **self.options)
         self.last_output = LongCEOutput(out.loss.detach(), out.weights, out.token_ce.detach(), out.mask, out.short_ce)
         return out.loss
 
     def extra_repr(self) -> str:
-        return (
-            f"trunc_len={self.trunc_len}, stride={self.stride}, gamma={self.gamma}, "
-            f"mask_ignored={self.mask_ignored}, short_eval_mode={self.short_eval_mode}"
-        )
+        return ", ".join(f"{name}={value}" for name, value in self.options.items())

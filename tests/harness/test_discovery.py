@@ -332,6 +332,8 @@ def test_wheel_ships_the_pth_at_the_root(tmp_path):
     assert f"{_setup_constant('START_NAME')}" in names
     assert "lm_eval_longctx/demo/assets/model/model.safetensors" in names
     assert "lm_eval_longctx/task_configs/longppl_govreport.yaml" in names
+    words = sorted(p.name for p in (ROOT / "lm_eval_longctx" / "data" / "words").glob("*.txt"))
+    assert words and all(f"lm_eval_longctx/data/words/{w}" in names for w in words)
     packages = {p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "lm_eval_longctx").rglob("__init__.py")}
     assert {p for p in packages if f"{p}/__init__.py" not in names} == set(), "a layer folder is missing from the wheel"
     # the top-level task_configs/ folder ships as the package lm_eval_longctx.task_configs, every YAML of it

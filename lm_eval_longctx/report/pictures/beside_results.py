@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("lm_eval_longctx")
@@ -35,3 +36,19 @@ def draw_beside_results(
         log.info("%s of %s written to %s", what, task, png)
         written.append(png)
     return written
+
+
+@dataclass(frozen=True)
+class PicturesBesideResults:
+    """The results-saved callback of one kind of picture: ``plot([build(results, task)], png)`` for each task that
+    ``tasks(results)`` names, through ``draw_beside_results``."""
+
+    tasks: Callable[[dict], Iterable[str]]
+    build: Callable[[dict, str], object]
+    plot: Callable[[list, Path], object]
+    what: str
+
+    def __call__(self, results: dict, results_file) -> list[Path]:
+        return draw_beside_results(
+            results_file, self.tasks(results), lambda task, png: self.plot([self.build(results, task)], png), self.what
+        )

@@ -21,7 +21,7 @@ import numpy as np
 
 from ... import output_dirs
 from ..bounds import bound_text, is_lower_bound
-from .beside_results import draw_beside_results
+from .beside_results import PicturesBesideResults
 from .names import model_label, plain_text, wrap_label
 
 _METRIC = re.compile(r"^(copy_acc|lm_acc)@(\d+),(.+)$")
@@ -395,12 +395,7 @@ def _y_limits(curves: list[ForgettingCurve]) -> tuple[float, float]:
     return min(lows) - 0.04, max(highs) + 0.12
 
 
-def save_beside_results(results: dict, results_file) -> list[Path]:
-    """After ``--output_path`` results are saved: one PNG per forgetting-curve task, named after the results file
-    (``results_<date>_<task>.png``)."""
-    return draw_beside_results(
-        results_file,
-        forgetting_curve_tasks(results),
-        lambda task, png: plot_forgetting_curves([curve_from_results(results, task)], png),
-        "forgetting curve",
-    )
+# after --output_path results are saved: one PNG per forgetting-curve task, results_<date>_<task>.png
+save_beside_results = PicturesBesideResults(
+    forgetting_curve_tasks, curve_from_results, plot_forgetting_curves, "forgetting curve"
+)

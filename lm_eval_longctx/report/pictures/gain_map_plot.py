@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ... import output_dirs
-from .beside_results import draw_beside_results
+from .beside_results import PicturesBesideResults
 from .names import plain_text, wrap_label
 
 _CELL = re.compile(r"^gain@L(\d+)_d(\d+),(.+)$")
@@ -295,12 +295,5 @@ def _note(label: str):
     return Line2D([], [], ls="none", label=label)
 
 
-def save_beside_results(results: dict, results_file) -> list[Path]:
-    """After ``--output_path`` results are saved: one PNG per gain-map task, named after the results file
-    (``results_<date>_<task>.png``)."""
-    return draw_beside_results(
-        results_file,
-        gain_map_tasks(results),
-        lambda task, png: plot_gain_maps([map_from_results(results, task)], png),
-        "retrieval-gain map",
-    )
+# after --output_path results are saved: one PNG per gain-map task, results_<date>_<task>.png
+save_beside_results = PicturesBesideResults(gain_map_tasks, map_from_results, plot_gain_maps, "retrieval-gain map")

@@ -23,3 +23,17 @@ def test_each_task_is_drawn_beside_the_results_file_under_its_own_name(tmp_path,
     assert drawn == list(zip(["b_task", "a_task"], written)) and all(p.read_bytes() == b"png" for p in written)
     assert [r.getMessage() for r in caplog.records] == [f"a picture of {t} written to {p}" for t, p in drawn]
     assert beside_results.draw_beside_results(results_file, [], draw, "a picture") == []
+
+
+def test_a_picture_kind_draws_each_of_its_tasks_from_the_results_it_is_given(tmp_path):
+    plotted = []
+    callback = beside_results.PicturesBesideResults(
+        tasks=lambda results: sorted(results["results"]),
+        build=lambda results, task: (task, results["results"][task]),
+        plot=lambda built, png: plotted.append((built, png.name)),
+        what="a picture",
+    )
+    results = {"results": {"t2": 2, "t1": 1}}
+    written = callback(results, tmp_path / "results_x.json")
+    assert written == [tmp_path / "results_x_t1.png", tmp_path / "results_x_t2.png"]
+    assert plotted == [([("t1", 1)], "results_x_t1.png"), ([("t2", 2)], "results_x_t2.png")]
