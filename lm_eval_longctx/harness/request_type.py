@@ -40,6 +40,8 @@ class ScoringContext:
 
 @dataclass(frozen=True)
 class RequestKind:
+    # what the requests name (spec["kind"])
+    name: str
     serve: Callable[[ScoringContext, list], list]
     from_state: Callable[[dict], object]
     # tokens the model read for a result (None: nothing to check), so the length check holds on
@@ -55,11 +57,9 @@ class RequestKind:
 REQUEST_KINDS: dict[str, RequestKind] = {}
 
 
-def register_request_kind(
-    name: str, serve, from_state, n_tokens=None, uses_model: bool = True, planned_tokens=None
-) -> None:
+def register_request_kind(kind: RequestKind) -> None:
     """Add (or replace, on re-import) a request kind served by ``longctx_scores``."""
-    REQUEST_KINDS[name] = RequestKind(serve, from_state, n_tokens or (lambda result: None), uses_model, planned_tokens)
+    REQUEST_KINDS[kind.name] = kind
 
 
 def planned_tokens(kind: RequestKind, ctx: ScoringContext, items: list) -> int:
@@ -111,18 +111,20 @@ def serve_each(score_one):
 
 
 register_request_kind(
-    "sequence",
-    serve_each(
-        lambda ctx, text, spec: text_scoring.score_text(
-            ctx.model, ctx.tokenizer, text, text_scoring.TextRequest.from_spec(spec), ctx.max_length, ctx.batch_size
-        )
-    ),
-    scoring.SequenceScores.from_state,
-    n_tokens=lambda result: len(result.token_ids),
-    planned_tokens=lambda ctx, items: sum(
-        text_scoring.tokens_to_forward(ctx.tokenizer, text, text_scoring.TextRequest.from_spec(spec))
-        for text, spec in items
-    ),
+    RequestKind(
+        "sequence",
+        serve_each(
+            lambda ctx, text, spec: text_scoring.score_text(
+                ctx.model, ctx.tokenizer, text, text_scoring.TextRequest.from_spec(spec), ctx.max_length, ctx.batch_size
+            )
+        ),
+        scoring.SequenceScores.from_state,
+        n_tokens=lambda result: len(result.token_ids),
+        planned_tokens=lambda ctx, items: sum(
+            text_scoring.tokens_to_forward(ctx.tokenizer, text, text_scoring.TextRequest.from_spec(spec))
+            for text, spec in items
+        ),
+    )
 )
 
 

@@ -429,13 +429,10 @@ def coarse_memory_length(lengths, copy_mean, lm_mean, margin: float = COARSE_MAR
     Args:
         lengths: the tested lengths, int [lengths], strictly increasing.
         copy_mean, lm_mean, margin: as ``copy_above_lm``.
-        rule: ``"largest"`` or ``"contiguous"`` (see ``memory_length``).
+        rule: as ``fine_memory_length``.
 
     Returns:
-        The memory length; 0 when no length qualifies.
-
-    Raises:
-        ValueError: as ``memory_length``.
+        The memory length, as ``fine_memory_length`` (0 when no length qualifies; it raises as that does).
 
     Example:
         >>> from lm_eval_longctx.metrics.per_token import coarse_memory_length

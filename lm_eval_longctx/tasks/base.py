@@ -127,9 +127,9 @@ class LongContextTask(ConfigurableTask):
     SUITE_TASK_NAME = ""
     # The lm-eval group that runs this task with others of the suite (LongEval's two tasks), or None.
     GROUP: str | None = None
-    # The kind of longctx_scores request the task sends (spec["kind"]) and how it is served: (name, RequestKind),
-    # registered with the class; None: the harness's own "sequence" kind.
-    REQUEST_KIND: tuple[str, request_type.RequestKind] | None = None
+    # The kind of longctx_scores request the task sends (spec["kind"]) and how it is served, registered with the
+    # class; None: the harness's own "sequence" kind.
+    REQUEST_KIND: request_type.RequestKind | None = None
     # The task's settings: names, types, defaults, presets, meanings (its module's SETTINGS); the docs' tables and
     # the check of a run's keys read them from here.
     SETTINGS: Declaration | None = None
@@ -149,8 +149,7 @@ class LongContextTask(ConfigurableTask):
         if cls.SUITE_TASK_NAME:
             TASK_CLASSES[cls.SUITE_TASK_NAME] = cls
         if cls.__dict__.get("REQUEST_KIND") is not None:  # the kind its requests name, served by longctx_scores
-            name, kind = cls.__dict__["REQUEST_KIND"]
-            request_type.REQUEST_KINDS[name] = kind
+            request_type.register_request_kind(cls.__dict__["REQUEST_KIND"])
 
     @classmethod
     def hub_resources(cls, settings: dict) -> list[preflight.Resource]:
@@ -423,7 +422,7 @@ class LongContextTask(ConfigurableTask):
         assert self.REQUEST_KIND is not None  # a task that builds its own specs does not call this
         return {
             **{k: s[k] for k in self.SCORING_SETTINGS},
-            "kind": self.REQUEST_KIND[0],
+            "kind": self.REQUEST_KIND.name,
             **values,
             **{k: s[k] for k in self.SERVING_SETTINGS},
         }

@@ -7,16 +7,7 @@ from __future__ import annotations
 
 from ..data import documents
 from ..engine import scoring
-from ..settings import (
-    BOOLEAN,
-    LOCATION,
-    TEXT,
-    Declaration,
-    Setting,
-    choice,
-    integer,
-    integer_list,
-)
+from ..settings import BOOLEAN, LOCATION, TEXT, Declaration, Setting, choice, integer, integer_list
 
 # Upper bounds of the counts and lengths, far beyond any real run (the papers' sizes times a large factor): a mistyped
 # value (10**12 cases) is an error naming the setting when the settings are parsed, before any case is built.

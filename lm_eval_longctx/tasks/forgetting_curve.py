@@ -411,15 +411,12 @@ def serve(ctx: request_type.ScoringContext, items: list) -> list:
 
 class ForgettingCurveTask(LongContextTask):
     SETTINGS = SETTINGS
-    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
-    REQUEST_KIND = (
+    REQUEST_KIND = request_type.RequestKind(
         KIND,
-        request_type.RequestKind(
-            serve,
-            CurveSampleScore.from_state,
-            n_tokens=lambda r: sample_tokens(r.length),
-            planned_tokens=lambda ctx, items: sum(sample_tokens(int(spec["length"])) for _, spec in items),
-        ),
+        serve,
+        CurveSampleScore.from_state,
+        n_tokens=lambda r: sample_tokens(r.length),
+        planned_tokens=lambda ctx, items: sum(sample_tokens(int(spec["length"])) for _, spec in items),
     )
     SUITE_TASK_NAME = "forgetting_curve"
     HUB_ONLY_SETTINGS = (*HUB_ONLY_SETTINGS, "dataset_split")

@@ -599,15 +599,12 @@ class _LinesTask(LongContextTask):
 
 
 class LongEvalLinesPPLTask(_LinesTask):
-    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
-    REQUEST_KIND = (
+    REQUEST_KIND = request_type.RequestKind(
         ANSWER_KIND,
-        request_type.RequestKind(
-            serve_answers,
-            AnswerScores.from_state,
-            n_tokens=lambda r: None if r.skipped else r.n_tokens,
-            planned_tokens=lambda ctx, items: sum(_text_tokens(ctx.tokenizer, text) for text, _ in items),
-        ),
+        serve_answers,
+        AnswerScores.from_state,
+        n_tokens=lambda r: None if r.skipped else r.n_tokens,
+        planned_tokens=lambda ctx, items: sum(_text_tokens(ctx.tokenizer, text) for text, _ in items),
     )
     SUITE_TASK_NAME = "longeval_lines_ppl"
     PER_CONFIG = {
@@ -695,18 +692,15 @@ class LongEvalLinesPPLTask(_LinesTask):
 
 
 class LongEvalLinesAccTask(_LinesTask):
-    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
-    REQUEST_KIND = (
+    REQUEST_KIND = request_type.RequestKind(
         GENERATION_KIND,
-        request_type.RequestKind(
-            serve_generations,
-            GeneratedAnswer.from_state,
-            n_tokens=lambda r: None if r.skipped else r.prompt_tokens,
-            # each prompt, then its steps, as the engine plans them before any ran (it revises the plan as they run)
-            planned_tokens=lambda ctx, items: sum(
-                generation.planned_work(_text_tokens(ctx.tokenizer, text), int(spec["max_gen_toks"]))
-                for text, spec in items
-            ),
+        serve_generations,
+        GeneratedAnswer.from_state,
+        n_tokens=lambda r: None if r.skipped else r.prompt_tokens,
+        # each prompt, then its steps, as the engine plans them before any ran (it revises the plan as they run)
+        planned_tokens=lambda ctx, items: sum(
+            generation.planned_work(_text_tokens(ctx.tokenizer, text), int(spec["max_gen_toks"]))
+            for text, spec in items
         ),
     )
     SUITE_TASK_NAME = "longeval_lines_acc"

@@ -247,12 +247,8 @@ def retrieval_gain_arrays(doc: dict, scores: RetrievalScores) -> dict:
 
 class RetrievalGainTask(GovReportTask):
     SETTINGS = SETTINGS
-    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
-    REQUEST_KIND = (
-        KIND,
-        request_type.RequestKind(
-            serve, RetrievalScores.from_state, lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
-        ),
+    REQUEST_KIND = request_type.RequestKind(
+        KIND, serve, RetrievalScores.from_state, lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
     )
     SCORING_SETTINGS = (
         "doc_tokens",

@@ -305,12 +305,8 @@ def default_ladder(
 
 class RetrievalGainMapTask(GovReportTask):
     SETTINGS = SETTINGS
-    # the requests' kind (spec["kind"]) and how longctx_scores serves it, registered with the class
-    REQUEST_KIND = (
-        KIND,
-        request_type.RequestKind(
-            serve, GainMapScores.from_state, lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
-        ),
+    REQUEST_KIND = request_type.RequestKind(
+        KIND, serve, GainMapScores.from_state, lambda r: r.n_with_tokens, planned_tokens=tokens_to_forward
     )
     SCORING_SETTINGS = ("query_tokens", "answer_tokens", "anchors_per_cell", "anchor_stride", "separator", "bos")
     SUITE_TASK_NAME = "retrieval_gain_map"
@@ -485,23 +481,17 @@ class RetrievalGainMapTask(GovReportTask):
         names += [self.length_name(L) for L in self.lengths] + ["gain"]
         out = {name: self.declare("mean", name) for name in names}
         # partials of module-level functions: they pickle; a threshold statistic gets no stderr
-        out["effective_length"] = self.declare(
-            functools.partial(
-                gain_map.effective_length_from_docs,
-                lengths=tuple(self.lengths),
-                fraction=s["effective_fraction"],
-                rule=s["effective_rule"],
-                base_minimum=s["effective_threshold"],
-            ),
-            "effective_length",
+        lengths, rule, floor = tuple(self.lengths), s["effective_rule"], s["effective_threshold"]
+        relative = functools.partial(
+            gain_map.effective_length_from_docs,
+            lengths=lengths,
+            rule=rule,
+            fraction=s["effective_fraction"],
+            base_minimum=floor,
         )
-        out["effective_length_abs"] = self.declare(
-            functools.partial(
-                gain_map.effective_length_abs_from_docs,
-                lengths=tuple(self.lengths),
-                threshold=s["effective_threshold"],
-                rule=s["effective_rule"],
-            ),
-            "effective_length_abs",
+        absolute = functools.partial(
+            gain_map.effective_length_abs_from_docs, lengths=lengths, rule=rule, threshold=floor
         )
+        out["effective_length"] = self.declare(relative, "effective_length")
+        out["effective_length_abs"] = self.declare(absolute, "effective_length_abs")
         return out

@@ -16,12 +16,12 @@ def test_a_plan_that_fails_or_is_missing_counts_one_token_a_request():
     ctx = request_type.ScoringContext(None, None, None, 1)
     assert (
         request_type.planned_tokens(
-            request_type.RequestKind(lambda c, i: [], dict, planned_tokens=fails), ctx, [1, 2, 3]
+            request_type.RequestKind("k", lambda c, i: [], dict, planned_tokens=fails), ctx, [1, 2, 3]
         )
         == 3
     )
-    assert request_type.planned_tokens(request_type.RequestKind(lambda c, i: [], dict), ctx, [1, 2]) == 2
-    planned = request_type.RequestKind(lambda c, i: [], dict, planned_tokens=lambda c, items: 10 * len(items))
+    assert request_type.planned_tokens(request_type.RequestKind("k", lambda c, i: [], dict), ctx, [1, 2]) == 2
+    planned = request_type.RequestKind("k", lambda c, i: [], dict, planned_tokens=lambda c, items: 10 * len(items))
     assert request_type.planned_tokens(planned, ctx, [1, 2]) == 20
 
 

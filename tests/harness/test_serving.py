@@ -65,7 +65,7 @@ def _serve(monkeypatch, database, n: int = 3) -> tuple[list, list[str]]:
         return [Echo(text) for text, _ in items]
 
     monkeypatch.setitem(
-        request_type.REQUEST_KINDS, "echo", request_type.RequestKind(serve, Echo.from_state, uses_model=False)
+        request_type.REQUEST_KINDS, "echo", request_type.RequestKind("echo", serve, Echo.from_state, uses_model=False)
     )
     monkeypatch.setattr(serving, "model_identity", lambda lm: {"name": "a model"})
     lm = types.SimpleNamespace(
@@ -142,7 +142,9 @@ def test_each_task_of_a_run_is_announced_in_order(monkeypatch, caplog):
     monkeypatch.setitem(
         request_type.REQUEST_KINDS,
         "echo",
-        request_type.RequestKind(lambda ctx, items: [Echo(t) for t, _ in items], Echo.from_state, uses_model=False),
+        request_type.RequestKind(
+            "echo", lambda ctx, items: [Echo(t) for t, _ in items], Echo.from_state, uses_model=False
+        ),
     )
     from tests import tiny
 
