@@ -8,6 +8,7 @@ registers itself when it is defined (``TASK_CLASSES``), so no shared module keep
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 from collections.abc import Mapping
@@ -54,15 +55,9 @@ class ReportSection:
     pictures: tuple[str, ...] = ()
 
     def record(self) -> dict:
-        return {
-            "section": self.section,
-            "title": self.title,
-            "lead": self.lead,
-            "order": self.order,
-            "headlines": [[metric, meaning] for metric, meaning in self.headlines],
-            "settings": list(self.settings),
-            "pictures": list(self.pictures),
-        }
+        # the fields in order, lists where they hold tuples (the record is JSON)
+        lists = {"headlines": [list(pair) for pair in self.headlines], "settings": list(self.settings)}
+        return {**dataclasses.asdict(self), **lists, "pictures": list(self.pictures)}
 
 
 def _registered_model_class(model) -> type | None:

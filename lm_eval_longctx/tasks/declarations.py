@@ -36,6 +36,8 @@ PRESETS = ("model", "ci", "paper")
 # paired test over documents (report/paired.py: 10)
 CI_LENGTHS = [256, 512, 1024]
 CI_DOCUMENTS = 10
+# the ci preset of every task over the GovReport selection: the embedded corpus at the ci lengths
+GOVREPORT_CI_PRESET = {"max_seq_lengths": CI_LENGTHS, "embedded_corpus": True, "num_docs": CI_DOCUMENTS}
 CI_SAMPLES_PER_LENGTH = 10
 MAX_SEQ_LENGTHS_DOC = (
     "the lengths in tokens every task tests, lm-eval's own key (RULER, BABILong take it): each task maps it to its "
@@ -152,6 +154,13 @@ def export_tokens_setting(tasks: str = "") -> Setting:
         optional=True,
         affects_numbers=False,
     )
+
+
+def govreport_task_settings(batch: Setting, export_tokens: bool = True) -> list[Setting]:
+    """What every task over the GovReport selection declares last: the long pass and its ``batch`` setting,
+    allow_beyond, the per-token export (where the task has one) and the documents."""
+    export = [export_tokens_setting()] if export_tokens else []
+    return [*long_pass_settings(), batch, allow_beyond_setting(), *export, *govreport_settings()]
 
 
 def govreport_settings() -> list[Setting]:

@@ -267,13 +267,7 @@ class GeneratedAnswer(StateRecord):
     skipped: bool = False
 
     def summary(self) -> dict:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "limit": self.limit,
-            "generated_tokens": self.generated_tokens,
-            "skipped": self.skipped,
-            "text": self.text,
-        }
+        return {name: getattr(self, name) for name in ("prompt_tokens", "limit", "generated_tokens", "skipped", "text")}
 
 
 def _stop_token_ids(model, tokenizer) -> tuple[int, ...]:

@@ -142,19 +142,12 @@ SETTINGS = Declaration(
             "adds longppl_soft with weights min(exp(LSD), gamma)",
             optional=True,
         ),
-        *declarations.long_pass_settings(),
-        declarations.batch_size_setting("short_batch_size", "truncated windows per forward"),
-        declarations.allow_beyond_setting(),
-        declarations.export_tokens_setting(),
-        *declarations.govreport_settings(),
+        *declarations.govreport_task_settings(
+            declarations.batch_size_setting("short_batch_size", "truncated windows per forward")
+        ),
     ],
     presets={
-        "ci": {
-            "max_seq_lengths": declarations.CI_LENGTHS,
-            "embedded_corpus": True,
-            "evaluator": "self",
-            "num_docs": declarations.CI_DOCUMENTS,
-        },
+        "ci": {**declarations.GOVREPORT_CI_PRESET, "evaluator": "self"},
         "paper": {
             "trunc_len": 4096,
             "sliding_window": 1024,

@@ -77,18 +77,10 @@ SETTINGS = Declaration(
             "BOS at the start of both conditions: `auto` when the tokenizer itself adds one (Llama, Mistral; "
             "not GPT-2, Qwen2); `always` (an error if it has none); `never`"
         ),
-        *declarations.long_pass_settings(),
-        declarations.without_batch_size_setting(),
-        declarations.allow_beyond_setting(),
-        declarations.export_tokens_setting(),
-        *declarations.govreport_settings(),
+        *declarations.govreport_task_settings(declarations.without_batch_size_setting()),
     ],
     presets={
-        "ci": {
-            "max_seq_lengths": declarations.CI_LENGTHS,
-            "embedded_corpus": True,
-            "num_docs": declarations.CI_DOCUMENTS,
-        },
+        "ci": dict(declarations.GOVREPORT_CI_PRESET),
         "paper": {"doc_tokens": 8192, "num_docs": documents.GOVREPORT_NUM_DOCS},
     },
 )

@@ -125,18 +125,10 @@ SETTINGS = Declaration(
             "contiguous",
             "`contiguous`: every shorter L passes too; `largest`: the largest passing L",
         ),
-        *declarations.long_pass_settings(),
-        declarations.without_batch_size_setting(),
-        declarations.allow_beyond_setting(),
-        *declarations.govreport_settings(),
+        *declarations.govreport_task_settings(declarations.without_batch_size_setting(), export_tokens=False),
     ],
     presets={
-        "ci": {
-            "max_seq_lengths": declarations.CI_LENGTHS,
-            "embedded_corpus": True,
-            "num_docs": declarations.CI_DOCUMENTS,
-            "depths": [10, 50, 90],
-        },
+        "ci": {**declarations.GOVREPORT_CI_PRESET, "depths": [10, 50, 90]},
         "paper": {"num_docs": documents.GOVREPORT_NUM_DOCS, "depths": list(range(0, 100, 10))},
     },
 )
