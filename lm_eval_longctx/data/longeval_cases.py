@@ -291,16 +291,7 @@ def case_from_record(record: dict, case_index: int, source: str) -> TestCase:
         raise TestCaseFormatError(f"{where}: " + "; ".join(problems))
     if parsed.header != HEADER:
         log.warning("%s: the prompt's header differs from LongChat's; scored as it is", where)
-    return TestCase(
-        num_lines=num_lines,
-        case_index=case_index,
-        prompt=prompt,
-        name=name,
-        position=position,
-        expected_number=expected,
-        correct_line=correct_line,
-        source=source,
-    )
+    return TestCase(num_lines, case_index, prompt, name, position, expected, correct_line, source)
 
 
 def _is_url(location: str) -> bool:

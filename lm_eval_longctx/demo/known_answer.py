@@ -159,26 +159,19 @@ VALIDATION_METADATA = {
 
 
 def paired_bootstrap_difference(
-    stat_a: Callable[[np.ndarray], np.ndarray],
-    stat_b: Callable[[np.ndarray], np.ndarray],
-    n_units: int,
-    n_resamples: int = DEFAULT_N_RESAMPLES,
-    confidence_level: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-    method: str = "percentile",
+    stat_a: Callable[[np.ndarray], np.ndarray], stat_b: Callable[[np.ndarray], np.ndarray], n_units: int, **options
 ) -> dict:
     """CI of ``stat_a - stat_b`` by ``scipy.stats.bootstrap``, resampling unit indices: each resample draws
     ``n_units`` indices with replacement and both statistics read the SAME units (a paired bootstrap).
 
     ``stat_x(idx)`` maps an index array (last axis = one resample) to the statistic per resample. The percentile
     method is the default because memory lengths are step functions of the data (BCa's jackknife is degenerate
-    there). Resamples where a statistic is undefined (NaN) make the bounds NaN.
+    there). Resamples where a statistic is undefined (NaN) make the bounds NaN. ``options``: those of
+    ``bootstrap.interval`` (``n_resamples``, ``confidence``, ``seed``, ``method``), its defaults where not given.
     """
     if n_units < 1:
         raise ValidationError("no units to resample")
-    out = bootstrap.interval(
-        lambda i: stat_a(i) - stat_b(i), n_units, n_resamples, confidence_level, seed, method=method
-    )
+    out = bootstrap.interval(lambda i: stat_a(i) - stat_b(i), n_units, **options)
     out["difference"] = out.pop("value")
     return out
 
@@ -273,9 +266,9 @@ def validate(
                 functools.partial(metric_value, spec, units[a]),
                 functools.partial(metric_value, spec, units[b]),
                 n,
-                n_resamples,
-                confidence_level,
-                seed,
+                n_resamples=n_resamples,
+                confidence=confidence_level,
+                seed=seed,
             )
             pairs.append({"a": a, "b": b, **ci})
         verdict = ordering_verdict([values[m] for m in order], pairs, spec.higher_is_better)

@@ -72,9 +72,11 @@ import math
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -604,6 +606,17 @@ def _check_circuit(model, recipe: Recipe) -> _CircuitSizes:
     )
 
 
+class _Circuit(NamedTuple):
+    """What the attention steps of the circuit write with: the model's parameters, the setter that also freezes
+    what it sets, the recipe, the sizes and the RoPE inverse frequencies."""
+
+    params: dict
+    set_and_freeze: Callable
+    recipe: Recipe
+    sizes: _CircuitSizes
+    freqs: np.ndarray
+
+
 @torch.no_grad()
 def _set_circuit(model, tokenizer, recipe: Recipe, frozen: dict) -> None:
     """Set the copy circuit (and the lookup, the n-gram and bigram heads the recipe asks for) into ``model`` and mark
@@ -619,11 +632,11 @@ def _set_circuit(model, tokenizer, recipe: Recipe, frozen: dict) -> None:
     output_codes, embedding_units = _set_embedding(params, set_and_freeze, tokenizer, recipe, sizes, generator)
     _keep_reserved_dimensions(params, set_and_freeze, recipe, sizes)
     unit_scales = _normed_scales(recipe, sizes, embedding_units)
-    freqs = inverse_frequencies(recipe.rope_theta, sizes.head_dim)
-    _set_previous_token_heads(params, set_and_freeze, recipe, sizes, freqs, unit_scales.layer0)
+    circuit = _Circuit(params, set_and_freeze, recipe, sizes, inverse_frequencies(recipe.rope_theta, sizes.head_dim))
+    _set_previous_token_heads(circuit, unit_scales.layer0)
     if recipe.first_sink:
         _set_first_sink(params, set_and_freeze, recipe, sizes.layout, unit_scales.layer1)
-    _set_layer1_heads(params, set_and_freeze, recipe, sizes, freqs, unit_scales.layer1, unit_scales.layer2)
+    _set_layer1_heads(circuit, unit_scales.layer1, unit_scales.layer2)
     _set_readout(params, frozen, recipe, sizes, output_codes, unit_scales.final_norm)
 
 
@@ -736,11 +749,10 @@ def _normed_scales(recipe: Recipe, sizes: _CircuitSizes, embedding_units: float)
     return _UnitScales(layer0, layer1, final_norm, layer2)
 
 
-def _set_previous_token_heads(
-    params, set_and_freeze, recipe: Recipe, sizes: _CircuitSizes, freqs: np.ndarray, unit_scale: float
-) -> None:
+def _set_previous_token_heads(circuit: _Circuit, unit_scale: float) -> None:
     """Layer 0: head h attends to t - (h + 1) and copies its copy code (the match code without one) into slot
     P(h+1); ``unit_scale``: a unit code's size at layer 0's input."""
+    params, set_and_freeze, recipe, sizes, freqs = circuit
     layout, head_dim, pairs_per_head = sizes.layout, sizes.head_dim, sizes.pairs_per_head
     assert layout.copy is not None and layout.prev_match is not None  # Layout.for_recipe sets both
     fast_pairs = np.arange(recipe.prev_pairs)
@@ -783,17 +795,10 @@ def _set_previous_token_heads(
             set_and_freeze(out_proj, (target, head * head_dim + value_dim), recipe.code_scale / unit_scale)
 
 
-def _set_layer1_heads(
-    params,
-    set_and_freeze,
-    recipe: Recipe,
-    sizes: _CircuitSizes,
-    freqs: np.ndarray,
-    unit_scale: float,
-    lookup_unit_scale: float | None,
-) -> None:
+def _set_layer1_heads(circuit: _Circuit, unit_scale: float, lookup_unit_scale: float | None) -> None:
     """Layer 1: the induction heads, and the lookup's registers, the n-gram and the bigram heads where the recipe
     has them. ``unit_scale``: a unit code's size at layer 1's input; ``lookup_unit_scale``: at layer 2's."""
+    params, set_and_freeze, recipe, sizes, _ = circuit
     layout, head_dim, pairs_per_head = sizes.layout, sizes.head_dim, sizes.pairs_per_head
     n_heads, code_dim = sizes.n_induction_heads, sizes.code_dim
     # ---- layer 1, heads 0..w-1: induction heads on the slowest pairs, sink on the very slowest.
@@ -832,11 +837,7 @@ def _set_layer1_heads(
     if recipe.lookup:
         assert lookup_unit_scale is not None  # _normed_scales gives layer 2's with the lookup
         _set_lookup(
-            params,
-            set_and_freeze,
-            recipe,
-            sizes,
-            freqs,
+            circuit,
             unit_scale,
             lookup_unit_scale,
             slow_dims(pairs_per_head, 3 * recipe.match_dim, recipe.code_band_offset),
@@ -1004,11 +1005,7 @@ def register_recency(freqs: np.ndarray, reach: int, gap: int, max_len: int) -> t
 
 
 def _set_lookup(
-    params,
-    set_and_freeze,
-    recipe: Recipe,
-    sizes: _CircuitSizes,
-    freqs: np.ndarray,
+    circuit: _Circuit,
     unit_scale: float,
     lookup_unit_scale: float,
     code_dims: list[int],
@@ -1033,6 +1030,7 @@ def _set_lookup(
     writes o(x_j) into R like an induction head, worth ``lookup_readout`` nats. Its codes use the same slow
     pairs as the induction heads, so ``rope_theta`` sets its reach too. ``unit_scale`` and ``lookup_unit_scale``:
     a unit code's size at layer 1's and layer 2's input."""
+    params, set_and_freeze, recipe, sizes, freqs = circuit
     layout, head_dim, hidden_size = sizes.layout, sizes.head_dim, sizes.hidden_size
     pairs_per_head = head_dim // 2
     query_bias1 = params["model.layers.1.self_attn.q_proj.bias"]

@@ -175,13 +175,13 @@ def curve_from_results(results: dict, task: str | None = None, label: str | None
     if claimed:
         claimed = whole_length(claimed, f"longctx_settings.{key} of {task}")
     return ForgettingCurve(
-        label=label or model_label(results),
-        lengths=lengths,
-        copy_mean=copy_mean,
-        copy_std=copy_std,
-        lm_mean=lm_mean,
-        lm_std=lm_std,
-        failed=failed,
+        label or model_label(results),
+        lengths,
+        copy_mean,
+        copy_std,
+        lm_mean,
+        lm_std,
+        failed,
         fine=None if math.isnan(fine) else fine,
         coarse=None if math.isnan(coarse) else coarse,
         claimed_length=int(claimed) if claimed else None,
