@@ -55,47 +55,43 @@ CORPUS_PROVENANCE_FILE = "corpus_provenance.json"
 # mean the same thing everywhere), and the target thresholds. full: every task inside and beyond the demo
 # model's copy reach, on 2 CPU cores; ci: the same pipeline with every size cut down, for a CI test. Why these
 # sizes, with what was measured: docs/demo-and-known-answer-validation.md ("Why the demo's sizes").
+_FULL_METADATA = {
+    "evaluator": "self",
+    "trunc_len": 512,
+    "sliding_window": 256,
+    "num_docs": 4,
+    "lengths": [16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
+    # the lengths double: "geometric" records that, and the PNG draws them on a log axis
+    # (explicit lengths replace the grid the spacing would otherwise build)
+    "spacing": "geometric",
+    "samples_per_length": 8,
+    "seed": 0,
+    "doc_tokens": 2048,
+    "context_lengths": [256, 1024, 4096],
+    "depths": [0, 50, 90],
+    "num_lines": [10, 20, 40, 80],
+    "num_cases": 10,
+}
+_CI_SIZES = {
+    "num_docs": 2,
+    "lengths": [16, 64, 256],
+    "samples_per_length": 4,
+    "doc_tokens": 1024,
+    "context_lengths": [128, 512, 2048],
+    "num_lines": [5, 10],
+    "num_cases": 3,
+}
 DEMO_BUDGETS: dict[str, dict[str, Any]] = {
     "full": {
         "chars_per_doc": embedded_corpus.DEFAULT_CHARS_PER_DOC,
         "batch_size": 4,
-        "metadata": {
-            "evaluator": "self",
-            "trunc_len": 512,
-            "sliding_window": 256,
-            "num_docs": 4,
-            "lengths": [16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
-            # the lengths double: "geometric" records that, and the PNG draws them on a log axis
-            # (explicit lengths replace the grid the spacing would otherwise build)
-            "spacing": "geometric",
-            "samples_per_length": 8,
-            "seed": 0,
-            "doc_tokens": 2048,
-            "context_lengths": [256, 1024, 4096],
-            "depths": [0, 50, 90],
-            "num_lines": [10, 20, 40, 80],
-            "num_cases": 10,
-        },
+        "metadata": _FULL_METADATA,
         "targets": {"copy_gap_lengths": 3, "copy_gap_min": 0.30, "fine_memory_min": 64, "longeval_acc_min": 0.5},
     },
     "ci": {
         "chars_per_doc": 12_000,
         "batch_size": 4,
-        "metadata": {
-            "evaluator": "self",
-            "trunc_len": 512,
-            "sliding_window": 256,
-            "num_docs": 2,
-            "lengths": [16, 64, 256],
-            "spacing": "geometric",
-            "samples_per_length": 4,
-            "seed": 0,
-            "doc_tokens": 1024,
-            "context_lengths": [128, 512, 2048],
-            "depths": [0, 50, 90],
-            "num_lines": [5, 10],
-            "num_cases": 3,
-        },
+        "metadata": {**_FULL_METADATA, **_CI_SIZES},
         "targets": {"copy_gap_lengths": 2, "copy_gap_min": 0.30, "fine_memory_min": 64, "longeval_acc_min": 0.5},
     },
 }

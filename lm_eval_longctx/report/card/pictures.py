@@ -100,51 +100,44 @@ def _built_per_run(runs: list[CardRun], task: str, build, what: str) -> list:
     return built
 
 
+def _each_task(runs: list[CardRun], tasks: list[str], build, what: str, pictures) -> str:
+    """``pictures(built)`` for each task some run has, ``built`` its runs' ``build`` (``_built_per_run``)."""
+    return "".join(pictures(built) for task in tasks if (built := _built_per_run(runs, task, build, what)))
+
+
 def forgetting_curve(runs: list[CardRun], tasks: list[str], z: float = DEFAULT_Z) -> str:
     """The forgetting curves of the runs (copy and LM accuracy by copy length), a few runs to a picture."""
     from ..pictures.forgetting_curve_plot import curve_from_results, plot_forgetting_curves
 
-    out = []
-    for task in tasks:
-        curves = _built_per_run(runs, task, curve_from_results, "forgetting curve")
-        if not curves:
-            continue
+    def pictures(curves) -> str:
         # one x scale for every picture: geometric lengths are drawn on a log axis only when every run has them
         log_x = all(c.spacing == "geometric" for c in curves)
         single_title = None if len(curves) > 1 else f"Forgetting curve: {curves[0].label}"
-        out.append(
-            _pictures(
-                curves,
-                CURVES_PER_PICTURE,
-                lambda chunk, path, title: plot_forgetting_curves(
-                    chunk, path, title=title or single_title, log_x=log_x
-                ),
-                "forgetting curves",
-            )
+        return _pictures(
+            curves,
+            CURVES_PER_PICTURE,
+            lambda chunk, path, title: plot_forgetting_curves(chunk, path, title=title or single_title, log_x=log_x),
+            "forgetting curves",
         )
-    return "".join(out)
+
+    return _each_task(runs, tasks, curve_from_results, "forgetting curve", pictures)
 
 
 def gain_map(runs: list[CardRun], tasks: list[str], z: float = DEFAULT_Z) -> str:
     """The retrieval-gain maps of the runs on one colour scale, a few panels to a picture."""
     from ..pictures.gain_map_plot import map_from_results, plot_gain_maps, shared_limit
 
-    out = []
-    for task in tasks:
-        maps = _built_per_run(runs, task, map_from_results, "retrieval-gain map")
-        if not maps:
-            continue
+    def pictures(maps) -> str:
         limit = shared_limit(maps)  # one colour scale for every picture
-        out.append(
-            _pictures(
-                maps,
-                MAPS_PER_PICTURE,
-                lambda chunk, path, title: plot_gain_maps(chunk, path, title=title, limit=limit),
-                "retrieval-gain maps",
-                width=lambda n: (5.0 * n + 1.6) / (5.0 * MAPS_PER_PICTURE + 1.6),  # plot_gain_maps' figure width
-            )
+        return _pictures(
+            maps,
+            MAPS_PER_PICTURE,
+            lambda chunk, path, title: plot_gain_maps(chunk, path, title=title, limit=limit),
+            "retrieval-gain maps",
+            width=lambda n: (5.0 * n + 1.6) / (5.0 * MAPS_PER_PICTURE + 1.6),  # plot_gain_maps' figure width
         )
-    return "".join(out)
+
+    return _each_task(runs, tasks, map_from_results, "retrieval-gain map", pictures)
 
 
 def longeval_curves(runs: list[CardRun], tasks: list[str], z: float = DEFAULT_Z) -> str:
