@@ -84,6 +84,14 @@ def peaked_llama(vocab_size: int, hidden_size: int, layers: int, max_positions: 
     )
 
 
+def peaked_llama_options(parser) -> None:
+    """The options of the ``save_peaked_llama`` model and its tokenizer a benchmark builds."""
+    parser.add_argument("--vocab-size", type=int, default=32000, help="the model's vocabulary")
+    parser.add_argument("--tokenizer-vocab", type=int, default=4096, help="the BPE tokenizer's vocabulary")
+    parser.add_argument("--hidden-size", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+
+
 def save_peaked_llama(folder, tokenizer, vocab_size: int, hidden_size: int, layers: int, seed: int) -> None:
     """A ``peaked_llama`` of 16384 positions with ``tokenizer``'s special tokens, saved with it to ``folder``."""
     model = peaked_llama(
