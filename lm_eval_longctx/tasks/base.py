@@ -55,9 +55,13 @@ class ReportSection:
     pictures: tuple[str, ...] = ()
 
     def record(self) -> dict:
-        # the fields in order, lists where they hold tuples (the record is JSON)
-        lists = {"headlines": [list(pair) for pair in self.headlines], "settings": list(self.settings)}
-        return {**dataclasses.asdict(self), **lists, "pictures": list(self.pictures)}
+        # JSON: the fields in order, lists where they hold tuples
+        return {
+            **dataclasses.asdict(self),
+            "headlines": [list(pair) for pair in self.headlines],
+            "settings": list(self.settings),
+            "pictures": list(self.pictures),
+        }
 
 
 def _registered_model_class(model) -> type | None:
