@@ -71,3 +71,19 @@ def test_a_setting_that_would_act_on_nothing_is_refused(tmp_path):
     inert = base.inert_settings({"dataset_path": str(tmp_path), "dataset_revision": "main"}, {})
     assert "is a local folder" in inert["dataset_revision"]
     assert base.inert_settings({"dataset_path": "org/data", "dataset_revision": "main"}, {}) == {}
+
+
+def test_the_govreport_tasks_end_with_one_block_and_share_one_ci_preset():
+    from lm_eval_longctx.tasks import retrieval_gain, retrieval_gain_map
+
+    batch = declarations.without_batch_size_setting()
+    names = [s.name for s in declarations.govreport_task_settings(batch)]
+    assert names[names.index(batch.name) - 1] == declarations.long_pass_settings()[-1].name
+    assert "export_tokens" in names and names[-len(declarations.govreport_settings()) :] == [
+        s.name for s in declarations.govreport_settings()
+    ]
+    assert "export_tokens" not in [s.name for s in declarations.govreport_task_settings(batch, export_tokens=False)]
+    for declaration in (longppl.SETTINGS, retrieval_gain.SETTINGS, retrieval_gain_map.SETTINGS):
+        ci = declaration.presets["ci"]
+        assert {k: ci[k] for k in declarations.GOVREPORT_CI_PRESET} == declarations.GOVREPORT_CI_PRESET
+    assert longppl.SETTINGS.presets["ci"]["evaluator"] == "self"
