@@ -93,11 +93,14 @@ def main(argv=None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lm_eval_longctx.data.retrieval_cases import lead_token_ids
+    from lm_eval_longctx.engine.forward import FullForward
+    from lm_eval_longctx.engine.support import describe
     from lm_eval_longctx.training.context_use import MapSettings, held_out_documents
 
     lengths = [int(x) for x in args.lengths.split(",")]
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    support = describe(model)
 
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
@@ -121,9 +124,10 @@ def main(argv=None) -> int:
             for depths in placements:
                 ids, answers = needle_sequence(haystack, length, lead, encode, rng, depths)
                 with torch.no_grad():
-                    hidden = model.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+                    # the model's own output head, on the answers' positions only
+                    full = FullForward(model, torch.tensor([ids]), support)
                     for position, token, depth in answers:
-                        logprobs = torch.log_softmax(model.lm_head(hidden[position - 1]).double(), -1)
+                        logprobs = torch.log_softmax(full.logits(position - 1, position)[0, 0].double(), -1)
                         found[depth].append((int(logprobs.argmax()) == token, float(logprobs[token])))
         row = {
             "length": length,

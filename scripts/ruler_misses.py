@@ -9,8 +9,8 @@ not read at all.
     python scripts/ruler_misses.py --model DIR --run AUDIT_OUT/ruler/L0008192
 
 ``--run`` is one length's folder of ``lm-eval-longctx audit ... --cross-check ruler`` (the samples file of
-``niah_single_1`` below it). One full forward per sample, in float32, the hidden states read at the answer's
-positions only.
+``niah_single_1`` below it). One full forward per sample, in float32, through the engine's ``FullForward``: the
+model's own output head, run on the answer's positions only.
 """
 
 from __future__ import annotations
@@ -36,11 +36,15 @@ def main(argv=None) -> int:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lm_eval_longctx.engine.forward import FullForward
+    from lm_eval_longctx.engine.support import describe
+
     files = sorted(args.run.rglob(f"samples_{args.task}_*.jsonl"))
     if not files:
         p.error(f"{args.run}: no samples_{args.task}_*.jsonl below it")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    support = describe(model)
     print(
         "| sample | prompt tokens | needle: tokens back | RULER score | generated | full forward, teacher-forced | answer |"
     )
@@ -52,11 +56,13 @@ def main(argv=None) -> int:
         answer = (ast.literal_eval(target) if isinstance(target, str) else target)[0]
         prompt_ids = tokenizer(prompt, return_tensors="pt").input_ids
         whole = tokenizer(prompt + ": " + answer, return_tensors="pt").input_ids
-        needle_at = tokenizer(prompt[: prompt.find(answer)], return_tensors="pt").input_ids.shape[1]
+        if answer not in prompt:
+            p.error(f"{files[-1]}: sample {sample['doc_id']}: its answer {answer!r} is not in its prompt")
+        needle_at = tokenizer(prompt[: prompt.index(answer)], return_tensors="pt").input_ids.shape[1]
         with torch.no_grad():
-            hidden = model.model(input_ids=whole).last_hidden_state[0, prompt_ids.shape[1] - 1 : -1]
-            predicted = tokenizer.decode(model.lm_head(hidden).argmax(-1))
-        generated = sample["resps"][0][0].strip().splitlines()[0][:24]
+            full = FullForward(model, whole, support)
+            predicted = tokenizer.decode(full.logits(prompt_ids.shape[1] - 1, whole.shape[1] - 1)[0].argmax(-1))
+        generated = (sample["resps"][0][0].strip().splitlines() or [""])[0][:24]
         score = sample[str(sample["doc"]["max_length"])]  # RULER logs the score under its length
         print(f"| {sample['doc_id']} | {prompt_ids.shape[1]} | {prompt_ids.shape[1] - needle_at} | {score:g} | "
               f"`{generated}` | `{predicted.strip()}` | `{answer}` |", flush=True)  # fmt: skip
